@@ -1,0 +1,23 @@
+"""Test-wide setup: CPU runs execute Triton kernels in the interpreter; ``gpu`` tests skip
+without CUDA."""
+
+import os
+
+import pytest
+import torch
+
+HAS_CUDA = torch.cuda.is_available()
+if not HAS_CUDA:
+    # Must be set before any kernel module is imported: triton.jit reads it at decoration time.
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+torch.set_default_dtype(torch.float32)
+
+
+def pytest_collection_modifyitems(config, items):
+    if HAS_CUDA:
+        return
+    skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip_gpu)

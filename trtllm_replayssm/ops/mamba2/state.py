@@ -1,0 +1,82 @@
+"""The ReplaySSM decode state of Mamba-2 layers: what one layer keeps per cache slot.
+
+This is the contract between the reference (``reference.py``), the Triton kernels and
+``ReplayStateCache``: they all read and write these tensors in these layouts.
+
+Per slot ``s`` the state is a checkpoint ``S_c`` plus the inputs of the tokens decoded since
+(replayssm-math.md section 2):
+
+==================  ===========================================  ===================================
+field               shape                                        meaning
+==================  ===========================================  ===================================
+``checkpoint``      ``[slots, heads, head_dim, d_state]``        ``S_c``: the state before the ring's
+                                                                 first entry (TensorRT-LLM's layout)
+``ring_x``          ``[slots, heads, capacity, head_dim]``       ``x_j`` per ring entry ``j``
+``ring_dt``         ``[slots, heads, capacity]`` fp32            ``dt_j`` after bias, softplus, clamp
+``ring_B``          ``[slots, groups, capacity, d_state]``       ``B_j``
+``committed``       ``[slots]`` int32                            ring entries that are committed;
+                                                                 entries past it are drafts or stale
+``flush_at``        ``[slots]`` int32                            committed length that triggers the
+                                                                 slot's next flush (``window``, or
+                                                                 less for a staggered first window)
+==================  ===========================================  ===================================
+
+``capacity = window + max_draft_tokens``. ``ring_x`` / ``ring_B`` use the activation dtype,
+``ring_dt`` is fp32 (the decay ``exp(dt * A)`` is sensitive to it). The checkpoint dtype is the
+recurrence precision (fp32 here; lower precisions and the read copy come with split precision).
+
+Step semantics (one decode token, ``c = committed[s]``): append the token at ring position
+``c``, output from ``checkpoint`` + ring entries ``0..c``, then ``committed = c + 1``; if
+``c + 1 >= flush_at[s]`` the step is a *flush*: fold entries ``0..c`` into ``checkpoint``,
+``committed = 0``, ``flush_at = window``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ...config import ReplaySSMConfig
+from .._state import ReplayStateBase
+
+__all__ = ["Mamba2ReplayState"]
+
+
+@dataclass
+class Mamba2ReplayState(ReplayStateBase):
+    """Tensors of one Mamba-2 layer's ReplaySSM state (layouts in the module docstring)."""
+
+    ring_x: torch.Tensor = None
+    ring_dt: torch.Tensor = None
+    ring_B: torch.Tensor = None
+
+    @classmethod
+    def allocate(
+        cls,
+        slots: int,
+        heads: int,
+        head_dim: int,
+        d_state: int,
+        groups: int,
+        config: ReplaySSMConfig | None = None,
+        *,
+        activation_dtype: torch.dtype = torch.float32,
+        checkpoint_dtype: torch.dtype = torch.float32,
+        device: torch.device | str | None = None,
+    ) -> "Mamba2ReplayState":
+        """Zero state for ``slots`` slots, every slot reset (see :meth:`reset_slots`)."""
+        config = config or ReplaySSMConfig()
+        if heads % groups != 0:
+            raise ValueError(f"heads: expected a multiple of groups={groups}, got {heads}")
+        cap = config.ring_capacity
+        state = cls(
+            checkpoint=torch.zeros(slots, heads, head_dim, d_state, dtype=checkpoint_dtype, device=device),
+            ring_x=torch.zeros(slots, heads, cap, head_dim, dtype=activation_dtype, device=device),
+            ring_dt=torch.zeros(slots, heads, cap, dtype=torch.float32, device=device),
+            ring_B=torch.zeros(slots, groups, cap, d_state, dtype=activation_dtype, device=device),
+            window=config.window,
+            **cls._cursors(slots, device),
+        )
+        state.reset_slots(range(slots), config)
+        return state

@@ -1,0 +1,115 @@
+"""Timing helpers shared by the decode benchmarks: CUDA-graph replays with the L2 flushed
+between them, and the device-to-device copy bandwidth that results are reported against.
+
+Decode steps are a few microseconds to a few hundred; launching them from Python would time
+the launch, so each step is captured once in a CUDA graph and its replays are timed with
+device events. Between replays a write over a buffer larger than L2 evicts the state, so a
+small batch is timed from HBM as it is in a model (where the other layers evict it) rather
+than from the 60 MB L2 of an H200.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Callable, Sequence
+
+import torch
+
+__all__ = [
+    "L2Flusher",
+    "capture_graph",
+    "copy_bandwidth_gbps",
+    "device_info",
+    "median",
+    "time_replays",
+]
+
+
+class L2Flusher:
+    """Evicts L2 by zeroing a buffer of ``factor`` times its size."""
+
+    def __init__(self, device: torch.device | str | None = None, factor: int = 4) -> None:
+        device = torch.device(device or "cuda")
+        l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 64 << 20) or (64 << 20)
+        self.buffer = torch.empty(factor * l2 // 4, dtype=torch.int32, device=device)
+
+    def __call__(self) -> None:
+        self.buffer.zero_()
+
+
+def capture_graph(fn: Callable[[], object], warmup: int = 2) -> torch.cuda.CUDAGraph:
+    """Capture ``fn`` in a CUDA graph after ``warmup`` eager calls on a side stream.
+
+    The warm-up runs compile and autotune every kernel first: neither may happen inside the
+    capture. ``fn`` must be replayable (its state must come back after the sequence timed).
+    """
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(warmup):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    torch.cuda.synchronize()
+    return graph
+
+
+def time_replays(
+    graphs: Sequence[torch.cuda.CUDAGraph] | torch.cuda.CUDAGraph,
+    rounds: int = 20,
+    flush: L2Flusher | None = None,
+) -> list[list[float]]:
+    """Replay ``graphs`` in order, ``rounds`` times; returns microseconds ``[rounds][len(graphs)]``.
+
+    Each replay is timed alone between two events, with L2 flushed before it when ``flush`` is
+    given; the flush is outside the timed region.
+    """
+    if isinstance(graphs, torch.cuda.CUDAGraph):
+        graphs = [graphs]
+    n = len(graphs)
+    starts = [[torch.cuda.Event(enable_timing=True) for _ in range(n)] for _ in range(rounds)]
+    ends = [[torch.cuda.Event(enable_timing=True) for _ in range(n)] for _ in range(rounds)]
+    for r in range(rounds):
+        for i, g in enumerate(graphs):
+            if flush is not None:
+                flush()
+            starts[r][i].record()
+            g.replay()
+            ends[r][i].record()
+    torch.cuda.synchronize()
+    return [[1e3 * starts[r][i].elapsed_time(ends[r][i]) for i in range(n)] for r in range(rounds)]
+
+
+def median(values: Sequence[float]) -> float:
+    return float(statistics.median(values))
+
+
+def copy_bandwidth_gbps(nbytes: int = 2 << 30, rounds: int = 20, device: str = "cuda") -> float:
+    """Device-to-device copy bandwidth in GB/s, counting bytes read plus bytes written.
+
+    This is the ceiling a memory-bound decode step is reported against (``% of copy``).
+    """
+    src = torch.empty(nbytes // 4, dtype=torch.float32, device=device).uniform_()
+    dst = torch.empty_like(src)
+    graph = capture_graph(lambda: dst.copy_(src))
+    times = time_replays(graph, rounds=rounds)
+    us = median([t[0] for t in times])
+    del src, dst
+    return 2 * nbytes / (us * 1e-6) / 1e9
+
+
+def device_info() -> dict[str, str]:
+    """What a results table must state about the machine."""
+    import triton
+
+    props = torch.cuda.get_device_properties(0)
+    return {
+        "gpu": props.name,
+        "sms": str(props.multi_processor_count),
+        "torch": torch.__version__,
+        "cuda": str(torch.version.cuda),
+        "triton": triton.__version__,
+    }

@@ -1,0 +1,324 @@
+"""Triton decode kernels for Mamba-2: the standard step and the ReplaySSM step (one launch).
+
+Both kernels run one program per ``(head_dim block, head, row)``: the grid is wide enough at
+batch 1 (Nemotron-H: 4 blocks x 128 heads = 512 programs) and each program streams one
+``[BLOCK_P, d_state]`` tile of fp32 state, which is what bounds a decode step.
+
+``mamba2_replay_step`` serves every row of a batch in one launch. Per row, with
+``c = committed[slot]``:
+
+- non-flush (``c + 1 < flush_at``): append ``x, dt, B`` at ring position ``c``; read the
+  checkpoint tile once; ``y = exp(A sum dt) S_c C + sum_j exp(A sum_{i>j} dt_i) dt_j (B_j . C) x_j``.
+  Nothing of the state's size is written.
+- flush: the same, then ``S = exp(A sum dt) S_c + sum_j exp(A sum_{i>j} dt_i) dt_j x_j B_j^T`` is
+  written back in fp32. The fold is a ``[BLOCK_P, J] x [J, d_state]`` product with fp32 operands
+  and IEEE fp32 arithmetic (``FOLD_DOT``) or a loop of FMAs: the checkpoint is never rounded
+  through a 16-bit type.
+
+The cursors (``committed``, ``flush_at``) of a slot are read by all its programs, so they are
+updated by the last program of the slot to arrive (an arrival counter per slot, reset by that
+program): one launch, no second kernel.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+__all__ = ["LaunchConfig", "launch_config", "replay_step", "standard_step"]
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """Tile and warp choice of one kernel launch (tuned in ``benchmarks/bench_mamba2_decode.py``)."""
+
+    block_p: int = 16
+    num_warps: int = 4
+    fold_dot: bool = True
+
+
+def launch_config(kind: str, head_dim: int, d_state: int, batch: int) -> LaunchConfig:
+    """The default launch configuration for ``kind`` in ``{"standard", "replay"}``.
+
+    Chosen from measurements rather than autotuned at run time, so that the first call inside a
+    CUDA-graph capture launches exactly what eager calls launched.
+    """
+    block_n = triton.next_power_of_2(d_state)
+    # Keep a tile at <= 4096 fp32 elements: 32 registers per thread at 4 warps.
+    block_p = max(16, min(triton.next_power_of_2(head_dim), 4096 // block_n))
+    if kind == "standard":
+        return LaunchConfig(block_p=min(block_p, 16), num_warps=4)
+    return LaunchConfig(block_p=min(block_p, 32 if batch >= 64 else 16), num_warps=4)
+
+
+@triton.jit
+def _softplus_clamp(dt, h, HAS_DT_BIAS: tl.constexpr, dt_bias_ptr, DT_SOFTPLUS: tl.constexpr, HAS_CLAMP: tl.constexpr,
+                    dt_min, dt_max):
+    if HAS_DT_BIAS:
+        dt = dt + tl.load(dt_bias_ptr + h).to(tl.float32)
+    if DT_SOFTPLUS:
+        dt = tl.where(dt <= 20.0, tl.log(1.0 + tl.exp(dt)), dt)
+    if HAS_CLAMP:
+        dt = tl.minimum(tl.maximum(dt, dt_min), dt_max)
+    return dt
+
+
+@triton.jit
+def _standard_step_kernel(
+    state_ptr, x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, dt_bias_ptr, idx_ptr, y_ptr,
+    pad_slot_id, dt_min, dt_max,
+    s_st_slot, s_st_head, s_st_p,
+    s_x_row, s_x_head, s_dt_row, s_B_row, s_B_group, s_C_row, s_C_group, s_z_row, s_z_head, s_y_row, s_y_head,
+    HEADS_PER_GROUP: tl.constexpr, P: tl.constexpr, N: tl.constexpr,
+    BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
+    HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_DT_BIAS: tl.constexpr, DT_SOFTPLUS: tl.constexpr,
+    HAS_CLAMP: tl.constexpr, HAS_INDICES: tl.constexpr,
+):
+    pid_p = tl.program_id(0)
+    h = tl.program_id(1)
+    row = tl.program_id(2).to(tl.int64)
+    g = h // HEADS_PER_GROUP
+    offs_p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
+    offs_n = tl.arange(0, BLOCK_N)
+    mask_p = offs_p < P
+    mask_n = offs_n < N
+    if HAS_INDICES:
+        slot = tl.load(idx_ptr + row).to(tl.int64)
+    else:
+        slot = row
+    live = slot != pad_slot_id
+    slot = tl.where(live, slot, 0)
+    # Liveness enters masks through comparisons only (no scalar & vector), which every
+    # backend, the interpreter included, types as a boolean mask.
+    mask_live_p = offs_p < tl.where(live, P, 0)
+    mask_s = mask_live_p[:, None] & mask_n[None, :]
+    s_ptrs = state_ptr + slot * s_st_slot + h * s_st_head + offs_p[:, None] * s_st_p + offs_n[None, :]
+    # The state tile is the only large transfer: issue it first so the small loads overlap it.
+    S = tl.load(s_ptrs, mask=mask_s, other=0.0).to(tl.float32)
+
+    dt = tl.load(dt_ptr + row * s_dt_row + h).to(tl.float32)
+    dt = _softplus_clamp(dt, h, HAS_DT_BIAS, dt_bias_ptr, DT_SOFTPLUS, HAS_CLAMP, dt_min, dt_max)
+    A = tl.load(A_ptr + h).to(tl.float32)
+    x = tl.load(x_ptr + row * s_x_row + h * s_x_head + offs_p, mask=mask_p, other=0.0).to(tl.float32)
+    Bv = tl.load(B_ptr + row * s_B_row + g * s_B_group + offs_n, mask=mask_n, other=0.0).to(tl.float32)
+    Cv = tl.load(C_ptr + row * s_C_row + g * s_C_group + offs_n, mask=mask_n, other=0.0).to(tl.float32)
+
+    S = tl.exp(A * dt) * S + (dt * x)[:, None] * Bv[None, :]
+    tl.store(s_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_s)
+    y = tl.sum(S * Cv[None, :], axis=1)
+    if HAS_D:
+        y += tl.load(D_ptr + h).to(tl.float32) * x
+    if HAS_Z:
+        zv = tl.load(z_ptr + row * s_z_row + h * s_z_head + offs_p, mask=mask_p, other=0.0).to(tl.float32)
+        y = y * zv * tl.sigmoid(zv)
+    y = tl.where(live, y, 0.0)
+    tl.store(y_ptr + row * s_y_row + h * s_y_head + offs_p, y.to(y_ptr.dtype.element_ty), mask=mask_p)
+
+
+@triton.jit
+def _replay_step_kernel(
+    ckpt_ptr, ring_x_ptr, ring_dt_ptr, ring_B_ptr, committed_ptr, flush_at_ptr, arrivals_ptr,
+    x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, dt_bias_ptr, idx_ptr, y_ptr,
+    window, pad_slot_id, dt_min, dt_max,
+    s_ck_slot, s_ck_head, s_ck_p,
+    s_rx_slot, s_rx_head, s_rx_j, s_rdt_slot, s_rdt_head, s_rB_slot, s_rB_group, s_rB_j,
+    s_x_row, s_x_head, s_dt_row, s_B_row, s_B_group, s_C_row, s_C_group, s_z_row, s_z_head, s_y_row, s_y_head,
+    HEADS_PER_GROUP: tl.constexpr, P: tl.constexpr, N: tl.constexpr, CAP: tl.constexpr,
+    BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_J: tl.constexpr,
+    HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_DT_BIAS: tl.constexpr, DT_SOFTPLUS: tl.constexpr,
+    HAS_CLAMP: tl.constexpr, HAS_INDICES: tl.constexpr, FOLD_DOT: tl.constexpr,
+):
+    pid_p = tl.program_id(0)
+    h = tl.program_id(1)
+    row = tl.program_id(2).to(tl.int64)
+    g = h // HEADS_PER_GROUP
+    offs_p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_j = tl.arange(0, BLOCK_J)
+    mask_p = offs_p < P
+    mask_n = offs_n < N
+    if HAS_INDICES:
+        slot = tl.load(idx_ptr + row).to(tl.int64)
+    else:
+        slot = row
+    live = slot != pad_slot_id
+    slot = tl.where(live, slot, 0)
+    # Liveness enters masks through comparisons only (no scalar & vector), which every
+    # backend, the interpreter included, types as a boolean mask.
+    mask_live_p = offs_p < tl.where(live, P, 0)
+    mask_s = mask_live_p[:, None] & mask_n[None, :]
+    ck_ptrs = ckpt_ptr + slot * s_ck_slot + h * s_ck_head + offs_p[:, None] * s_ck_p + offs_n[None, :]
+    S = tl.load(ck_ptrs, mask=mask_s, other=0.0).to(tl.float32)
+
+    # Padded rows address slot 0 (a valid address) and are masked from here on.
+    c = tl.where(live, tl.load(committed_ptr + slot), 0)
+    flush_at = tl.load(flush_at_ptr + slot)
+    is_flush = c + 1 >= tl.where(live, flush_at, CAP + 1)
+
+    dt = tl.load(dt_ptr + row * s_dt_row + h).to(tl.float32)
+    dt = _softplus_clamp(dt, h, HAS_DT_BIAS, dt_bias_ptr, DT_SOFTPLUS, HAS_CLAMP, dt_min, dt_max)
+    A = tl.load(A_ptr + h).to(tl.float32)
+    x_raw = tl.load(x_ptr + row * s_x_row + h * s_x_head + offs_p, mask=mask_p, other=0.0)
+    B_raw = tl.load(B_ptr + row * s_B_row + g * s_B_group + offs_n, mask=mask_n, other=0.0)
+    x = x_raw.to(tl.float32)
+    Bv = B_raw.to(tl.float32)
+    Cv = tl.load(C_ptr + row * s_C_row + g * s_C_group + offs_n, mask=mask_n, other=0.0).to(tl.float32)
+
+    # Append the token at ring position c. Entry c is never read back from memory in this
+    # launch (other programs of the slot may not have written it yet): its values come from
+    # the inputs in registers.
+    fits = tl.where(live, c < CAP, False)
+    rx_base = ring_x_ptr + slot * s_rx_slot + h * s_rx_head
+    rdt_base = ring_dt_ptr + slot * s_rdt_slot + h * s_rdt_head
+    rB_base = ring_B_ptr + slot * s_rB_slot + g * s_rB_group
+    tl.store(rx_base + c * s_rx_j + offs_p, x_raw, mask=offs_p < tl.where(fits, P, 0))
+    if fits:
+        if pid_p == 0:
+            tl.store(rdt_base + c, dt)
+            if h % HEADS_PER_GROUP == 0:
+                tl.store(rB_base + c * s_rB_j + offs_n, B_raw, mask=mask_n)
+
+    in_ring = offs_j < c
+    is_now = offs_j == c
+    rdt = tl.load(rdt_base + offs_j, mask=in_ring, other=0.0)
+    rdt = tl.where(is_now, dt, rdt)
+    total = tl.sum(rdt, axis=0)
+    # exp(A * sum_{i>j} dt_i): the decay from entry j to the current token.
+    decay = tl.where(offs_j <= c, tl.exp(A * (total - tl.cumsum(rdt, axis=0))), 0.0)
+    weight = decay * rdt
+    rB = tl.load(rB_base + offs_j[:, None] * s_rB_j + offs_n[None, :], mask=in_ring[:, None] & mask_n[None, :], other=0.0)
+    rB = tl.where(is_now[:, None], Bv[None, :], rB.to(tl.float32))
+    rx = tl.load(rx_base + offs_j[:, None] * s_rx_j + offs_p[None, :], mask=in_ring[:, None] & mask_p[None, :], other=0.0)
+    rx = tl.where(is_now[:, None], x[None, :], rx.to(tl.float32))
+
+    decay_total = tl.exp(A * total)
+    scores = tl.sum(rB * Cv[None, :], axis=1)  # B_j . C
+    y = decay_total * tl.sum(S * Cv[None, :], axis=1) + tl.sum((weight * scores)[:, None] * rx, axis=0)
+
+    if is_flush:
+        if FOLD_DOT:
+            wx = tl.trans(weight[:, None] * rx)  # [BLOCK_P, BLOCK_J] fp32
+            upd = tl.dot(wx, rB, input_precision="ieee")
+        else:
+            upd = (dt * x)[:, None] * Bv[None, :]
+            prefix = 0.0
+            for j in range(0, c):
+                dt_j = tl.load(rdt_base + j)
+                prefix += dt_j
+                w_j = tl.exp(A * (total - prefix)) * dt_j
+                x_j = tl.load(rx_base + j * s_rx_j + offs_p, mask=mask_p, other=0.0).to(tl.float32)
+                B_j = tl.load(rB_base + j * s_rB_j + offs_n, mask=mask_n, other=0.0).to(tl.float32)
+                upd += (w_j * x_j)[:, None] * B_j[None, :]
+        S_new = decay_total * S + upd
+        tl.store(ck_ptrs, S_new.to(ckpt_ptr.dtype.element_ty), mask=mask_s)
+
+    if HAS_D:
+        y += tl.load(D_ptr + h).to(tl.float32) * x
+    if HAS_Z:
+        zv = tl.load(z_ptr + row * s_z_row + h * s_z_head + offs_p, mask=mask_p, other=0.0).to(tl.float32)
+        y = y * zv * tl.sigmoid(zv)
+    y = tl.where(live, y, 0.0)
+    tl.store(y_ptr + row * s_y_row + h * s_y_head + offs_p, y.to(y_ptr.dtype.element_ty), mask=mask_p)
+
+    # Every program of the slot has read c above (the barrier orders all warps' reads before
+    # the release); the last to arrive moves the cursors and re-arms the counter.
+    tl.debug_barrier()
+    programs = tl.num_programs(0) * tl.num_programs(1)
+    if live:
+        arrived = tl.atomic_add(arrivals_ptr + slot, 1, sem="acq_rel")
+        if arrived == programs - 1:
+            tl.store(committed_ptr + slot, tl.where(is_flush, 0, c + 1))
+            tl.store(flush_at_ptr + slot, tl.where(is_flush, window, flush_at))
+            tl.store(arrivals_ptr + slot, 0)
+
+
+# -- launchers (tensors already validated by the public wrappers) ------------------------------------
+
+_ARRIVALS: dict[torch.device, torch.Tensor] = {}
+
+
+def _arrivals(slots: int, device: torch.device) -> torch.Tensor:
+    """Per-slot arrival counters, zero between launches (each launch's last program re-zeroes)."""
+    buf = _ARRIVALS.get(device)
+    if buf is None or buf.numel() < slots:
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            raise ValueError(
+                f"state: {slots} slots seen for the first time inside a CUDA-graph capture; call the "
+                "step once eagerly with this state before capturing"
+            )
+        buf = torch.zeros(max(slots, 1024), dtype=torch.int32, device=device)
+        _ARRIVALS[device] = buf
+    return buf
+
+
+def _common(x, dt, B, C, z, y, dt_bias, dt_min, dt_max, D, state_indices, dummy):
+    has_clamp = dt_min is not None or dt_max is not None
+    lo = -math.inf if dt_min is None else float(dt_min)
+    hi = math.inf if dt_max is None else float(dt_max)
+    strides = (
+        x.stride(0), x.stride(1), dt.stride(0), B.stride(0), B.stride(1), C.stride(0), C.stride(1),
+        z.stride(0) if z is not None else 0, z.stride(1) if z is not None else 0, y.stride(0), y.stride(1),
+    )
+    flags = dict(
+        HAS_D=D is not None, HAS_Z=z is not None, HAS_DT_BIAS=dt_bias is not None,
+        HAS_CLAMP=has_clamp, HAS_INDICES=state_indices is not None,
+    )
+    ptrs = [t if t is not None else dummy for t in (D, z, dt_bias, state_indices)]
+    return lo, hi, strides, flags, ptrs
+
+
+def standard_step(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, dt_min, dt_max, state_indices, pad_slot_id,
+                  out=None, config: LaunchConfig | None = None):
+    """Launch the standard step; ``state`` ``[slots, heads, head_dim, d_state]`` is updated in place."""
+    batch, heads, head_dim = x.shape
+    d_state = state.shape[3]
+    groups = B.shape[1]
+    y = torch.empty_like(x) if out is None else out
+    if batch == 0:
+        return y
+    cfg = config or launch_config("standard", head_dim, d_state, batch)
+    lo, hi, strides, flags, (D_, z_, bias_, idx_) = _common(x, dt, B, C, z, y, dt_bias, dt_min, dt_max, D, state_indices, A)
+    grid = (triton.cdiv(head_dim, cfg.block_p), heads, batch)
+    _standard_step_kernel[grid](
+        state, x, dt, A, B, C, D_, z_, bias_, idx_, y,
+        pad_slot_id, lo, hi,
+        state.stride(0), state.stride(1), state.stride(2),
+        *strides,
+        HEADS_PER_GROUP=heads // groups, P=head_dim, N=d_state,
+        BLOCK_P=cfg.block_p, BLOCK_N=triton.next_power_of_2(d_state),
+        DT_SOFTPLUS=bool(dt_softplus), **flags, num_warps=cfg.num_warps,
+    )
+    return y
+
+
+def replay_step(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at, window,
+                x, dt, A, B, C, D, z, dt_bias, dt_softplus, dt_min, dt_max, state_indices, pad_slot_id,
+                out=None, config: LaunchConfig | None = None):
+    """Launch the ReplaySSM step over the state tensors (layouts of ``Mamba2ReplayState``)."""
+    batch, heads, head_dim = x.shape
+    slots, _, _, d_state = checkpoint.shape
+    groups, capacity = ring_B.shape[1], ring_B.shape[2]
+    y = torch.empty_like(x) if out is None else out
+    if batch == 0:
+        return y
+    cfg = config or launch_config("replay", head_dim, d_state, batch)
+    lo, hi, strides, flags, (D_, z_, bias_, idx_) = _common(x, dt, B, C, z, y, dt_bias, dt_min, dt_max, D, state_indices, A)
+    grid = (triton.cdiv(head_dim, cfg.block_p), heads, batch)
+    _replay_step_kernel[grid](
+        checkpoint, ring_x, ring_dt, ring_B, committed, flush_at, _arrivals(slots, checkpoint.device),
+        x, dt, A, B, C, D_, z_, bias_, idx_, y,
+        int(window), pad_slot_id, lo, hi,
+        checkpoint.stride(0), checkpoint.stride(1), checkpoint.stride(2),
+        ring_x.stride(0), ring_x.stride(1), ring_x.stride(2), ring_dt.stride(0), ring_dt.stride(1),
+        ring_B.stride(0), ring_B.stride(1), ring_B.stride(2),
+        *strides,
+        HEADS_PER_GROUP=heads // groups, P=head_dim, N=d_state, CAP=capacity,
+        BLOCK_P=cfg.block_p, BLOCK_N=triton.next_power_of_2(d_state),
+        BLOCK_J=max(16, triton.next_power_of_2(capacity)),
+        DT_SOFTPLUS=bool(dt_softplus), **flags, FOLD_DOT=cfg.fold_dot, num_warps=cfg.num_warps,
+    )
+    return y

@@ -1,0 +1,252 @@
+"""Mamba-2 decode kernels (ops/mamba2/decode.py) against the float64 reference.
+
+CPU: the Triton kernels run in the interpreter at tiny dims with fp32 activations.
+GPU (``gpu`` marker): a grid of dims, activation dtypes, batches, padded rows and every flush
+phase over 3+ windows; CUDA-graph capture and torch.compile.
+"""
+
+import pytest
+import torch
+
+from trtllm_replayssm.config import ReplaySSMConfig
+from trtllm_replayssm.ops.mamba2 import decode, mamba2_replay_step, mamba2_standard_step, reference
+from trtllm_replayssm.ops.mamba2.state import Mamba2ReplayState
+
+HAS_CUDA = torch.cuda.is_available()
+
+
+def rel(a, b) -> float:
+    a, b = a.double().cpu(), b.double().cpu()
+    return float((a - b).norm() / b.norm().clamp_min(1e-30))
+
+
+def make_params(heads, device, gen):
+    A = -(0.5 + torch.rand(heads, generator=gen))
+    D = torch.randn(heads, generator=gen)
+    dt_bias = torch.randn(heads, generator=gen) * 0.5
+    return [t.to(device) for t in (A, D, dt_bias)]
+
+
+def make_inputs(batch, heads, head_dim, d_state, groups, dtype, device, gen, gate=True):
+    x = torch.randn(batch, heads, head_dim, generator=gen)
+    dt = torch.randn(batch, heads, generator=gen)
+    B = torch.randn(batch, groups, d_state, generator=gen) / d_state**0.5
+    C = torch.randn(batch, groups, d_state, generator=gen)
+    z = torch.randn(batch, heads, head_dim, generator=gen) if gate else None
+    out = [x.to(dtype), dt, B.to(dtype), C.to(dtype)] + ([z.to(dtype)] if gate else [None])
+    return [None if t is None else t.to(device) for t in out]
+
+
+def make_indices(batch, slots, pad, device, gen):
+    """A random permutation of slots with every third row padded when ``pad``."""
+    idx = torch.randperm(slots, generator=gen)[:batch].to(torch.int32)
+    if pad:
+        idx[1::3] = -1
+    return idx.to(device)
+
+
+def allocate(slots, heads, head_dim, d_state, groups, window, dtype, device, gen):
+    cfg = ReplaySSMConfig(window=window)
+    state = Mamba2ReplayState.allocate(slots, heads, head_dim, d_state, groups, cfg, activation_dtype=dtype)
+    state.checkpoint.copy_(torch.randn(state.checkpoint.shape, generator=gen))
+    kernel_state = state.clone()
+    for name, t in kernel_state.tensors().items():
+        setattr(kernel_state, name, t.to(device))
+    return kernel_state, state
+
+
+def check_replay(dims, dtype, batch, window, steps, device, pad=True, run=None, seed=0, y_tol=None, ckpt_tol=1e-5):
+    """Run ``steps`` ReplaySSM steps with ``run`` (a kernel launcher) and the reference; compare
+    outputs, checkpoints, cursors and the committed ring entries after every step."""
+    heads, head_dim, d_state, groups = dims
+    gen = torch.Generator().manual_seed(seed)
+    slots = batch + 2
+    state, ref_state = allocate(slots, heads, head_dim, d_state, groups, window, dtype, device, gen)
+    A, D, dt_bias = make_params(heads, "cpu", gen)
+    idx = make_indices(batch, slots, pad and batch > 1, "cpu", gen)
+    y_tol = y_tol or {torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 1.5e-2}[dtype]
+    run = run or (lambda st, *a: mamba2_replay_step(st, *a))
+    flushes = 0
+    for step in range(steps):
+        x, dt, B, C, z = make_inputs(batch, heads, head_dim, d_state, groups, dtype, "cpu", gen)
+        flushes += int((ref_state.committed[idx[idx >= 0].long()] + 1 >= ref_state.flush_at[idx[idx >= 0].long()]).sum())
+        y_ref = reference.mamba2_replay_step(ref_state, x, dt, A, B, C, D, z, dt_bias, True, None, 8.0, idx, -1)
+        dev = [t.to(device) for t in (x, dt, A, B, C, D, z, dt_bias)]
+        y = run(state, *dev[:7], dev[7], True, None, 8.0, idx.to(device), -1)
+        assert y.dtype == dtype and y.shape == x.shape
+        assert rel(y, y_ref) < y_tol, f"step {step}: y rel err {rel(y, y_ref)}"
+        assert torch.all(y[idx.to(device) < 0] == 0)
+        assert torch.equal(state.committed.cpu(), ref_state.committed)
+        assert torch.equal(state.flush_at.cpu(), ref_state.flush_at)
+        err = rel(state.checkpoint, ref_state.checkpoint)
+        assert err < ckpt_tol, f"step {step}: checkpoint rel err {err}"
+        for s in idx[idx >= 0].tolist():
+            c = int(ref_state.committed[s])
+            assert torch.equal(state.ring_x[s, :, :c].cpu(), ref_state.ring_x[s, :, :c])
+            assert torch.equal(state.ring_B[s, :, :c].cpu(), ref_state.ring_B[s, :, :c])
+            assert rel(state.ring_dt[s, :, :c], ref_state.ring_dt[s, :, :c]) < 1e-6 if c else True
+    assert steps < 3 * window or flushes >= 3 * int((idx >= 0).sum())
+    return state, ref_state
+
+
+def check_standard(dims, dtype, batch, steps, device, run=None, seed=1):
+    heads, head_dim, d_state, groups = dims
+    gen = torch.Generator().manual_seed(seed)
+    slots = batch + 2
+    ref_state = torch.randn(slots, heads, head_dim, d_state, generator=gen)
+    state = ref_state.clone().to(device)
+    A, D, dt_bias = make_params(heads, "cpu", gen)
+    idx = make_indices(batch, slots, batch > 1, "cpu", gen)
+    y_tol = {torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 1.5e-2}[dtype]
+    run = run or (lambda st, *a: mamba2_standard_step(st, *a))
+    for step in range(steps):
+        x, dt, B, C, z = make_inputs(batch, heads, head_dim, d_state, groups, dtype, "cpu", gen)
+        y_ref = reference.mamba2_standard_step(ref_state, x, dt, A, B, C, D, z, dt_bias, True, 1e-3, None, idx, -1)
+        dev = [t.to(device) for t in (x, dt, A, B, C, D, z, dt_bias)]
+        y = run(state, *dev, True, 1e-3, None, idx.to(device), -1)
+        assert rel(y, y_ref) < y_tol, f"step {step}: y rel err {rel(y, y_ref)}"
+        assert rel(state, ref_state) < 1e-5
+
+
+# -- CPU: the kernels in the Triton interpreter -------------------------------------------------------
+
+
+def _kernel_replay(config):
+    def run(st, x, dt, A, B, C, D, z, dt_bias, softplus, lo, hi, idx, pad):
+        return decode.replay_step(
+            st.checkpoint, st.ring_x, st.ring_dt, st.ring_B, st.committed, st.flush_at, st.window,
+            x, dt, A, B, C, D, z, dt_bias, softplus, lo, hi, idx, pad, config=config,
+        )
+    return run
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="interpreter test; the GPU grid covers it on CUDA")
+@pytest.mark.parametrize("fold_dot", [True, False])
+@pytest.mark.parametrize("dims", [(4, 16, 16, 2), (3, 20, 24, 1)])
+def test_replay_kernel_interpreter(dims, fold_dot):
+    # window 4, 3 windows + the staggered first one; (3, 20, 24) exercises masked tiles
+    check_replay(dims, torch.float32, 3, 4, 14, "cpu", run=_kernel_replay(decode.LaunchConfig(16, 4, fold_dot)))
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="interpreter test; the GPU grid covers it on CUDA")
+def test_replay_kernel_interpreter_fp16_batch1():
+    check_replay((2, 16, 16, 1), torch.float16, 1, 4, 9, "cpu", run=_kernel_replay(decode.LaunchConfig(16, 4, True)))
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="interpreter test; the GPU grid covers it on CUDA")
+@pytest.mark.parametrize("dims", [(4, 16, 16, 2), (3, 20, 24, 3)])
+def test_standard_kernel_interpreter(dims):
+    def run(st, x, dt, A, B, C, D, z, dt_bias, softplus, lo, hi, idx, pad):
+        return decode.standard_step(st, x, dt, A, B, C, D, z, dt_bias, softplus, lo, hi, idx, pad)
+
+    check_standard(dims, torch.float32, 3, 3, "cpu", run=run)
+
+
+# -- GPU -----------------------------------------------------------------------------------------------
+
+GPU_DIMS = [(8, 64, 128, 2), (6, 80, 80, 3), (4, 128, 64, 1), (2, 256, 256, 2), (8, 80, 128, 8)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("batch", [1, 3, 64])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("dims", GPU_DIMS)
+def test_replay_step_gpu(dims, dtype, batch):
+    check_replay(dims, dtype, batch, window=8, steps=26, device="cuda")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fold_dot", [True, False])
+def test_replay_nemotron_dims_four_windows_gpu(fold_dot):
+    # The accuracy target: the fp32 checkpoint after flushes within 1e-5 of float64, L=16.
+    run = _kernel_replay(decode.LaunchConfig(32, 4, fold_dot))
+    check_replay((128, 64, 128, 8), torch.bfloat16, 3, 16, 66, "cuda", run=run, ckpt_tol=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("batch", [1, 3, 64])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("dims", GPU_DIMS)
+def test_standard_step_gpu(dims, dtype, batch):
+    check_standard(dims, dtype, batch, steps=3, device="cuda")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("block_p,num_warps", [(16, 2), (32, 8), (64, 4)])
+def test_launch_configs_gpu(block_p, num_warps):
+    cfg = decode.LaunchConfig(block_p, num_warps, True)
+    check_replay((8, 80, 128, 2), torch.bfloat16, 5, 4, 13, "cuda", run=_kernel_replay(cfg))
+
+
+def _graph_vs_eager(fn_step, make_state, batch, heads, head_dim, d_state, groups, dtype, steps=10):
+    gen = torch.Generator().manual_seed(3)
+    A, D, dt_bias = make_params(heads, "cuda", gen)
+    eager_state, graph_state = make_state(), make_state()
+    static = make_inputs(batch, heads, head_dim, d_state, groups, dtype, "cuda", gen)
+    idx = torch.arange(batch, dtype=torch.int32, device="cuda")
+    idx[-1] = -1
+
+    def step(state):
+        x, dt, B, C, z = static
+        return fn_step(state, x, dt, A, B, C, D, z, dt_bias, True, None, None, idx, -1)
+
+    scratch = make_state()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        step(scratch)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y_graph = step(graph_state)
+    for _ in range(steps):
+        new = make_inputs(batch, heads, head_dim, d_state, groups, dtype, "cuda", gen)
+        for s, n in zip(static, new):
+            s.copy_(n)
+        graph.replay()
+        y_eager = step(eager_state)
+        torch.cuda.synchronize()
+        assert torch.equal(y_graph, y_eager)
+    return eager_state, graph_state
+
+
+@pytest.mark.gpu
+def test_replay_step_cuda_graph_equals_eager():
+    dims = (16, 64, 128, 2)
+    gen = torch.Generator().manual_seed(5)
+    base, _ = allocate(6, *dims, 4, torch.bfloat16, "cuda", gen)
+    eager, graph = _graph_vs_eager(lambda st, *a: mamba2_replay_step(st, *a), base.clone, 5, *dims, torch.bfloat16)
+    for name, t in eager.tensors().items():
+        assert torch.equal(t, getattr(graph, name)), name
+
+
+@pytest.mark.gpu
+def test_standard_step_cuda_graph_equals_eager():
+    dims = (16, 64, 128, 2)
+    base = torch.randn(6, 16, 64, 128, device="cuda")
+    eager, graph = _graph_vs_eager(lambda st, *a: mamba2_standard_step(st, *a), base.clone, 5, *dims, torch.float16)
+    assert torch.equal(eager, graph)
+
+
+@pytest.mark.gpu
+def test_replay_step_torch_compile_fullgraph_gpu():
+    dims = (8, 64, 128, 2)
+    gen = torch.Generator().manual_seed(9)
+    state, _ = allocate(4, *dims, 4, torch.bfloat16, "cuda", gen)
+    twin = state.clone()
+    A, D, dt_bias = make_params(8, "cuda", gen)
+
+    def step(ck, rx, rdt, rB, com, fa, x, dt, B, C, z):
+        y = torch.ops.replayssm.mamba2_replay_step(ck, rx, rdt, rB, com, fa, 4, x, dt, A, B, C, D, z, dt_bias,
+                                                   True, None, None, None, -1)
+        return y * 2
+
+    compiled = torch.compile(step, fullgraph=True)
+    for _ in range(6):
+        x, dt, B, C, z = make_inputs(4, *dims, torch.bfloat16, "cuda", gen)
+        y_c = compiled(*[state.tensors()[k] for k in ("checkpoint", "ring_x", "ring_dt", "ring_B", "committed", "flush_at")],
+                       x, dt, B, C, z)
+        y_e = 2 * mamba2_replay_step(twin, x, dt, A, B, C, D, z, dt_bias, True)
+        assert torch.equal(y_c, y_e)
+    for name, t in twin.tensors().items():
+        assert torch.equal(t, state.tensors()[name]), name

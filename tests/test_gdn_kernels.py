@@ -1,0 +1,306 @@
+"""The delta-rule Triton kernels (ops/gdn/decode.py; KDA shares them) against the float64
+reference and fla.
+
+CPU (CI): the kernels run in the Triton interpreter at tiny dims with fp32 activations. GPU
+(``-m gpu``): the model dims, bf16/fp16/fp32 activations, batch 1/3/64, fla's fused_recurrent
+kernel, CUDA-graph capture. The KDA cases live in test_kda_kernels.py and reuse :func:`drive`.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from trtllm_replayssm.config import ReplaySSMConfig
+from trtllm_replayssm.ops.gdn import decode
+from trtllm_replayssm.ops.gdn import reference as gdn_ref
+from trtllm_replayssm.ops.gdn.state import DeltaRuleReplayState
+from trtllm_replayssm.ops.kda import reference as kda_ref
+
+F64 = torch.float64
+CUDA = torch.cuda.is_available()
+DEV = "cuda" if CUDA else "cpu"
+INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+
+
+class Layer:
+    """Random gate parameters and token generator of one GDN (``per_channel=False``) or KDA layer."""
+
+    def __init__(self, per_channel, HV, H, d_k, d_v, dtype=torch.float32, seed=0, device=DEV):
+        self.per_channel, self.HV, self.H, self.d_k, self.d_v, self.dtype = per_channel, HV, H, d_k, d_v, dtype
+        self.device = device
+        self.gen = torch.Generator().manual_seed(seed)
+        self.A_log = torch.empty(HV).uniform_(-1.0, 0.5, generator=self.gen).to(device)
+        self.dt_bias = (0.5 * torch.randn(HV * d_k if per_channel else HV, generator=self.gen)).to(device)
+        self.ref = kda_ref if per_channel else gdn_ref
+        self.name = "kda" if per_channel else "gdn"
+
+    def tokens(self, batch, T=None):
+        pre = (batch,) if T is None else (batch, T)
+        a_shape = (self.HV, self.d_k) if self.per_channel else (self.HV,)
+
+        def rnd(*shape, s=1.0):
+            return (s * torch.randn(*pre, *shape, generator=self.gen)).to(self.dtype).to(self.device)
+
+        return {"q": rnd(self.H, self.d_k), "k": rnd(self.H, self.d_k), "v": rnd(self.HV, self.d_v),
+                "a": rnd(*a_shape), "b": rnd(self.HV)}
+
+    def state(self, slots, config, checkpoint_dtype=torch.float32, device=None):
+        return DeltaRuleReplayState.allocate(
+            slots, self.HV, self.H, self.d_k, self.d_v, config, per_channel_decay=self.per_channel,
+            activation_dtype=self.dtype, checkpoint_dtype=checkpoint_dtype, device=device or self.device,
+        )
+
+    def params(self, device):
+        return {"A_log": self.A_log.to(device), "dt_bias": self.dt_bias.to(device)}
+
+
+def _cpu(inputs):
+    return {k: v.cpu() for k, v in inputs.items()}
+
+
+def rel_err(actual, expected):
+    expected = expected.to(F64)
+    return ((actual.to(F64).cpu() - expected.cpu()).abs().max() / expected.abs().max().clamp_min(1e-30)).item()
+
+
+def drive(layer, batch, slots, steps, window=4, refold=True, pads=True, use_wrapper=False, seed=0):
+    """Run the kernel and the float64 reference side by side for ``steps`` decode steps.
+
+    Rows address a shuffled subset of ``slots`` (so slots sit at staggered flush phases) with a
+    padded row when ``pads``. After every step: outputs, cursors, and the checkpoints of every
+    slot (they move only at flushes); at the end the materialised states (which read every ring
+    field the kernel wrote). Returns ``(worst output error, worst checkpoint error, flushes)``.
+    """
+    config = ReplaySSMConfig(window=window)
+    state = layer.state(slots, config)
+    # The oracle: same ring dtypes (so both see identically rounded k, v), float64 checkpoint.
+    oracle = layer.state(slots, config, checkpoint_dtype=F64, device="cpu")
+    gen = torch.Generator().manual_seed(seed)
+    perm = torch.randperm(slots, generator=gen)[:batch].tolist()
+    if pads and batch > 1:
+        perm[batch // 2] = -1
+    idx = torch.tensor(perm, dtype=torch.int32)
+    out_tol = {torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 1.5e-2}[layer.dtype]
+    worst_o = worst_c = 0.0
+    flushes = 0
+    for t in range(steps):
+        inputs = layer.tokens(batch)
+        if use_wrapper:
+            op = getattr(__import__(f"trtllm_replayssm.ops.{layer.name}", fromlist=["x"]), f"{layer.name}_replay_step")
+            got = op(state, **inputs, **layer.params(layer.device), state_indices=idx.to(layer.device), refold=refold)
+        else:
+            got = decode.delta_replay_step(
+                state.checkpoint, state.ring_k, state.ring_v, state.ring_beta, state.ring_g, state.ring_u,
+                state.committed, state.flush_at, state.window, **inputs, **layer.params(layer.device),
+                state_indices=idx.to(layer.device), pad_slot_id=-1, scale=None, refold=refold,
+            )
+        want = layer.ref.__dict__[f"{layer.name}_replay_step"](
+            oracle, **_cpu(inputs), **layer.params("cpu"), state_indices=idx, refold=refold)
+        live = idx != -1
+        assert torch.count_nonzero(got[~live]) == 0, "padded rows must get zero outputs"
+        err = rel_err(got[live], want[live])
+        worst_o = max(worst_o, err)
+        assert err < out_tol, f"step {t}: output error {err:.2e}"
+        assert torch.equal(state.committed.cpu(), oracle.committed), f"step {t}: committed"
+        assert torch.equal(state.flush_at.cpu(), oracle.flush_at), f"step {t}: flush_at"
+        # Every step moves a live slot's cursor forward, unless it flushed back to 0.
+        flushes += int((oracle.committed[idx[live].long()] == 0).sum())
+        if bool((oracle.checkpoint != 0).any()):
+            worst_c = max(worst_c, rel_err(state.checkpoint, oracle.checkpoint))
+    untouched = [s for s in range(slots) if s not in perm]
+    if untouched:
+        assert torch.count_nonzero(state.checkpoint[untouched]) == 0
+    # Every ring field the kernel wrote, through the reference's materialisation of both states.
+    cpu_state = DeltaRuleReplayState(**{f: getattr(state, f).cpu() if isinstance(getattr(state, f), torch.Tensor)
+                                        else getattr(state, f) for f in state.__dataclass_fields__})
+    every = torch.arange(slots, dtype=torch.int32)
+    materialize = layer.ref.__dict__[f"{layer.name}_replay_materialize"]
+    for fold in (True, False):
+        m_err = rel_err(materialize(cpu_state, every, refold=fold), materialize(oracle, every, refold=fold))
+        assert m_err < max(out_tol, 1e-5), f"materialised state (refold={fold}) error {m_err:.2e}"
+    return worst_o, worst_c, flushes
+
+
+def fla_naive_check(layer, batch=2, T=9):
+    """Standard and ReplaySSM kernels against fla's naive recurrent reference from a random state."""
+    if layer.per_channel:
+        from fla.ops.kda.naive import naive_recurrent_kda as fla_recurrent
+    else:
+        from fla.ops.gated_delta_rule.naive import naive_recurrent_gated_delta_rule as fla_recurrent
+    seq = layer.tokens(batch, T)
+    initial = 0.3 * torch.randn(batch, layer.HV, layer.d_v, layer.d_k, generator=layer.gen)
+    share = layer.HV // layer.H
+    q = seq["q"].float().cpu()
+    q = q / torch.sqrt((q * q).sum(-1, keepdim=True) + 1e-6)
+    k = seq["k"].float().cpu()
+    k = k / torch.sqrt((k * k).sum(-1, keepdim=True) + 1e-6)
+    a = seq["a"].float().cpu()
+    A = layer.A_log.cpu().exp()
+    if layer.per_channel:
+        g = -A[:, None] * F.softplus(a + layer.dt_bias.cpu().view(layer.HV, layer.d_k))
+    else:
+        g = -A * F.softplus(a + layer.dt_bias.cpu())
+    beta = seq["b"].float().cpu().sigmoid()
+    q, k = q.repeat_interleave(share, 2), k.repeat_interleave(share, 2)
+    h0 = initial.transpose(-1, -2).contiguous()
+    if layer.per_channel:
+        o_fla, S_fla = fla_recurrent(q, k, seq["v"].float().cpu(), g, beta, initial_state=h0, output_final_state=True)
+    else:
+        o_fla, S_fla = fla_recurrent(q, k, seq["v"].float().cpu(), beta, g, initial_state=h0, output_final_state=True)
+    plain = initial.to(layer.device).contiguous()
+    state = layer.state(batch, ReplaySSMConfig(window=4, flush_stagger=False))
+    state.checkpoint.copy_(initial)
+    rows = torch.arange(batch, dtype=torch.int32, device=layer.device)
+    for t in range(T):
+        token = {name: x[:, t].contiguous() for name, x in seq.items()}
+        o_std = decode.delta_standard_step(plain, **token, **layer.params(layer.device), state_indices=rows,
+                                           pad_slot_id=-1, scale=None)
+        o_rep = decode.delta_replay_step(
+            state.checkpoint, state.ring_k, state.ring_v, state.ring_beta, state.ring_g, state.ring_u,
+            state.committed, state.flush_at, state.window, **token, **layer.params(layer.device),
+            state_indices=rows, pad_slot_id=-1, scale=None, refold=True)
+        torch.testing.assert_close(o_std.cpu(), o_fla[:, t], rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(o_rep.cpu(), o_fla[:, t], rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(plain.cpu(), S_fla.transpose(-1, -2), rtol=1e-4, atol=1e-4)
+
+
+def standard_check(layer, batch, slots):
+    ssm = 0.3 * torch.randn(slots, layer.HV, layer.d_v, layer.d_k, generator=layer.gen)
+    mine, oracle = ssm.to(layer.device), ssm.to(F64)
+    idx = torch.randperm(slots, generator=layer.gen)[:batch].to(torch.int32)
+    if batch > 1:
+        idx[0] = -1
+    tol = {torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 1.5e-2}[layer.dtype]
+    for t in range(3):
+        inputs = layer.tokens(batch)
+        got = decode.delta_standard_step(mine, **inputs, **layer.params(layer.device),
+                                         state_indices=idx.to(layer.device), pad_slot_id=-1, scale=None)
+        want = layer.ref.__dict__[f"{layer.name}_standard_step"](oracle, **_cpu(inputs), **layer.params("cpu"),
+                                                                  state_indices=idx)
+        assert torch.count_nonzero(got[idx == -1]) == 0
+        assert rel_err(got, want) < tol
+        assert rel_err(mine, oracle) < 1e-5
+
+
+# ------------------------------------------------------------------ CPU (interpreter) ---------
+@pytest.mark.parametrize("refold", [True, False])
+@pytest.mark.parametrize("HV,H", [(2, 2), (4, 2)])
+def test_replay_kernel_matches_reference_cpu(HV, H, refold):
+    layer = Layer(False, HV, H, 16, 16, seed=HV + refold)
+    worst_o, worst_c, flushes = drive(layer, batch=4, slots=6, steps=13, window=4, refold=refold)
+    assert flushes >= 6 and worst_c < 1e-5
+
+
+def test_standard_kernel_matches_reference_cpu():
+    standard_check(Layer(False, 4, 2, 16, 32, seed=3), batch=3, slots=5)
+
+
+def test_kernels_match_fla_naive_cpu():
+    fla_naive_check(Layer(False, 4, 2, 16, 16, seed=4))
+
+
+def test_no_bias_and_custom_scale_cpu():
+    layer = Layer(False, 2, 1, 16, 16, seed=5)
+    config = ReplaySSMConfig(window=2)
+    state, oracle = layer.state(2, config), layer.state(2, config, checkpoint_dtype=F64, device="cpu")
+    idx = torch.tensor([1, 0], dtype=torch.int32)
+    for _ in range(3):
+        x = layer.tokens(2)
+        got = decode.delta_replay_step(
+            state.checkpoint, state.ring_k, state.ring_v, state.ring_beta, state.ring_g, state.ring_u,
+            state.committed, state.flush_at, state.window, **x, A_log=layer.A_log, dt_bias=None,
+            state_indices=idx, pad_slot_id=-1, scale=0.3, refold=True)
+        want = gdn_ref.gdn_replay_step(oracle, **x, A_log=layer.A_log, dt_bias=None, state_indices=idx, scale=0.3)
+        assert rel_err(got, want) < 2e-5
+
+
+# ------------------------------------------------------------------ GPU ----------------------
+GPU_DIMS = [(32, 16, 128, 128), (8, 2, 64, 256), (4, 4, 256, 64)]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dims", GPU_DIMS)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("batch", [1, 3, 64])
+def test_replay_kernel_gpu(dims, dtype, batch):
+    HV, H, d_k, d_v = dims
+    if batch == 64 and dims != GPU_DIMS[0]:
+        pytest.skip("batch 64 runs at the model dims only (device time)")
+    layer = Layer(False, HV, H, d_k, d_v, dtype=dtype, seed=batch)
+    # 16-token windows, 3+ windows: every slot passes every flush phase.
+    worst_o, worst_c, flushes = drive(layer, batch, slots=max(batch + 2, 4), steps=52, window=16,
+                                      use_wrapper=True)
+    assert flushes >= 3 * (batch - (batch > 1))
+    assert worst_c < 1e-5, f"checkpoint error {worst_c:.2e}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("refold", [True, False])
+def test_refold_choice_gpu(refold):
+    layer = Layer(False, 32, 16, 128, 128, dtype=torch.float32, seed=9)
+    _, worst_c, _ = drive(layer, 8, slots=16, steps=50, window=16, refold=refold)
+    assert worst_c < 1e-5
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_standard_kernel_gpu(dtype):
+    standard_check(Layer(False, 32, 16, 128, 128, dtype=dtype, seed=11), batch=5, slots=9)
+
+
+@pytest.mark.gpu
+def test_matches_fla_fused_recurrent_gpu():
+    """Our standard and ReplaySSM kernels against fla's fused_recurrent_gated_delta_rule (fp32)."""
+    from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule
+
+    layer = Layer(False, 32, 16, 128, 128, dtype=torch.float32, seed=12)
+    batch, T = 4, 20
+    seq = layer.tokens(batch, T)
+    o_fla, S_fla = fused_recurrent_gated_delta_rule(
+        seq["q"], seq["k"], seq["v"], g=seq["a"], beta=seq["b"], A_log=layer.A_log, dt_bias=layer.dt_bias,
+        use_gate_in_kernel=True, use_qk_l2norm_in_kernel=True, use_beta_sigmoid_in_kernel=True,
+        output_final_state=True, state_v_first=True,
+    )
+    state = layer.state(batch, ReplaySSMConfig(window=16))
+    plain = torch.zeros(batch, 32, 128, 128, device=DEV)
+    for t in range(T):
+        token = {n: x[:, t] for n, x in seq.items()}
+        o_rep = decode.delta_replay_step(
+            state.checkpoint, state.ring_k, state.ring_v, state.ring_beta, state.ring_g, state.ring_u,
+            state.committed, state.flush_at, state.window, **token, **layer.params(DEV),
+            state_indices=None, pad_slot_id=-1, scale=None, refold=True)
+        o_std = decode.delta_standard_step(plain, **token, **layer.params(DEV), state_indices=None,
+                                           pad_slot_id=-1, scale=None)
+        torch.testing.assert_close(o_rep, o_fla[:, t], rtol=2e-4, atol=2e-4)
+        torch.testing.assert_close(o_std, o_fla[:, t], rtol=2e-4, atol=2e-4)
+    torch.testing.assert_close(plain, S_fla, rtol=2e-4, atol=2e-4)
+
+
+@pytest.mark.gpu
+def test_cuda_graph_capture_gpu():
+    """A captured replay step, replayed 40 times, walks the same states as eager calls."""
+    layer = Layer(False, 32, 16, 128, 128, dtype=torch.bfloat16, seed=13)
+    batch = 6
+    from trtllm_replayssm.ops.gdn import gdn_replay_step
+
+    eager, graphed = layer.state(8, ReplaySSMConfig()), layer.state(8, ReplaySSMConfig())
+    idx = torch.tensor([3, -1, 0, 7, 5, 1], dtype=torch.int32, device=DEV)
+    seq = [layer.tokens(batch) for _ in range(40)]
+    static = {n: x.clone() for n, x in seq[0].items()}
+    gdn_replay_step(layer.state(8, ReplaySSMConfig()), **static, **layer.params(DEV), state_indices=idx)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = gdn_replay_step(graphed, **static, **layer.params(DEV), state_indices=idx)
+    for x in seq:
+        for n in static:
+            static[n].copy_(x[n])
+        graph.replay()
+        want = gdn_replay_step(eager, **x, **layer.params(DEV), state_indices=idx)
+        torch.testing.assert_close(out, want, rtol=0, atol=0)
+    for name, t in eager.tensors().items():
+        assert torch.equal(t, getattr(graphed, name)), name

@@ -1,0 +1,80 @@
+"""Argument checks and dispatch shared by the public GDN and KDA wrappers.
+
+Checks need no device synchronisation (nothing reads a CUDA tensor's values), so the wrappers
+can be called inside CUDA-graph capture; slot values in ``state_indices`` are the caller's
+contract on CUDA (the CPU reference checks them).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import reference
+from .state import DeltaRuleReplayState
+
+#: Head dimensions the Triton kernels are built for (powers of two: one tile spans ``d_k``).
+KERNEL_HEAD_DIMS = (16, 32, 64, 128, 256)
+
+
+def _check_kernel_layout(state_tensors: dict[str, torch.Tensor], inputs: dict[str, torch.Tensor | None],
+                         state_indices, d_k: int, d_v: int) -> None:
+    device = next(iter(state_tensors.values())).device
+    for name, t in {**state_tensors, **inputs}.items():
+        if t is None:
+            continue
+        if t.device != device:
+            raise ValueError(f"{name}: expected a tensor on {device} like the state, got {t.device}")
+    if device.type != "cuda":
+        return
+    for name, dim in (("d_k", d_k), ("d_v", d_v)):
+        if dim not in KERNEL_HEAD_DIMS:
+            raise ValueError(f"{name}: the CUDA kernels support {KERNEL_HEAD_DIMS}, got {dim}")
+    for name, t in state_tensors.items():
+        if not t.is_contiguous():
+            raise ValueError(f"{name}: expected a contiguous tensor")
+    for name in ("q", "k", "v", "a"):
+        if inputs[name].stride(-1) != 1:
+            raise ValueError(f"{name}: expected a unit stride on the last axis, got {inputs[name].stride()}")
+    for name in ("A_log", "dt_bias"):
+        if inputs[name] is not None and not inputs[name].is_contiguous():
+            raise ValueError(f"{name}: expected a contiguous tensor")
+    if state_indices is not None:
+        if not isinstance(state_indices, torch.Tensor) or state_indices.dim() != 1 \
+                or state_indices.shape[0] != inputs["q"].shape[0]:
+            raise reference._shape_error("state_indices", f"[batch={inputs['q'].shape[0]}] int32/int64", state_indices)
+        if state_indices.dtype not in (torch.int32, torch.int64) or state_indices.device != device:
+            raise ValueError(f"state_indices: expected int32/int64 on {device}, got {state_indices.dtype} "
+                             f"on {state_indices.device}")
+    elif inputs["q"].shape[0] > next(iter(state_tensors.values())).shape[0]:
+        raise ValueError(f"state_indices: None maps row i to slot i, but batch={inputs['q'].shape[0]} > slots")
+
+
+def standard_step(kind, per_channel, ssm_state, q, k, v, a, b, A_log, dt_bias, state_indices, pad_slot_id, scale):
+    if not isinstance(ssm_state, torch.Tensor) or ssm_state.dim() != 4:
+        raise reference._shape_error("ssm_state", "[slots, HV, d_v, d_k]", ssm_state)
+    _, HV, d_v, d_k = ssm_state.shape
+    reference._check_inputs(q, k, v, a, b, A_log, dt_bias, scale, HV=HV, H=None, d_k=d_k, d_v=d_v,
+                            per_channel_decay=per_channel, drafts=False)
+    inputs = dict(q=q, k=k, v=v, a=a, b=b, A_log=A_log, dt_bias=dt_bias)
+    _check_kernel_layout({"ssm_state": ssm_state}, inputs, state_indices, d_k, d_v)
+    op = getattr(torch.ops.replayssm, f"{kind}_standard_step")
+    return op(ssm_state, q, k, v, a, b, A_log, dt_bias, state_indices, int(pad_slot_id),
+              None if scale is None else float(scale))
+
+
+def replay_step(kind, per_channel, state, q, k, v, a, b, A_log, dt_bias, state_indices, pad_slot_id, scale, refold):
+    reference._check_state(state, per_channel)
+    _, HV, d_v, d_k = state.checkpoint.shape
+    reference._check_inputs(q, k, v, a, b, A_log, dt_bias, scale, HV=HV, H=state.ring_k.shape[1], d_k=d_k,
+                            d_v=d_v, per_channel_decay=per_channel, drafts=False)
+    if not isinstance(refold, bool):
+        raise ValueError(f"refold: expected a bool, got {type(refold).__name__}")
+    inputs = dict(q=q, k=k, v=v, a=a, b=b, A_log=A_log, dt_bias=dt_bias)
+    _check_kernel_layout(state.tensors(), inputs, state_indices, d_k, d_v)
+    op = getattr(torch.ops.replayssm, f"{kind}_replay_step")
+    return op(state.checkpoint, state.ring_k, state.ring_v, state.ring_beta, state.ring_g, state.ring_u,
+              state.committed, state.flush_at, state.window, q, k, v, a, b, A_log, dt_bias, state_indices,
+              int(pad_slot_id), None if scale is None else float(scale), refold)
+
+
+__all__ = ["KERNEL_HEAD_DIMS", "DeltaRuleReplayState", "replay_step", "standard_step"]

@@ -1,0 +1,347 @@
+"""Triton decode kernels of delta-rule layers: Gated DeltaNet, and KDA with ``PER_CHANNEL``.
+
+Two kernels, both one launch for a batch of rows (``state_indices`` picks each row's slot, a row
+equal to ``pad_slot_id`` gets a zero output and touches nothing):
+
+* :func:`delta_standard_step`: the plain recurrence, reading and writing ``S`` every token.
+* :func:`delta_replay_step`: one ReplaySSM token per row; each slot is a non-flush or a flush
+  step according to its own ``committed`` / ``flush_at`` (replayssm-math.md section 2).
+
+Tiling: the rows of ``S`` (the ``d_v`` axis) evolve independently under the delta rule, so a
+program owns ``BV`` rows of one (row, value head) and the full ``d_k`` axis. Every program
+recomputes the l2-normalisation and the gates of its head from the raw projections; that is a
+few hundred FLOPs against ``BV * d_k * 4`` bytes of state.
+
+Non-flush (``c = committed``, ring entries ``0..c-1`` plus the current token ``t``), with
+``D_j`` the cumulative log-decay up to entry ``j`` (a scalar for GDN, a ``d_k``-vector for KDA):
+
+    P x  = S_c (e^{D_t} * x) + sum_j u_j ((k_j * e^{D_t - D_j}) . x)     (P = S_{t-1} Diag(e^{g_t}))
+    u_t  = beta_t (v_t - P k_t),       o_t = P q_t + u_t (k_t . q_t)
+
+One pass over the ``S_c`` tile gives both ``S_c k`` and ``S_c q``; ``u_t`` is appended to
+``ring_u`` for later outputs. Flush: the window is refolded sequentially from the fp32
+checkpoint and the raw ring (``k, v, beta, g``) in registers, so the cached ``u`` (which a
+low-precision read copy would have shaped) never enters the recurrence (math.md section 4).
+``REFOLD=False`` instead folds the cached ``u`` in one pass (valid when outputs read the fp32
+checkpoint itself); benchmarks/NOTES_delta.md compares the two.
+
+The per-slot cursors are advanced by the last program of a row to finish (an arrival counter
+per row, reset to zero by that program), so every program reads the cursors of the step.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+__all__ = ["delta_standard_step", "delta_replay_step", "launch_config"]
+
+
+@triton.jit
+def _softplus(x):
+    # log1p(exp(x)) without overflow; matches torch's softplus threshold of 20.
+    return tl.where(x > 20.0, x, tl.log(1.0 + tl.exp(tl.minimum(x, 20.0))))
+
+
+@triton.jit
+def _load_token(
+    q, k, v, a, b, A_log, dt_bias, i_b, i_h, i_hv, o_k, o_v, scale,
+    stride_q, stride_qh, stride_k, stride_kh, stride_v, stride_vh, stride_a, stride_b,
+    RING_K: tl.constexpr, RING_V: tl.constexpr, K: tl.constexpr, PER_CHANNEL: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+):
+    """Normalised ``q``, ``k`` (rounded as the ring stores it), ``v`` rows, log-decay and beta."""
+    b_q = tl.load(q + i_b * stride_q + i_h * stride_qh + o_k).to(tl.float32)
+    b_k = tl.load(k + i_b * stride_k + i_h * stride_kh + o_k).to(tl.float32)
+    # v too goes through the ring's dtype, which a refold reads it back in.
+    b_v = tl.load(v + i_b * stride_v + i_hv * stride_vh + o_v).to(RING_V).to(tl.float32)
+    b_q = b_q / tl.sqrt(tl.sum(b_q * b_q) + 1e-6) * scale
+    b_k = b_k / tl.sqrt(tl.sum(b_k * b_k) + 1e-6)
+    # The ring keeps k in the activation dtype; every use goes through that rounding so that a
+    # later refold sees exactly the keys this step used.
+    b_k = b_k.to(RING_K).to(tl.float32)
+    A = tl.exp(tl.load(A_log + i_hv).to(tl.float32))
+    if PER_CHANNEL:
+        b_a = tl.load(a + i_b * stride_a + i_hv * K + o_k).to(tl.float32)
+        if HAS_BIAS:
+            b_a += tl.load(dt_bias + i_hv * K + o_k).to(tl.float32)
+    else:
+        b_a = tl.load(a + i_b * stride_a + i_hv).to(tl.float32)
+        if HAS_BIAS:
+            b_a += tl.load(dt_bias + i_hv).to(tl.float32)
+    b_g = -A * _softplus(b_a)
+    b_beta = tl.sigmoid(tl.load(b + i_b * stride_b + i_hv).to(tl.float32))
+    return b_q, b_k, b_v, b_g, b_beta
+
+
+@triton.jit
+def _delta_update(S, b_k, b_v, b_g, b_beta, PER_CHANNEL: tl.constexpr):
+    """One exact delta-rule step on a ``[BV, K]`` tile: decay, correct, add."""
+    if PER_CHANNEL:
+        S = S * tl.exp(b_g)[None, :]
+    else:
+        S = S * tl.exp(b_g)
+    b_u = b_beta * (b_v - tl.sum(S * b_k[None, :], axis=1))
+    return S + b_u[:, None] * b_k[None, :]
+
+
+@triton.jit
+def _standard_step_kernel(
+    q, k, v, a, b, A_log, dt_bias, out, ssm_state, state_indices, pad_slot_id, scale,
+    stride_q, stride_qh, stride_k, stride_kh, stride_v, stride_vh, stride_a, stride_b,
+    stride_o, stride_oh,
+    HV: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr,
+    PER_CHANNEL: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_INDICES: tl.constexpr,
+):
+    NVB: tl.constexpr = V // BV
+    pid = tl.program_id(0)
+    i_v = pid % NVB
+    i_hv = (pid // NVB) % HV
+    i_b = pid // (NVB * HV)
+    i_h = i_hv // (HV // H)
+    o_k = tl.arange(0, K)
+    o_v = i_v * BV + tl.arange(0, BV)
+    p_o = out + i_b * stride_o + i_hv * stride_oh + o_v
+    slot = i_b.to(tl.int64)
+    if HAS_INDICES:
+        slot = tl.load(state_indices + i_b).to(tl.int64)
+    if slot == pad_slot_id:
+        tl.store(p_o, tl.zeros([BV], dtype=tl.float32).to(out.dtype.element_ty))
+        return
+    b_q, b_k, b_v, b_g, b_beta = _load_token(
+        q, k, v, a, b, A_log, dt_bias, i_b, i_h, i_hv, o_k, o_v, scale,
+        stride_q, stride_qh, stride_k, stride_kh, stride_v, stride_vh, stride_a, stride_b,
+        tl.float32, tl.float32, K, PER_CHANNEL, HAS_BIAS,
+    )
+    p_s = ssm_state + (slot * HV + i_hv) * V * K + o_v[:, None] * K + o_k[None, :]
+    S = _delta_update(tl.load(p_s).to(tl.float32), b_k, b_v, b_g, b_beta, PER_CHANNEL)
+    tl.store(p_s, S.to(ssm_state.dtype.element_ty))
+    tl.store(p_o, tl.sum(S * b_q[None, :], axis=1).to(out.dtype.element_ty))
+
+
+@triton.jit
+def _replay_step_kernel(
+    q, k, v, a, b, A_log, dt_bias, out,
+    checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, committed, flush_at, arrivals,
+    state_indices, pad_slot_id, window, scale,
+    stride_q, stride_qh, stride_k, stride_kh, stride_v, stride_vh, stride_a, stride_b,
+    stride_o, stride_oh,
+    HV: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr,
+    CAP: tl.constexpr, BC: tl.constexpr, PER_CHANNEL: tl.constexpr, REFOLD: tl.constexpr,
+    HAS_BIAS: tl.constexpr, HAS_INDICES: tl.constexpr,
+):
+    NVB: tl.constexpr = V // BV
+    G: tl.constexpr = HV // H
+    pid = tl.program_id(0)
+    i_v = pid % NVB
+    i_hv = (pid // NVB) % HV
+    i_b = pid // (NVB * HV)
+    i_h = i_hv // G
+    o_k = tl.arange(0, K)
+    o_v = i_v * BV + tl.arange(0, BV)
+    o_c = tl.arange(0, BC)
+    p_o = out + i_b * stride_o + i_hv * stride_oh + o_v
+    slot = i_b.to(tl.int64)
+    if HAS_INDICES:
+        slot = tl.load(state_indices + i_b).to(tl.int64)
+    if slot == pad_slot_id:
+        tl.store(p_o, tl.zeros([BV], dtype=tl.float32).to(out.dtype.element_ty))
+        return
+    c = tl.load(committed + slot)
+    flush = c + 1 >= tl.load(flush_at + slot)
+    b_q, b_k, b_v, b_g, b_beta = _load_token(
+        q, k, v, a, b, A_log, dt_bias, i_b, i_h, i_hv, o_k, o_v, scale,
+        stride_q, stride_qh, stride_k, stride_kh, stride_v, stride_vh, stride_a, stride_b,
+        ring_k.dtype.element_ty, ring_v.dtype.element_ty, K, PER_CHANNEL, HAS_BIAS,
+    )
+    sh = slot * HV + i_hv
+    p_s = checkpoint + sh * V * K + o_v[:, None] * K + o_k[None, :]
+    p_rk = ring_k + (slot * H + i_h) * CAP * K
+    p_rv = ring_v + sh * CAP * V
+    p_rb = ring_beta + sh * CAP
+    p_ru = ring_u + sh * CAP * V
+    if PER_CHANNEL:
+        p_rg = ring_g + sh * CAP * K
+    else:
+        p_rg = ring_g + sh * CAP
+    S = tl.load(p_s).to(tl.float32)
+    if flush & REFOLD:
+        # u_j are recomputed from the fp32 checkpoint; masked-off entries (j >= c) load
+        # k = beta = g = 0 and leave S unchanged, so the loop unrolls with no branch.
+        for j in tl.static_range(CAP):
+            live = c > j
+            b_kj = tl.load(p_rk + j * K + o_k, mask=o_k * 0 + j < c, other=0.0).to(tl.float32)
+            b_vj = tl.load(p_rv + j * V + o_v, mask=o_v * 0 + j < c, other=0.0).to(tl.float32)
+            b_bj = tl.load(p_rb + j, mask=live, other=0.0)
+            if PER_CHANNEL:
+                b_gj = tl.load(p_rg + j * K + o_k, mask=o_k * 0 + j < c, other=0.0)
+            else:
+                b_gj = tl.load(p_rg + j, mask=live, other=0.0)
+            S = _delta_update(S, b_kj, b_vj, b_gj, b_bj, PER_CHANNEL)
+        S = _delta_update(S, b_k, b_v, b_g, b_beta, PER_CHANNEL)
+        tl.store(p_s, S.to(checkpoint.dtype.element_ty))
+        b_o = tl.sum(S * b_q[None, :], axis=1)
+    else:
+        live_c = o_c < c
+        # Cumulative log-decays of the ring entries and of the current token.
+        if PER_CHANNEL:
+            b_G = tl.load(p_rg + o_c[:, None] * K + o_k[None, :], mask=(o_c[:, None] + o_k[None, :] * 0) < c, other=0.0)
+            D_t = tl.sum(b_G, axis=0) + b_g
+            # e^{D_t - D_j} per entry and channel; masked entries get weight 0 through k_j = 0.
+            W = tl.exp(D_t[None, :] - tl.cumsum(b_G, axis=0))
+            e_t = tl.exp(D_t)
+            Sk = tl.sum(S * (e_t * b_k)[None, :], axis=1)
+            Sq = tl.sum(S * (e_t * b_q)[None, :], axis=1)
+        else:
+            b_G = tl.load(p_rg + o_c, mask=live_c, other=0.0)
+            D_t = tl.sum(b_G) + b_g
+            w = tl.exp(D_t - tl.cumsum(b_G, axis=0))
+            e_t = tl.exp(D_t)
+            Sk = tl.sum(S * b_k[None, :], axis=1) * e_t
+            Sq = tl.sum(S * b_q[None, :], axis=1) * e_t
+        Kr = tl.load(p_rk + o_c[:, None] * K + o_k[None, :], mask=(o_c[:, None] + o_k[None, :] * 0) < c, other=0.0)
+        Kr = Kr.to(tl.float32)
+        if PER_CHANNEL:
+            Kr = Kr * W
+            ak = tl.sum(Kr * b_k[None, :], axis=1)
+            aq = tl.sum(Kr * b_q[None, :], axis=1)
+        else:
+            ak = tl.sum(Kr * b_k[None, :], axis=1) * w
+            aq = tl.sum(Kr * b_q[None, :], axis=1) * w
+        U = tl.load(p_ru + o_c[:, None] * V + o_v[None, :], mask=(o_c[:, None] + o_v[None, :] * 0) < c, other=0.0)
+        b_u = b_beta * (b_v - Sk - tl.sum(ak[:, None] * U, axis=0))
+        b_o = Sq + tl.sum(aq[:, None] * U, axis=0) + b_u * tl.sum(b_k * b_q)
+        if flush:
+            # REFOLD=False: fold the cached u's as they are, S = e^{g_j} S + u_j k_j^T in order.
+            for j in tl.static_range(CAP):
+                live = c > j
+                b_kj = tl.load(p_rk + j * K + o_k, mask=o_k * 0 + j < c, other=0.0).to(tl.float32)
+                b_uj = tl.load(p_ru + j * V + o_v, mask=o_v * 0 + j < c, other=0.0)
+                if PER_CHANNEL:
+                    b_gj = tl.load(p_rg + j * K + o_k, mask=o_k * 0 + j < c, other=0.0)
+                    S = S * tl.exp(b_gj)[None, :]
+                else:
+                    S = S * tl.exp(tl.load(p_rg + j, mask=live, other=0.0))
+                S += b_uj[:, None] * b_kj[None, :]
+            if PER_CHANNEL:
+                S = S * tl.exp(b_g)[None, :]
+            else:
+                S = S * tl.exp(b_g)
+            S += b_u[:, None] * b_k[None, :]
+            tl.store(p_s, S.to(checkpoint.dtype.element_ty))
+        else:
+            tl.store(p_ru + c * V + o_v, b_u)
+            tl.store(p_rv + c * V + o_v, b_v.to(ring_v.dtype.element_ty))
+            if i_v == 0:
+                tl.store(p_rb + c, b_beta)
+                if PER_CHANNEL:
+                    tl.store(p_rg + c * K + o_k, b_g)
+                else:
+                    tl.store(p_rg + c, b_g)
+                if i_hv % G == 0:
+                    tl.store(p_rk + c * K + o_k, b_k.to(ring_k.dtype.element_ty))
+    tl.store(p_o, b_o.to(out.dtype.element_ty))
+    # The last program of this row to arrive advances the slot's cursors; the release orders
+    # every program's cursor reads before it.
+    arrived = tl.atomic_add(arrivals + i_b, 1, sem="acq_rel")
+    if arrived == HV * NVB - 1:
+        tl.store(committed + slot, tl.where(flush, 0, c + 1))
+        if flush:
+            tl.store(flush_at + slot, window)
+        tl.store(arrivals + i_b, 0)
+
+
+_ARRIVALS: dict[torch.device, torch.Tensor] = {}
+
+
+def _arrivals(batch: int, device: torch.device) -> torch.Tensor:
+    """A zeroed per-row counter that the kernel leaves zeroed; grown outside graph capture."""
+    buf = _ARRIVALS.get(device)
+    if buf is None or buf.numel() < batch:
+        if torch.cuda.is_available() and device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            raise RuntimeError(
+                f"delta_replay_step: first call with batch={batch} inside CUDA-graph capture; run one "
+                "step outside capture first (warm-up) so the row counters exist"
+            )
+        buf = torch.zeros(max(batch, 1024), dtype=torch.int32, device=device)
+        _ARRIVALS[device] = buf
+    return buf
+
+
+def launch_config(rows: int, v_heads: int, d_k: int, d_v: int) -> tuple[int, int]:
+    """``(BV, num_warps)``: rows of ``S`` per program and warps, chosen from the grid size.
+
+    Small batches need narrow tiles to fill the GPU's 132 SMs; large ones take wide tiles so the
+    ring (shared by every tile of a head) is read fewer times.
+    """
+    heads = rows * v_heads
+    bv = 32 if heads >= 2048 else 16 if heads >= 256 else 8
+    if d_k >= 256:
+        bv = min(bv, 16)
+    bv = min(bv, d_v)
+    return bv, 4 if bv * d_k >= 4096 else 2
+
+
+def _strides(q, k, v, a, b, out):
+    return (
+        q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1),
+        a.stride(0), b.stride(0), out.stride(0), out.stride(1),
+    )
+
+
+def _launch(rows, HV, K, V, block_v, num_warps):
+    bv, warps = launch_config(rows, HV, K, V)
+    bv, warps = block_v or bv, num_warps or warps
+    return bv, warps, (rows * HV * (V // bv),)
+
+
+def delta_standard_step(ssm_state, q, k, v, a, b, A_log, dt_bias, state_indices, pad_slot_id, scale,
+                        *, block_v=None, num_warps=None):
+    """Launch the standard step (arguments already checked by the public wrapper).
+
+    ``ssm_state``: ``[slots, HV, d_v, d_k]`` updated in place; ``q, k``: ``[batch, H, d_k]``;
+    ``v``: ``[batch, HV, d_v]``; ``a``: ``[batch, HV]`` (GDN) or ``[batch, HV, d_k]`` (KDA);
+    ``b``: ``[batch, HV]``; ``A_log``: ``[HV]``; ``dt_bias``: ``[HV]`` / ``[HV * d_k]`` or None;
+    ``state_indices``: ``[batch]`` int32/int64 or None. Returns ``o [batch, HV, d_v]`` in
+    ``v.dtype``.
+    """
+    batch, H, K = q.shape
+    HV, V = v.shape[1], v.shape[2]
+    bv, warps, grid = _launch(batch, HV, K, V, block_v, num_warps)
+    out = torch.empty_like(v)
+    _standard_step_kernel[grid](
+        q, k, v, a, b, A_log, A_log if dt_bias is None else dt_bias, out, ssm_state, state_indices, pad_slot_id,
+        K ** -0.5 if scale is None else scale, *_strides(q, k, v, a, b, out),
+        HV=HV, H=H, K=K, V=V, BV=bv, PER_CHANNEL=a.dim() == 3, HAS_BIAS=dt_bias is not None,
+        HAS_INDICES=state_indices is not None, num_warps=warps,
+    )
+    return out
+
+
+def delta_replay_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, committed, flush_at, window,
+                      q, k, v, a, b, A_log, dt_bias, state_indices, pad_slot_id, scale, refold,
+                      *, block_v=None, num_warps=None):
+    """Launch one ReplaySSM step (arguments already checked by the public wrapper).
+
+    The state tensors are the fields of
+    :class:`~trtllm_replayssm.ops.gdn.state.DeltaRuleReplayState`, updated in place; the other
+    arguments as :func:`delta_standard_step`. ``refold=False`` folds the cached ``u`` at a flush
+    instead of recomputing it (equal in exact arithmetic; only right when outputs read the
+    recurrence checkpoint itself).
+    """
+    batch, H, K = q.shape
+    HV, V = v.shape[1], v.shape[2]
+    cap = ring_k.shape[2]
+    bv, warps, grid = _launch(batch, HV, K, V, block_v, num_warps)
+    out = torch.empty_like(v)
+    _replay_step_kernel[grid](
+        q, k, v, a, b, A_log, A_log if dt_bias is None else dt_bias, out,
+        checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, committed, flush_at, _arrivals(batch, q.device),
+        state_indices, pad_slot_id, window, K ** -0.5 if scale is None else scale,
+        *_strides(q, k, v, a, b, out),
+        HV=HV, H=H, K=K, V=V, BV=bv, CAP=cap, BC=max(triton.next_power_of_2(cap), 2),
+        PER_CHANNEL=a.dim() == 3, REFOLD=refold, HAS_BIAS=dt_bias is not None,
+        HAS_INDICES=state_indices is not None, num_warps=warps,
+    )
+    return out

@@ -1,0 +1,77 @@
+"""The delta-rule Triton kernels with KDA's per-channel decay against the float64 reference and
+fla (harness in test_gdn_kernels.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from test_gdn_kernels import DEV, Layer, drive, fla_naive_check, standard_check
+from trtllm_replayssm.config import ReplaySSMConfig
+from trtllm_replayssm.ops.gdn import decode
+
+
+@pytest.mark.parametrize("refold", [True, False])
+def test_replay_kernel_matches_reference_cpu(refold):
+    layer = Layer(True, 4, 2, 16, 16, seed=21 + refold)
+    _, worst_c, flushes = drive(layer, batch=4, slots=6, steps=13, window=4, refold=refold)
+    assert flushes >= 6 and worst_c < 1e-5
+
+
+def test_standard_kernel_matches_reference_cpu():
+    standard_check(Layer(True, 2, 2, 16, 16, seed=23), batch=3, slots=4)
+
+
+def test_kernels_match_fla_naive_cpu():
+    fla_naive_check(Layer(True, 2, 2, 16, 16, seed=24))
+
+
+# Kimi-Linear's KDA: 32 heads, head_dim 128, no key-head sharing.
+KIMI = (32, 32, 128, 128)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dims", [KIMI, (8, 4, 64, 64), (4, 1, 256, 128)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("batch", [1, 3, 64])
+def test_replay_kernel_gpu(dims, dtype, batch):
+    if batch == 64 and dims != KIMI:
+        pytest.skip("batch 64 runs at the model dims only (device time)")
+    layer = Layer(True, *dims, dtype=dtype, seed=batch)
+    _, worst_c, flushes = drive(layer, batch, slots=max(batch + 2, 4), steps=52, window=16, use_wrapper=True)
+    assert flushes >= 3 * (batch - (batch > 1))
+    assert worst_c < 1e-5, f"checkpoint error {worst_c:.2e}"
+
+
+@pytest.mark.gpu
+def test_standard_kernel_gpu():
+    standard_check(Layer(True, *KIMI, dtype=torch.bfloat16, seed=31), batch=5, slots=9)
+
+
+@pytest.mark.gpu
+def test_matches_fla_fused_recurrent_kda_gpu():
+    """Our standard and ReplaySSM kernels against fla's fused_recurrent_kda (fp32, gates in-kernel)."""
+    from fla.ops.kda import fused_recurrent_kda
+
+    layer = Layer(True, *KIMI, dtype=torch.float32, seed=32)
+    batch, T = 4, 20
+    seq = layer.tokens(batch, T)
+    h0 = torch.zeros(batch, 32, 128, 128, device=DEV)
+    o_fla, S_fla = fused_recurrent_kda(
+        seq["q"], seq["k"], seq["v"], seq["a"], seq["b"], A_log=layer.A_log, dt_bias=layer.dt_bias,
+        initial_state=h0, output_final_state=True, use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True,
+        use_beta_sigmoid_in_kernel=True, state_v_first=True,
+    )
+    state = layer.state(batch, ReplaySSMConfig(window=16))
+    plain = torch.zeros(batch, 32, 128, 128, device=DEV)
+    for t in range(T):
+        token = {n: x[:, t] for n, x in seq.items()}
+        o_rep = decode.delta_replay_step(
+            state.checkpoint, state.ring_k, state.ring_v, state.ring_beta, state.ring_g, state.ring_u,
+            state.committed, state.flush_at, state.window, **token, **layer.params(DEV),
+            state_indices=None, pad_slot_id=-1, scale=None, refold=True)
+        o_std = decode.delta_standard_step(plain, **token, **layer.params(DEV), state_indices=None,
+                                           pad_slot_id=-1, scale=None)
+        torch.testing.assert_close(o_rep, o_fla[:, t], rtol=2e-4, atol=2e-4)
+        torch.testing.assert_close(o_std, o_fla[:, t], rtol=2e-4, atol=2e-4)
+    torch.testing.assert_close(plain, S_fla, rtol=2e-4, atol=2e-4)

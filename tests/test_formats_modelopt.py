@@ -66,7 +66,8 @@ def test_matches_modelopt_per_tensor(shape, kind):
     assert _same_bits(ours.packed, packed._quantized_data)
     assert _same_bits(ours.block_scale, block_scale)
     assert _same_bits(ours.global_scale, global_scale.float())
-    assert torch.equal(nvfp4_dequantize(*ours), _modelopt_dequantize(packed, block_scale, global_scale))
+    theirs = _modelopt_dequantize(packed, block_scale, global_scale)
+    assert torch.equal(nvfp4_dequantize(*ours), theirs)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
@@ -95,7 +96,8 @@ def test_matches_modelopt_on_exact_ties_and_saturation():
     assert _same_bits(ours.packed, packed._quantized_data)
     assert _same_bits(ours.block_scale, block_scale)
     # And ties really went to the even code: 0.25->0, 0.75->1, 1.25->1, 1.75->2, 2.5->2, ...
-    decoded = nvfp4_dequantize(*ours) / (ours.block_scale.float() * ours.global_scale).repeat_interleave(16, -1)
+    element_scale = (ours.block_scale.float() * ours.global_scale).repeat_interleave(16, -1)
+    decoded = nvfp4_dequantize(*ours) / element_scale
     assert decoded[0, 1:8].tolist() == [0.0, 1.0, 1.0, 2.0, 2.0, 4.0, 4.0]
 
 

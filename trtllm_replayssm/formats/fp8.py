@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import torch
 
+from ._checks import FLOAT_INPUTS, check_scale, describe
 from .nvfp4 import E4M3_MAX
 from .stochastic import stochastic_round
 
 __all__ = ["fp8_dequantize", "fp8_quantize"]
-
-_FLOAT_INPUTS = (torch.float32, torch.float16, torch.bfloat16)
 
 
 def fp8_quantize(
@@ -49,24 +48,18 @@ def fp8_quantize(
     Returns:
         ``(q [..., n] float8_e4m3fn, scale [...] float32)``.
     """
-    if not isinstance(x, torch.Tensor) or x.dtype not in _FLOAT_INPUTS or x.ndim < 1:
-        got = f"{x.dtype} of shape {tuple(x.shape)}" if isinstance(x, torch.Tensor) else type(x).__name__
-        raise ValueError(f"x: expected a float32, float16 or bfloat16 tensor [..., n], got {got}")
+    if not isinstance(x, torch.Tensor) or x.dtype not in FLOAT_INPUTS or x.ndim < 1:
+        raise ValueError(
+            f"x: expected a float32, float16 or bfloat16 tensor [..., n], got {describe(x)}"
+        )
     if seed is not None and x.dtype != torch.float32:
         raise ValueError(f"x: stochastic rounding (seed given) expects float32, got {x.dtype}")
     if scale is None:
         scale = x.abs().amax(dim=-1).float() / E4M3_MAX
         # A zero row (or one whose scale underflows) would otherwise divide by zero.
         scale = torch.where(scale == 0, torch.ones_like(scale), scale)
-    elif (
-        not isinstance(scale, torch.Tensor)
-        or scale.dtype != torch.float32
-        or tuple(scale.shape) != tuple(x.shape[:-1])
-    ):
-        got = f"{scale.dtype} of shape {tuple(scale.shape)}" if isinstance(scale, torch.Tensor) else type(scale).__name__
-        raise ValueError(f"scale: expected a float32 tensor of shape {tuple(x.shape[:-1])}, got {got}")
-    elif not bool(((scale > 0) & torch.isfinite(scale)).all()):
-        raise ValueError("scale: expected positive finite values")
+    else:
+        check_scale("scale", scale, torch.float32, tuple(x.shape[:-1]), "one per row of x")
     scaled = (x.float() / scale.unsqueeze(-1)).clamp(-E4M3_MAX, E4M3_MAX)
     if seed is None:
         q = scaled.to(torch.float8_e4m3fn)
@@ -75,7 +68,9 @@ def fp8_quantize(
     return q, scale
 
 
-def fp8_dequantize(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+def fp8_dequantize(
+    q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
     """Decode FP8 E4M3 with a per-row scale.
 
     Args:
@@ -87,9 +82,14 @@ def fp8_dequantize(q: torch.Tensor, scale: torch.Tensor, dtype: torch.dtype = to
         ``[..., n]`` of ``dtype``: ``float(q) * scale`` computed in float32, then cast.
     """
     if not isinstance(q, torch.Tensor) or q.dtype != torch.float8_e4m3fn or q.ndim < 1:
-        got = q.dtype if isinstance(q, torch.Tensor) else type(q).__name__
-        raise ValueError(f"q: expected a float8_e4m3fn tensor [..., n], got {got}")
-    if not isinstance(scale, torch.Tensor) or scale.dtype != torch.float32 or tuple(scale.shape) != tuple(q.shape[:-1]):
-        got = f"{scale.dtype} of shape {tuple(scale.shape)}" if isinstance(scale, torch.Tensor) else type(scale).__name__
-        raise ValueError(f"scale: expected a float32 tensor of shape {tuple(q.shape[:-1])}, got {got}")
+        raise ValueError(f"q: expected a float8_e4m3fn tensor [..., n], got {describe(q)}")
+    expected = tuple(q.shape[:-1])
+    if (
+        not isinstance(scale, torch.Tensor)
+        or scale.dtype != torch.float32
+        or tuple(scale.shape) != expected
+    ):
+        raise ValueError(
+            f"scale: expected a torch.float32 tensor of shape {expected}, got {describe(scale)}"
+        )
     return (q.float() * scale.unsqueeze(-1)).to(dtype)

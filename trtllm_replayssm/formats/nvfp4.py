@@ -33,6 +33,8 @@ from typing import NamedTuple
 
 import torch
 
+from ._checks import FLOAT_INPUTS, check_scale, describe
+
 __all__ = [
     "E2M1_MAX",
     "E2M1_VALUES",
@@ -61,8 +63,6 @@ E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 # even round down, the others round up.
 _MIDPOINTS_TIE_DOWN = (0.25, 1.25, 2.5, 5.0)
 _MIDPOINTS_TIE_UP = (0.75, 1.75, 3.5)
-
-_FLOAT_INPUTS = (torch.float32, torch.float16, torch.bfloat16)
 
 
 class NVFP4Tensor(NamedTuple):
@@ -104,8 +104,8 @@ def e2m1_encode(x: torch.Tensor) -> torch.Tensor:
     Returns:
         ``[...]`` uint8 codes in ``[0, 16)``; the sign bit is set for every ``x < 0``.
     """
-    if x.dtype not in _FLOAT_INPUTS:
-        raise ValueError(f"x: expected one of {_FLOAT_INPUTS}, got {x.dtype}")
+    if x.dtype not in FLOAT_INPUTS:
+        raise ValueError(f"x: expected one of {FLOAT_INPUTS}, got {x.dtype}")
     magnitude = x.float().abs()
     tie_down = torch.tensor(_MIDPOINTS_TIE_DOWN, dtype=torch.float32, device=x.device)
     tie_up = torch.tensor(_MIDPOINTS_TIE_UP, dtype=torch.float32, device=x.device)
@@ -117,14 +117,9 @@ def e2m1_encode(x: torch.Tensor) -> torch.Tensor:
     return (index.to(torch.uint8) | ((x < 0).to(torch.uint8) << 3)).to(torch.uint8)
 
 
-def _check_float(name: str, t: torch.Tensor) -> None:
-    if not isinstance(t, torch.Tensor) or t.dtype not in _FLOAT_INPUTS:
-        got = t.dtype if isinstance(t, torch.Tensor) else type(t).__name__
-        raise ValueError(f"{name}: expected a float32, float16 or bfloat16 tensor, got {got}")
-
-
 def _check_scale_dims(scale_dims: int, ndim: int) -> None:
-    if isinstance(scale_dims, bool) or not isinstance(scale_dims, int) or not 0 <= scale_dims < ndim:
+    is_int = isinstance(scale_dims, int) and not isinstance(scale_dims, bool)
+    if not is_int or not 0 <= scale_dims < ndim:
         raise ValueError(
             f"scale_dims: expected an int in [0, {ndim - 1}] (leading axes with their own global "
             f"scale), got {scale_dims!r}"
@@ -156,7 +151,8 @@ def nvfp4_quantize(
         :class:`NVFP4Tensor` ``(packed [..., n/2] uint8, block_scale [..., n/16] float8_e4m3fn,
         global_scale x.shape[:scale_dims] float32)``.
     """
-    _check_float("x", x)
+    if not isinstance(x, torch.Tensor) or x.dtype not in FLOAT_INPUTS:
+        raise ValueError(f"x: expected a float32, float16 or bfloat16 tensor, got {describe(x)}")
     if x.ndim < 1 or x.shape[-1] % NVFP4_BLOCK != 0 or x.shape[-1] == 0:
         raise ValueError(
             f"x: expected a last dimension that is a positive multiple of {NVFP4_BLOCK}, "
@@ -188,20 +184,10 @@ def nvfp4_quantize(
 
 
 def _checked_global_scale(global_scale, lead_shape: tuple, device) -> torch.Tensor:
-    if not isinstance(global_scale, torch.Tensor):
-        if lead_shape != () or isinstance(global_scale, bool) or not isinstance(global_scale, (int, float)):
-            raise ValueError(
-                f"global_scale: expected a float32 tensor of shape {lead_shape}, got "
-                f"{type(global_scale).__name__}"
-            )
+    is_number = isinstance(global_scale, (int, float)) and not isinstance(global_scale, bool)
+    if is_number and lead_shape == ():
         global_scale = torch.tensor(float(global_scale), dtype=torch.float32, device=device)
-    if global_scale.dtype != torch.float32 or tuple(global_scale.shape) != lead_shape:
-        raise ValueError(
-            f"global_scale: expected a float32 tensor of shape {lead_shape} (x.shape[:scale_dims]), "
-            f"got {global_scale.dtype} of shape {tuple(global_scale.shape)}"
-        )
-    if not bool(((global_scale > 0) & torch.isfinite(global_scale)).all()):
-        raise ValueError("global_scale: expected positive finite values")
+    check_scale("global_scale", global_scale, torch.float32, lead_shape, "x.shape[:scale_dims]")
     return global_scale
 
 
@@ -223,15 +209,18 @@ def nvfp4_dequantize(
         ``[..., n]`` of ``dtype``: ``e2m1(code) * (float(block_scale) * global_scale)``, computed
         in float32 and then cast.
     """
-    if packed.dtype != torch.uint8 or packed.ndim < 1:
-        raise ValueError(f"packed: expected a uint8 tensor [..., n/2], got {packed.dtype} of shape {tuple(packed.shape)}")
-    if block_scale.dtype != torch.float8_e4m3fn:
-        raise ValueError(f"block_scale: expected float8_e4m3fn, got {block_scale.dtype}")
+    if not isinstance(packed, torch.Tensor) or packed.dtype != torch.uint8 or packed.ndim < 1:
+        raise ValueError(f"packed: expected a uint8 tensor [..., n/2], got {describe(packed)}")
     expected_scale_shape = (*packed.shape[:-1], packed.shape[-1] * 2 // NVFP4_BLOCK)
-    if packed.shape[-1] % (NVFP4_BLOCK // 2) != 0 or tuple(block_scale.shape) != expected_scale_shape:
+    if (
+        not isinstance(block_scale, torch.Tensor)
+        or block_scale.dtype != torch.float8_e4m3fn
+        or packed.shape[-1] % (NVFP4_BLOCK // 2) != 0
+        or tuple(block_scale.shape) != expected_scale_shape
+    ):
         raise ValueError(
-            f"block_scale: expected shape {expected_scale_shape} (one per {NVFP4_BLOCK} elements of "
-            f"packed {tuple(packed.shape)}), got {tuple(block_scale.shape)}"
+            f"block_scale: expected a float8_e4m3fn tensor of shape {expected_scale_shape} (one "
+            f"per {NVFP4_BLOCK} elements of packed), got {describe(block_scale)}"
         )
     if (
         not isinstance(global_scale, torch.Tensor)
@@ -239,14 +228,9 @@ def nvfp4_dequantize(
         or global_scale.ndim >= packed.ndim
         or tuple(global_scale.shape) != tuple(packed.shape[: global_scale.ndim])
     ):
-        got = (
-            f"{global_scale.dtype} of shape {tuple(global_scale.shape)}"
-            if isinstance(global_scale, torch.Tensor)
-            else type(global_scale).__name__
-        )
         raise ValueError(
             f"global_scale: expected a float32 tensor whose shape is a leading part of "
-            f"{tuple(packed.shape[:-1])}, got {got}"
+            f"{tuple(packed.shape[:-1])}, got {describe(global_scale)}"
         )
     codes = torch.stack((packed & 0x0F, packed >> 4), dim=-1).reshape(*packed.shape[:-1], -1)
     values = e2m1_decode(codes).reshape(*block_scale.shape, NVFP4_BLOCK)

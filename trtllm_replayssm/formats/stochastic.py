@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import torch
 
+from ._checks import describe
+
 __all__ = ["SR_DTYPES", "philox4x32", "randint", "stochastic_round"]
 
 #: Targets of :func:`stochastic_round`.
@@ -93,7 +95,8 @@ def philox4x32(
     """
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64:
         raise ValueError(f"seed: expected an int in [0, 2**64), got {seed!r}")
-    device = next((c.device for c in (c0, c1, c2, c3) if isinstance(c, torch.Tensor)), torch.device("cpu"))
+    tensors = [c for c in (c0, c1, c2, c3) if isinstance(c, torch.Tensor)]
+    device = tensors[0].device if tensors else torch.device("cpu")
     words = torch.broadcast_tensors(*(_as_words(c, device) for c in (c0, c1, c2, c3)))
     c0, c1, c2, c3 = (w.clone() for w in words)
     k0, k1 = seed & _MASK32, (seed >> 32) & _MASK32
@@ -116,32 +119,38 @@ def randint(seed: int, offset: torch.Tensor | int) -> torch.Tensor:
     Returns:
         ``[...]`` int64 holding uint32 values.
     """
-    offset = _as_offset(offset)
+    offset = _int_tensor("offset", offset)
     return philox4x32(seed, offset & _MASK32, offset >> 32)[0]
 
 
-def _as_offset(offset) -> torch.Tensor:
-    if isinstance(offset, torch.Tensor):
-        if offset.dtype not in (torch.int64, torch.int32):
-            raise ValueError(f"offset: expected an int64 tensor, got {offset.dtype}")
-        return offset.to(torch.int64)
-    if isinstance(offset, bool) or not isinstance(offset, int):
-        raise ValueError(f"offset: expected an int or an int64 tensor, got {type(offset).__name__}")
-    return torch.tensor(offset, dtype=torch.int64)
+def _int_tensor(name: str, value) -> torch.Tensor:
+    if isinstance(value, torch.Tensor):
+        if value.dtype not in (torch.int64, torch.int32):
+            raise ValueError(f"{name}: expected an int64 tensor, got {describe(value)}")
+        return value.to(torch.int64)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name}: expected an int or an int64 tensor, got {describe(value)}")
+    return torch.tensor(value, dtype=torch.int64)
+
+
+def _broadcast_counter(name: str, value, x: torch.Tensor) -> torch.Tensor:
+    """``value`` (an int or int64 tensor) as an int64 tensor of ``x``'s shape."""
+    value = _int_tensor(name, value).to(x.device)
+    try:
+        return torch.broadcast_to(value, x.shape)
+    except RuntimeError as err:
+        raise ValueError(
+            f"{name}: expected a shape broadcastable to x {tuple(x.shape)}, "
+            f"got {tuple(value.shape)}"
+        ) from err
 
 
 def _element_offsets(x: torch.Tensor, offset) -> torch.Tensor:
     """Counter offset per element: ``offset`` + flat index for an int, broadcast for a tensor."""
-    if offset is None or (not isinstance(offset, torch.Tensor) and not isinstance(offset, bool) and isinstance(offset, int)):
-        base = 0 if offset is None else offset
-        return base + torch.arange(x.numel(), dtype=torch.int64, device=x.device).reshape(x.shape)
-    offset = _as_offset(offset).to(x.device)
-    try:
-        return torch.broadcast_to(offset, x.shape)
-    except RuntimeError as err:
-        raise ValueError(
-            f"offset: expected a shape broadcastable to x {tuple(x.shape)}, got {tuple(offset.shape)}"
-        ) from err
+    if isinstance(offset, torch.Tensor):
+        return _broadcast_counter("offset", offset, x)
+    base = _int_tensor("offset", 0 if offset is None else offset).to(x.device)
+    return base + torch.arange(x.numel(), dtype=torch.int64, device=x.device).reshape(x.shape)
 
 
 def _from_bits(bits: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -176,16 +185,14 @@ def stochastic_round(
         ``x`` (``x`` itself if representable), saturated to the largest finite magnitude.
     """
     if not isinstance(x, torch.Tensor) or x.dtype != torch.float32:
-        got = x.dtype if isinstance(x, torch.Tensor) else type(x).__name__
-        raise ValueError(f"x: expected a float32 tensor, got {got}")
+        raise ValueError(f"x: expected a float32 tensor, got {describe(x)}")
     if dtype not in _BITS:
         raise ValueError(f"dtype: expected one of {SR_DTYPES}, got {dtype}")
     if not isinstance(stream, (tuple, list)) or len(stream) != 2:
         raise ValueError(f"stream: expected a pair (layer, flush_count), got {stream!r}")
+    layer, flush_count = (_broadcast_counter("stream", word, x) for word in stream)
     offsets = _element_offsets(x, offset)
-    bits = philox4x32(seed, offsets & _MASK32, offsets >> 32, stream[0], stream[1])[0]
-    if bits.shape != x.shape:
-        raise ValueError(f"stream: expected values broadcastable to x {tuple(x.shape)}, got shape {tuple(bits.shape)}")
+    bits = philox4x32(seed, offsets & _MASK32, offsets >> 32, layer, flush_count)[0]
 
     int_dtype, sign_bit, max_bits = _BITS[dtype]
     max_value = float(_from_bits(torch.tensor(max_bits), dtype).float())

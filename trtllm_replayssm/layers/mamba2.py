@@ -15,7 +15,6 @@ on the same weights.
 
 from __future__ import annotations
 
-import importlib
 import math
 from types import ModuleType
 
@@ -25,6 +24,7 @@ from torch import nn
 from ..config import ReplaySSMConfig
 from ..ops._slots import live_rows
 from ..ops.mamba2.state import Mamba2ReplayState
+from ._common import plain_checkpoint_dtype, resolve_backend
 from .conv import causal_conv1d_update
 from .norm import gated_rms_norm
 
@@ -32,19 +32,6 @@ __all__ = ["ReplayMamba2Mixer", "MAMBA2_BACKENDS"]
 
 #: Op backends by name: modules that define the ``mamba2_*`` functions of ops/README.md.
 MAMBA2_BACKENDS = {"reference": "trtllm_replayssm.ops.mamba2.reference"}
-MODES = ("replay", "standard")
-
-# Checkpoint precisions the plain (non-split) state supports; fp8 and read copies need the
-# split-precision cache.
-_CHECKPOINT_TORCH_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-
-
-def _resolve_backend(backend: str | ModuleType) -> ModuleType:
-    if isinstance(backend, ModuleType):
-        return backend
-    if backend not in MAMBA2_BACKENDS:
-        raise ValueError(f"backend: expected one of {sorted(MAMBA2_BACKENDS)} or a module, got {backend!r}")
-    return importlib.import_module(MAMBA2_BACKENDS[backend])
 
 
 class ReplayMamba2Mixer(nn.Module):
@@ -90,21 +77,13 @@ class ReplayMamba2Mixer(nn.Module):
     ) -> None:
         super().__init__()
         self.config = config or ReplaySSMConfig()
-        if mode not in MODES:
-            raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
+        checkpoint_dtype = plain_checkpoint_dtype(self.config, mode)
         if num_heads % n_groups != 0:
             raise ValueError(f"n_groups: expected a divisor of num_heads={num_heads}, got {n_groups}")
         if d_conv < 2:
             raise ValueError(f"d_conv: expected >= 2, got {d_conv}")
-        if self.config.checkpoint_dtype not in _CHECKPOINT_TORCH_DTYPES or self.config.stochastic_rounding:
-            raise ValueError(
-                f"config.checkpoint_dtype: this mixer keeps a plain {sorted(_CHECKPOINT_TORCH_DTYPES)} "
-                f"checkpoint without stochastic rounding, got {self.config.checkpoint_spec!r}"
-            )
-        if self.config.read_format != "none":
-            raise ValueError(f"config.read_format: this mixer reads the checkpoint itself ('none'), got {self.config.read_format!r}")
         self.mode = mode
-        self.ops = _resolve_backend(backend)
+        self.ops = resolve_backend(backend, MAMBA2_BACKENDS)
         self.hidden_size, self.num_heads, self.head_dim = hidden_size, num_heads, head_dim
         self.d_state, self.n_groups, self.d_conv = d_state, n_groups, d_conv
         self.intermediate_size = num_heads * head_dim
@@ -125,7 +104,6 @@ class ReplayMamba2Mixer(nn.Module):
         self.norm_weight = nn.Parameter(torch.ones(self.intermediate_size, **factory))
         self.out_proj = nn.Linear(self.intermediate_size, hidden_size, bias=proj_bias, **factory)
 
-        checkpoint_dtype = _CHECKPOINT_TORCH_DTYPES[self.config.checkpoint_dtype]
         self.register_buffer("conv_state", torch.zeros(slots, self.conv_dim, d_conv - 1, **factory), persistent=False)
         if mode == "replay":
             self.replay_state = Mamba2ReplayState.allocate(

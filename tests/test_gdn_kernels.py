@@ -235,7 +235,10 @@ def test_replay_kernel_gpu(dims, dtype, batch):
     worst_o, worst_c, flushes = drive(layer, batch, slots=max(batch + 2, 4), steps=52, window=16,
                                       use_wrapper=True)
     assert flushes >= 3 * (batch - (batch > 1))
-    assert worst_c < 1e-5, f"checkpoint error {worst_c:.2e}"
+    # 16-bit activations: k is l2-normalised in fp32 here and in float64 by the reference before
+    # both round it to the ring dtype; the rare ties that round apart move the checkpoint by
+    # ~1e-4. With fp32 activations the target is fp32 accumulation error.
+    assert worst_c < (1e-5 if dtype == torch.float32 else 1e-3), f"checkpoint error {worst_c:.2e}"
 
 
 @pytest.mark.gpu

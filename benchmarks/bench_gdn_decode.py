@@ -1,0 +1,246 @@
+"""Gated DeltaNet decode: ReplaySSM step vs the standard step vs fla, one H200-style table.
+
+For each batch (one slot per row, Qwen3.5-4B dims by default: HV=32, H=16, d_k=d_v=128,
+bf16 activations, fp32 state, L=16) it times, as CUDA-graph replays with L2 flushed before
+each replay (benchmarks/_timing.py):
+
+* ``fla``: fla's ``fused_recurrent_gated_delta_rule`` (gates, l2norm, sigmoid in-kernel,
+  ``state_v_first`` so it reads our ``[HV, d_v, d_k]`` layout; layouts converted outside the
+  timed region), writing its final state: the external baseline.
+* ``standard``: the in-project standard kernel (read + write the state every token).
+* ``replay non-flush``: mean over ring lengths ``c = 0..L-2``; ``replay flush``: ``c = L-1``;
+  ``replay amortized``: the mean over the ``L`` phases of a window (15 + 1 at L=16);
+  ``replay staggered``: one step of a batch whose slots sit at phases ``slot % L``.
+* ``flush, fold u``: the flush folding the cached ``u`` instead of refolding (ring design).
+
+The cursors are set before each replay, outside the timed region, so the same graph is timed at
+every phase. GB/s counts the bytes each step must move; ``% copy`` is against a device-to-device
+copy measured in the same run. Prints a table and writes JSON (``--json``).
+
+    python benchmarks/bench_gdn_decode.py --json gdn.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from _timing import L2Flusher, capture_graph, copy_bandwidth_gbps, device_info, median, time_replays  # noqa: E402
+
+from trtllm_replayssm.config import ReplaySSMConfig  # noqa: E402
+from trtllm_replayssm.ops.gdn import decode  # noqa: E402
+from trtllm_replayssm.ops.gdn.state import DeltaRuleReplayState  # noqa: E402
+
+BATCHES = (1, 32, 128, 256, 512)
+
+
+class Layer:
+    def __init__(self, kind, HV, H, d_k, d_v, dtype, window):
+        self.kind, self.HV, self.H, self.d_k, self.d_v, self.dtype, self.window = kind, HV, H, d_k, d_v, dtype, window
+        self.per_channel = kind == "kda"
+        gen = torch.Generator(device="cuda").manual_seed(0)
+        self.A_log = torch.empty(HV, device="cuda").uniform_(-1.0, 0.5, generator=gen)
+        self.dt_bias = 0.5 * torch.randn(HV * d_k if self.per_channel else HV, device="cuda", generator=gen)
+        self.gen = gen
+
+    def tokens(self, batch):
+        def rnd(*shape):
+            return torch.randn(batch, *shape, device="cuda", generator=self.gen).to(self.dtype)
+
+        a = rnd(self.HV, self.d_k) if self.per_channel else rnd(self.HV)
+        return {"q": rnd(self.H, self.d_k), "k": rnd(self.H, self.d_k), "v": rnd(self.HV, self.d_v), "a": a,
+                "b": rnd(self.HV)}
+
+    def state(self, slots):
+        st = DeltaRuleReplayState.allocate(
+            slots, self.HV, self.H, self.d_k, self.d_v, ReplaySSMConfig(window=self.window),
+            per_channel_decay=self.per_channel, activation_dtype=self.dtype, device="cuda")
+        st.checkpoint.normal_(0, 0.05, generator=self.gen)
+        for name in ("ring_k", "ring_v", "ring_u"):
+            getattr(st, name).normal_(0, 0.1, generator=self.gen)
+        st.ring_beta.uniform_(0, 1, generator=self.gen)
+        st.ring_g.uniform_(-0.5, 0, generator=self.gen)
+        return st
+
+    # -- bytes each step must move ------------------------------------------------------------
+    def state_bytes(self, batch):
+        return batch * self.HV * self.d_v * self.d_k * 4
+
+    def token_bytes(self, batch):
+        e = torch.finfo(self.dtype).bits // 8
+        a = self.HV * (self.d_k if self.per_channel else 1)
+        return batch * e * (2 * self.H * self.d_k + 2 * self.HV * self.d_v + a + self.HV)
+
+    def ring_read_bytes(self, batch, c, fold_u):
+        """Non-flush reads u, k, g of c entries; a refolding flush reads k, v, beta, g instead."""
+        e = torch.finfo(self.dtype).bits // 8
+        g = self.HV * (self.d_k if self.per_channel else 1) * 4
+        k = self.H * self.d_k * e
+        other = self.HV * self.d_v * 4 if fold_u else self.HV * (self.d_v * e + 4)
+        return batch * c * (g + k + other)
+
+    def step_bytes(self, batch, c, flush, fold_u=True):
+        st = self.state_bytes(batch) * (2 if flush else 1)
+        return st + self.token_bytes(batch) + self.ring_read_bytes(batch, c, fold_u or not flush)
+
+
+class Cursors:
+    """Called before each replay (outside the timed region): flush L2, set the slots' phases."""
+
+    def __init__(self, state, phases, flush):
+        self.state, self.flush = state, flush
+        self.phases = itertools.cycle(phases)
+
+    def __call__(self):
+        self.state.committed.copy_(next(self.phases))
+        self.state.flush_at.fill_(self.state.window)
+        self.flush()
+
+
+def replay_fn(layer, state, x, idx, refold=True, block_v=None):
+    return lambda: decode.delta_replay_step(
+        state.checkpoint, state.ring_k, state.ring_v, state.ring_beta, state.ring_g, state.ring_u,
+        state.committed, state.flush_at, state.window, **x, A_log=layer.A_log, dt_bias=layer.dt_bias,
+        state_indices=idx, pad_slot_id=-1, scale=None, refold=refold, block_v=block_v)
+
+
+def fla_fn(layer, batch, x):
+    """fla's standard decode step over the same state bytes (its own buffers, same layout)."""
+    h0 = torch.randn(batch, layer.HV, layer.d_v, layer.d_k, device="cuda") * 0.05
+    seq = {n: t[:, None].contiguous() for n, t in x.items()}
+    if layer.per_channel:
+        from fla.ops.kda import fused_recurrent_kda
+
+        return lambda: fused_recurrent_kda(
+            seq["q"], seq["k"], seq["v"], seq["a"], seq["b"], A_log=layer.A_log, dt_bias=layer.dt_bias,
+            initial_state=h0, output_final_state=True, use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True,
+            use_beta_sigmoid_in_kernel=True, state_v_first=True)
+    from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule
+
+    return lambda: fused_recurrent_gated_delta_rule(
+        seq["q"], seq["k"], seq["v"], g=seq["a"], beta=seq["b"], A_log=layer.A_log, dt_bias=layer.dt_bias,
+        use_gate_in_kernel=True, use_qk_l2norm_in_kernel=True, use_beta_sigmoid_in_kernel=True,
+        initial_state=h0, output_final_state=True, state_v_first=True)
+
+
+def bench_batch(layer, batch, flusher, rounds, copy_bw, with_fla, sweep):
+    L = layer.window
+    x = layer.tokens(batch)
+    idx = torch.arange(batch, dtype=torch.int32, device="cuda")
+    rows = []
+
+    def row(mode, us, nbytes, **extra):
+        rows.append({"batch": batch, "mode": mode, "us": us, "GBps": nbytes / (us * 1e-6) / 1e9 if nbytes else None,
+                     **extra})
+        return us
+
+    def timed(fn, before=None):
+        graph = capture_graph(fn)
+        return time_replays([graph], rounds=rounds, flush=before or flusher)
+
+    if with_fla:
+        t = timed(fla_fn(layer, batch, x))
+        row("fla", median([r[0] for r in t]), 2 * layer.state_bytes(batch) + layer.token_bytes(batch))
+    ssm = torch.randn(batch, layer.HV, layer.d_v, layer.d_k, device="cuda") * 0.05
+    t = timed(lambda: decode.delta_standard_step(ssm, **x, A_log=layer.A_log, dt_bias=layer.dt_bias,
+                                                 state_indices=idx, pad_slot_id=-1, scale=None))
+    row("standard", median([r[0] for r in t]), 2 * layer.state_bytes(batch) + layer.token_bytes(batch))
+    del ssm
+
+    state = layer.state(batch)
+    variants = [(None, "replay")] + ([(bv, f"replay BV={bv}") for bv in (8, 16, 32)] if sweep else [])
+    for block_v, name in variants:
+        graph = capture_graph(replay_fn(layer, state, x, idx, block_v=block_v))
+        phases = [torch.full((batch,), c, dtype=torch.int32, device="cuda") for c in range(L)]
+        per_phase = [median([r[0] for r in time_replays([graph], rounds=rounds, flush=Cursors(state, [p], flusher))])
+                     for p in phases]
+        nonflush = sum(per_phase[:-1]) / (L - 1)
+        nonflush_bytes = sum(layer.step_bytes(batch, c, False) for c in range(L - 1)) / (L - 1)
+        row(f"{name} non-flush", nonflush, nonflush_bytes)
+        row(f"{name} flush", per_phase[-1], layer.step_bytes(batch, L - 1, True, fold_u=False))
+        amort_bytes = (nonflush_bytes * (L - 1) + layer.step_bytes(batch, L - 1, True, fold_u=False)) / L
+        row(f"{name} amortized", sum(per_phase) / L, amort_bytes, per_phase_us=per_phase)
+    stagger = (torch.arange(batch, device="cuda", dtype=torch.int32) % L)
+    t = time_replays([capture_graph(replay_fn(layer, state, x, idx))], rounds=rounds,
+                     flush=Cursors(state, [stagger], flusher))
+    st_bytes = sum(layer.step_bytes(1, c, c == L - 1, fold_u=c != L - 1) * int((stagger == c).sum()) for c in range(L))
+    row("replay staggered", median([r[0] for r in t]), st_bytes)
+    graph = capture_graph(replay_fn(layer, state, x, idx, refold=False))
+    t = time_replays([graph], rounds=rounds,
+                     flush=Cursors(state, [torch.full((batch,), L - 1, dtype=torch.int32, device="cuda")], flusher))
+    row("flush, fold u", median([r[0] for r in t]), layer.step_bytes(batch, L - 1, True, fold_u=True))
+    del state
+    torch.cuda.empty_cache()
+    for r in rows:
+        r["pct_copy"] = 100 * r["GBps"] / copy_bw if r["GBps"] else None
+    return rows
+
+
+def warmup_only(layer, batches):
+    """Compile every kernel variant the run uses (fills Triton's disk cache; no timing)."""
+    for batch in batches:
+        x = layer.tokens(batch)
+        idx = torch.arange(batch, dtype=torch.int32, device="cuda")
+        state = layer.state(batch)
+        ssm = torch.zeros(batch, layer.HV, layer.d_v, layer.d_k, device="cuda")
+        decode.delta_standard_step(ssm, **x, A_log=layer.A_log, dt_bias=layer.dt_bias, state_indices=idx,
+                                   pad_slot_id=-1, scale=None)
+        replay_fn(layer, state, x, idx)()
+        replay_fn(layer, state, x, idx, refold=False)()
+    torch.cuda.synchronize()
+
+
+def print_table(rows, kind):
+    fla = {r["batch"]: r["us"] for r in rows if r["mode"] == "fla"}
+    std = {r["batch"]: r["us"] for r in rows if r["mode"] == "standard"}
+    head = f"| batch | mode | us | GB/s | % copy | x vs fla | x vs standard |"
+    print(f"\n{kind.upper()} decode\n{head}\n|---|---|---|---|---|---|---|")
+    for r in rows:
+        b = r["batch"]
+        vs_fla = f"{fla[b] / r['us']:.2f}" if b in fla else "-"
+        print(f"| {b} | {r['mode']} | {r['us']:.1f} | {r['GBps']:.0f} | {r['pct_copy']:.0f}% | {vs_fla} "
+              f"| {std[b] / r['us']:.2f} |")
+
+
+def main(kind="gdn", argv=None):
+    defaults = {"gdn": (32, 16, 128, 128), "kda": (32, 32, 128, 128)}[kind]
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--batches", type=int, nargs="+", default=list(BATCHES))
+    p.add_argument("--dims", type=int, nargs=4, default=list(defaults), metavar=("HV", "H", "D_K", "D_V"))
+    p.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp32"])
+    p.add_argument("--window", type=int, default=16)
+    p.add_argument("--rounds", type=int, default=20)
+    p.add_argument("--no-fla", action="store_true", help="skip the fla baseline")
+    p.add_argument("--sweep", type=int, nargs="*", default=[1, 256], help="batches to sweep BV at")
+    p.add_argument("--warmup-only", action="store_true", help="compile every variant and exit")
+    p.add_argument("--json", help="write the rows and the machine description here")
+    args = p.parse_args(argv)
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
+    layer = Layer(kind, *args.dims, dtype, args.window)
+    if args.warmup_only:
+        warmup_only(layer, args.batches)
+        return
+    info = device_info()
+    copy_bw = copy_bandwidth_gbps()
+    print(f"{info}  copy bandwidth {copy_bw:.0f} GB/s")
+    flusher = L2Flusher()
+    rows = []
+    for batch in args.batches:
+        rows += bench_batch(layer, batch, flusher, args.rounds, copy_bw, not args.no_fla, batch in args.sweep)
+    print_table(rows, kind)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"kind": kind, "dims": args.dims, "dtype": args.dtype, "window": args.window,
+                       "device": info, "copy_GBps": copy_bw, "rows": rows}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main("gdn")

@@ -64,6 +64,10 @@ def _doc(fn, T: str = ""):
     return fn
 
 
+def _doc_with_t(fn):
+    return _doc(fn, T=", T")
+
+
 # -- argument checks -------------------------------------------------------------------------------
 
 
@@ -253,7 +257,7 @@ def mamba2_standard_step(
 # -- ReplaySSM -----------------------------------------------------------------------------------------
 
 
-@_doc
+@_doc_with_t
 def mamba2_replay_verify(
     state: Mamba2ReplayState,
     x: torch.Tensor,

@@ -57,3 +57,33 @@ def check_against_fla_naive(layer: Layer, batch: int = 2, T: int = 21) -> None:
     final = S_fla.transpose(-1, -2).to(F64)
     torch.testing.assert_close(plain, final, rtol=FLA_TOL, atol=FLA_TOL)
     torch.testing.assert_close(layer.kind.materialize(state, all_rows), final, rtol=FLA_TOL, atol=FLA_TOL)
+
+
+def check_against_fla_fused_recurrent(layer: Layer, batch: int = 2, T: int = 6) -> None:
+    """fla's fused_recurrent Triton kernel (run by the Triton interpreter on CPU, fp32) from the
+    raw projections -- gate, beta sigmoid and q/k l2norm all in-kernel, state in our
+    ``[V, K]`` layout (``state_v_first``) -- against our standard steps and ReplaySSM decode."""
+    if layer.kind.per_channel:
+        from fla.ops.kda import fused_recurrent_kda as fla_fused
+    else:
+        from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule as fla_fused
+
+    seq = layer.tokens(batch, T)
+    gen = torch.Generator().manual_seed(2)
+    initial = 0.3 * torch.randn(batch, layer.HV, layer.d_v, layer.d_k, generator=gen, dtype=F64)
+    f32 = {name: x.float() for name, x in seq.items()}
+    o_fla, S_fla = fla_fused(
+        f32["q"], f32["k"], f32["v"], g=f32["a"], beta=f32["b"], A_log=layer.A_log.float(),
+        dt_bias=layer.dt_bias.float(), initial_state=initial.float(), output_final_state=True,
+        use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True, state_v_first=True,
+    )
+    all_rows = indices(range(batch))
+    plain = initial.clone()
+    state = layer.replay_state(batch, ReplaySSMConfig(window=4))
+    state.checkpoint.copy_(initial)
+    for t in range(T):
+        token = {name: x[:, t] for name, x in seq.items()}
+        expected = o_fla[:, t].to(F64)
+        torch.testing.assert_close(layer.standard(plain, token, all_rows), expected, rtol=FLA_TOL, atol=FLA_TOL)
+        torch.testing.assert_close(layer.step(state, token, all_rows), expected, rtol=FLA_TOL, atol=FLA_TOL)
+    torch.testing.assert_close(plain, S_fla.to(F64), rtol=FLA_TOL, atol=FLA_TOL)

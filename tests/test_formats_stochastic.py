@@ -23,6 +23,7 @@ from trtllm_replayssm.formats import (
     stochastic_round,
 )
 
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # Triton kernels run where CUDA is
 DRAWS = 4096
 STANDARD_ERRORS = 5.0
 
@@ -111,9 +112,9 @@ def test_randint_equals_triton_randint(seed):
         tl.store(out_ptr + index, tl.randint(seed, offset).to(tl.int64))
 
     offsets = _offsets()
-    out = torch.empty_like(offsets)
-    draw[(1,)](out, offsets, seed, BLOCK=offsets.numel())
-    assert torch.equal(out, randint(seed, offsets))
+    out = torch.empty_like(offsets, device=DEVICE)
+    draw[(1,)](out, offsets.to(DEVICE), seed, BLOCK=offsets.numel())
+    assert torch.equal(out.cpu(), randint(seed, offsets))
 
 
 def test_stochastic_round_bits_equal_triton_philox_with_stream():
@@ -130,11 +131,11 @@ def test_stochastic_round_bits_equal_triton_philox_with_stream():
         tl.store(out_ptr + index, bits.to(tl.int64))
 
     offsets = _offsets()
-    out = torch.empty_like(offsets)
+    out = torch.empty_like(offsets, device=DEVICE)
     seed, layer, flush_count = 987654321, 3, 41
-    draw[(1,)](out, offsets, seed, layer, flush_count, BLOCK=offsets.numel())
+    draw[(1,)](out, offsets.to(DEVICE), seed, layer, flush_count, BLOCK=offsets.numel())
     words = philox4x32(seed, offsets & 0xFFFFFFFF, offsets >> 32, layer, flush_count)
-    assert torch.equal(out, words[0])
+    assert torch.equal(out.cpu(), words[0])
 
 
 def test_philox_counter_words_and_seed_all_matter():

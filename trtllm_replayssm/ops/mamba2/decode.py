@@ -50,9 +50,11 @@ def launch_config(kind: str, head_dim: int, d_state: int, batch: int) -> LaunchC
     block_n = triton.next_power_of_2(d_state)
     # Keep a tile at <= 4096 fp32 elements: 32 registers per thread at 4 warps.
     block_p = max(16, min(triton.next_power_of_2(head_dim), 4096 // block_n))
-    if kind == "standard":
-        return LaunchConfig(block_p=min(block_p, 16), num_warps=4)
-    return LaunchConfig(block_p=min(block_p, 32 if batch >= 64 else 16), num_warps=4)
+    block_p = min(block_p, 16 if kind == "standard" or batch < 64 else 32)
+    # A block that divides head_dim (80 = 5 x 16) wastes no lanes on masked rows.
+    while block_p > 16 and head_dim % block_p:
+        block_p //= 2
+    return LaunchConfig(block_p=block_p, num_warps=4)
 
 
 @triton.jit

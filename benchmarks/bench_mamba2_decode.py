@@ -1,0 +1,223 @@
+"""Mamba-2 decode: standard step vs ReplaySSM (non-flush, flush, amortized, staggered mix).
+
+Every step is captured in a CUDA graph and each replay is timed alone with the L2 flushed
+before it; the state is fp32 ``[slots, heads, head_dim, d_state]``, activations bf16, window
+L=16. Bandwidth is reported against a device-to-device copy measured in the same run.
+
+- standard: ``mamba2_standard_step`` (read + write the state every token): the baseline.
+- non-flush: mean over ring positions 0..14 of a window with every slot in phase.
+- flush: position 15 of that window (every slot folds its ring and writes its checkpoint).
+- amortized: the mean over the 16 steps of the window (15 non-flush + 1 flush).
+- mixed: slots in staggered phases (slot i first flushes after 16 - i % 16 tokens), so about
+  1/16 of the batch flushes at every step; the mean over 16 steps.
+
+Usage::
+
+    python benchmarks/bench_mamba2_decode.py --json mamba2_decode.json
+    python benchmarks/bench_mamba2_decode.py --sweep      # launch configurations, Nemotron-H dims
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _timing import L2Flusher, capture_graph, copy_bandwidth_gbps, device_info, median, time_replays  # noqa: E402
+
+from trtllm_replayssm.config import ReplaySSMConfig  # noqa: E402
+from trtllm_replayssm.ops.mamba2 import Mamba2ReplayState, decode  # noqa: E402
+
+DIMS = {
+    # name: (heads, head_dim, d_state, groups)
+    "nemotron_h": (128, 64, 128, 8),
+    "nemotron3_nano": (96, 80, 128, 8),
+}
+WINDOW = 16
+
+
+def _inputs(batch, heads, head_dim, d_state, groups, dtype):
+    g = torch.Generator(device="cuda").manual_seed(batch)
+    x = torch.randn(batch, heads, head_dim, device="cuda", generator=g).to(dtype)
+    dt = torch.randn(batch, heads, device="cuda", generator=g)
+    B = (torch.randn(batch, groups, d_state, device="cuda", generator=g) / d_state**0.5).to(dtype)
+    C = torch.randn(batch, groups, d_state, device="cuda", generator=g).to(dtype)
+    z = torch.randn(batch, heads, head_dim, device="cuda", generator=g).to(dtype)
+    A = -(0.5 + torch.rand(heads, device="cuda", generator=g))
+    D = torch.randn(heads, device="cuda", generator=g)
+    dt_bias = torch.randn(heads, device="cuda", generator=g) * 0.5
+    return x, dt, A, B, C, D, z, dt_bias
+
+
+def _state_bytes(batch, heads, head_dim, d_state):
+    return batch * heads * head_dim * d_state * 4
+
+
+def _ring_bytes(batch, heads, head_dim, d_state, groups, entries, act_bytes):
+    return batch * entries * (heads * head_dim * act_bytes + heads * 4 + groups * d_state * act_bytes)
+
+
+def _io_bytes(batch, heads, head_dim, d_state, groups, act_bytes):
+    # x, z, y per head; B, C per group; dt per head
+    return batch * (3 * heads * head_dim * act_bytes + 2 * groups * d_state * act_bytes + heads * 4)
+
+
+def time_standard(dims, batch, dtype, flush, rounds, config=None):
+    heads, head_dim, d_state, groups = dims
+    state = torch.randn(batch, heads, head_dim, d_state, device="cuda") * 0.1
+    x, dt, A, B, C, D, z, dt_bias = _inputs(batch, *dims, dtype)
+    idx = torch.arange(batch, dtype=torch.int32, device="cuda")
+    y = torch.empty_like(x)
+
+    def step():
+        decode.standard_step(state, x, dt, A, B, C, D, z, dt_bias, True, None, None, idx, -1, out=y, config=config)
+
+    graph = capture_graph(step)
+    times = time_replays(graph, rounds=rounds, flush=flush)
+    del state
+    return median([t[0] for t in times])
+
+
+def time_replay(dims, batch, dtype, flush, rounds, stagger, config=None):
+    """Per-phase medians of 16 consecutive steps (microseconds, list of 16)."""
+    heads, head_dim, d_state, groups = dims
+    cfg = ReplaySSMConfig(window=WINDOW, flush_stagger=stagger)
+    state = Mamba2ReplayState.allocate(batch, heads, head_dim, d_state, groups, cfg, activation_dtype=dtype, device="cuda")
+    state.checkpoint.normal_(0, 0.1)
+    x, dt, A, B, C, D, z, dt_bias = _inputs(batch, *dims, dtype)
+    idx = torch.arange(batch, dtype=torch.int32, device="cuda")
+    y = torch.empty_like(x)
+
+    def step():
+        decode.replay_step(state.checkpoint, state.ring_x, state.ring_dt, state.ring_B, state.committed,
+                           state.flush_at, state.window, x, dt, A, B, C, D, z, dt_bias, True, None, None,
+                           idx, -1, out=y, config=config)
+
+    graph = capture_graph(step)
+    # Back to phase 0 of every slot's window after the warm-up (the checkpoint keeps its
+    # random contents: timing zeros can flatter a kernel).
+    state.committed.zero_()
+    state.flush_at.copy_(torch.tensor([cfg.first_flush_at(s) for s in range(batch)], dtype=torch.int32))
+    torch.cuda.synchronize()
+    times = time_replays([graph] * WINDOW, rounds=rounds, flush=flush)
+    del state
+    return [median([t[i] for t in times]) for i in range(WINDOW)]
+
+
+def bench(dims_name, batch, dtype, flush, rounds, copy_gbps):
+    dims = DIMS[dims_name]
+    heads, head_dim, d_state, groups = dims
+    act = torch.tensor([], dtype=dtype).element_size()
+    s_bytes = _state_bytes(batch, heads, head_dim, d_state)
+    io = _io_bytes(batch, heads, head_dim, d_state, groups, act)
+    std_us = time_standard(dims, batch, dtype, flush, rounds)
+    phases = time_replay(dims, batch, dtype, flush, rounds, stagger=False)
+    mixed = time_replay(dims, batch, dtype, flush, rounds, stagger=True)
+    nonflush_us = sum(phases[:-1]) / (WINDOW - 1)
+    flush_us = phases[-1]
+    amortized_us = sum(phases) / WINDOW
+    mixed_us = sum(mixed) / WINDOW
+    # Bytes a step must move: the state once (non-flush) or twice (flush, standard), the ring
+    # entries it reads (c of them at position c) plus the one it appends, and the token's I/O.
+    nonflush_bytes = s_bytes + io + sum(_ring_bytes(batch, *dims, c + 1, act) for c in range(WINDOW - 1)) / (WINDOW - 1)
+    flush_bytes = 2 * s_bytes + io + _ring_bytes(batch, *dims, WINDOW, act)
+    std_bytes = 2 * s_bytes + io
+
+    def gbps(nbytes, us):
+        return nbytes / (us * 1e-6) / 1e9
+
+    rec = {
+        "dims": dims_name, "heads": heads, "head_dim": head_dim, "d_state": d_state, "groups": groups,
+        "batch": batch, "activation": str(dtype).replace("torch.", ""),
+        "standard_us": std_us, "standard_gbps": gbps(std_bytes, std_us),
+        "nonflush_us": nonflush_us, "nonflush_gbps": gbps(nonflush_bytes, nonflush_us),
+        "flush_us": flush_us, "flush_gbps": gbps(flush_bytes, flush_us),
+        "amortized_us": amortized_us, "mixed_us": mixed_us,
+        "phase_us": phases, "mixed_phase_us": mixed,
+    }
+    rec["standard_pct_copy"] = 100 * rec["standard_gbps"] / copy_gbps
+    rec["nonflush_pct_copy"] = 100 * rec["nonflush_gbps"] / copy_gbps
+    rec["flush_pct_copy"] = 100 * rec["flush_gbps"] / copy_gbps
+    rec["speedup_amortized"] = std_us / amortized_us
+    rec["speedup_mixed"] = std_us / mixed_us
+    rec["speedup_nonflush"] = std_us / nonflush_us
+    rec["flush_over_standard"] = flush_us / std_us
+    return rec
+
+
+HEADER = (
+    f"{'dims':<15}{'batch':>6} | {'std us':>9}{'%copy':>7} | {'nonfl us':>9}{'%copy':>7} | {'flush us':>9}"
+    f"{'/std':>6} | {'amort us':>9}{'x std':>7} | {'mixed us':>9}{'x std':>7}"
+)
+
+
+def row(r):
+    return (
+        f"{r['dims']:<15}{r['batch']:>6} | {r['standard_us']:>9.1f}{r['standard_pct_copy']:>6.1f}% | "
+        f"{r['nonflush_us']:>9.1f}{r['nonflush_pct_copy']:>6.1f}% | {r['flush_us']:>9.1f}{r['flush_over_standard']:>6.2f} | "
+        f"{r['amortized_us']:>9.1f}{r['speedup_amortized']:>7.2f} | {r['mixed_us']:>9.1f}{r['speedup_mixed']:>7.2f}"
+    )
+
+
+def sweep(batches, dtype, flush, rounds):
+    """Time launch configurations of both kernels at Nemotron-H dims (for ``decode.launch_config``)."""
+    dims = DIMS["nemotron_h"]
+    out = []
+    std_cfgs = [(8, 2), (16, 2), (16, 4), (32, 4), (32, 8), (64, 8)]
+    rep_cfgs = [(16, 4, True), (32, 4, True), (32, 8, True), (64, 8, True), (16, 4, False), (32, 4, False)]
+    for batch in batches:
+        for bp, nw in std_cfgs:
+            us = time_standard(dims, batch, dtype, flush, rounds, decode.LaunchConfig(bp, nw))
+            out.append({"kernel": "standard", "batch": batch, "block_p": bp, "num_warps": nw, "us": us})
+            print(f"standard batch {batch:>4} block_p {bp:>3} warps {nw}: {us:9.1f} us", flush=True)
+        for bp, nw, fold_dot in rep_cfgs:
+            ph = time_replay(dims, batch, dtype, flush, rounds, False, decode.LaunchConfig(bp, nw, fold_dot))
+            rec = {"kernel": "replay", "batch": batch, "block_p": bp, "num_warps": nw, "fold_dot": fold_dot,
+                   "nonflush_us": sum(ph[:-1]) / (WINDOW - 1), "flush_us": ph[-1], "amortized_us": sum(ph) / WINDOW}
+            out.append(rec)
+            print(f"replay   batch {batch:>4} block_p {bp:>3} warps {nw} fold_dot {fold_dot:d}: non-flush "
+                  f"{rec['nonflush_us']:8.1f}  flush {rec['flush_us']:8.1f}  amortized {rec['amortized_us']:8.1f} us",
+                  flush=True)
+    return out
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--batches", type=int, nargs="+", default=[1, 32, 128, 256, 512])
+    p.add_argument("--dims", nargs="+", default=list(DIMS), choices=list(DIMS))
+    p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
+    p.add_argument("--rounds", type=int, default=30)
+    p.add_argument("--no-l2-flush", action="store_true")
+    p.add_argument("--sweep", action="store_true", help="time launch configurations instead")
+    p.add_argument("--sweep-batches", type=int, nargs="+", default=[1, 256])
+    p.add_argument("--json", type=Path, default=None)
+    args = p.parse_args(argv)
+    dtype = getattr(torch, args.dtype)
+    flush = None if args.no_l2_flush else L2Flusher()
+    info = device_info()
+    copy_gbps = copy_bandwidth_gbps()
+    print(f"# {info}  copy bandwidth {copy_gbps:.0f} GB/s (read + write)", flush=True)
+    result = {"device": info, "copy_gbps": copy_gbps, "window": WINDOW, "state_dtype": "float32",
+              "activation": args.dtype, "l2_flush": flush is not None}
+    if args.sweep:
+        result["sweep"] = sweep(args.sweep_batches, dtype, flush, args.rounds)
+    else:
+        print(HEADER, flush=True)
+        records = []
+        for name in args.dims:
+            for batch in args.batches:
+                rec = bench(name, batch, dtype, flush, args.rounds, copy_gbps)
+                records.append(rec)
+                print(row(rec), flush=True)
+        result["results"] = records
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1))
+    return result
+
+
+if __name__ == "__main__":
+    main()

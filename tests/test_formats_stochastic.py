@@ -40,6 +40,13 @@ def _all_finite_values(dtype: torch.dtype) -> torch.Tensor:
     return values[torch.isfinite(values) & (values >= 0)].unique()
 
 
+def _bits(value: torch.Tensor) -> int:
+    """Bit pattern of a one-element float16 / bfloat16 / E4M3 tensor, as an unsigned int."""
+    width = torch.finfo(value.dtype).bits
+    raw = value.view(torch.int16 if width == 16 else torch.uint8).item()
+    return raw % (1 << width)
+
+
 def _neighbours(x: torch.Tensor, dtype: torch.dtype):
     """float64 ``(lo, hi, p_up)``: magnitudes ``lo <= |x| <= hi`` (saturating at the largest)
     and the probability ``(|x| - lo) / (hi - lo)`` of unbiased rounding to ``hi``."""
@@ -211,7 +218,8 @@ def test_stochastic_round_specials_saturate_and_keep_sign(dtype):
     x = torch.tensor([inf, -inf, 2.0 * big, -3.4e38, nan, -0.0, 0.0, big])
     out = stochastic_round(x, dtype, seed=3).float()
     assert out[:4].double().tolist() == [big, -big, big, -big]
-    assert torch.isnan(out[4])
+    canonical_nan = {torch.float16: 0x7E00, torch.bfloat16: 0x7FC0, torch.float8_e4m3fn: 0x7F}
+    assert torch.isnan(out[4]) and _bits(stochastic_round(x[4:5], dtype, 3)) == canonical_nan[dtype]
     assert out[5] == 0 and torch.signbit(out[5]) and not torch.signbit(out[6])
     assert out[7].double().item() == big
 

@@ -104,8 +104,8 @@ def e2m1_encode(x: torch.Tensor) -> torch.Tensor:
     Returns:
         ``[...]`` uint8 codes in ``[0, 16)``; the sign bit is set for every ``x < 0``.
     """
-    if x.dtype not in FLOAT_INPUTS:
-        raise ValueError(f"x: expected one of {FLOAT_INPUTS}, got {x.dtype}")
+    if not isinstance(x, torch.Tensor) or x.dtype not in FLOAT_INPUTS:
+        raise ValueError(f"x: expected a tensor of one of {FLOAT_INPUTS}, got {describe(x)}")
     magnitude = x.float().abs()
     tie_down = torch.tensor(_MIDPOINTS_TIE_DOWN, dtype=torch.float32, device=x.device)
     tie_up = torch.tensor(_MIDPOINTS_TIE_UP, dtype=torch.float32, device=x.device)
@@ -140,7 +140,7 @@ def nvfp4_quantize(
     """Quantize ``x`` to NVFP4 along its last axis.
 
     Args:
-        x: ``[..., n]`` float32 / float16 / bfloat16, ``n`` a multiple of 16.
+        x: ``[..., n]`` float32 / float16 / bfloat16, finite, ``n`` a multiple of 16.
         global_scale: ``x.shape[:scale_dims]`` float32, positive and finite (a Python float is
             accepted with ``scale_dims=0``). ``None`` derives it from ``x`` as
             ``amax / (6 * 448)`` over all axes from ``scale_dims`` on.

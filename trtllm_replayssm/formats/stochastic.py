@@ -27,7 +27,8 @@ is a multiple of ``2**-32`` for every float32 input outside the float32-subnorma
 rounding is exactly unbiased there.
 
 Values beyond the target's largest finite magnitude saturate to it (float16 65504, bfloat16
-about 3.39e38, E4M3 448); NaN stays NaN.
+about 3.39e38, E4M3 448); NaN becomes the target's canonical NaN (float16 ``0x7E00``, bfloat16
+``0x7FC0``, E4M3 ``0x7F``).
 """
 
 from __future__ import annotations
@@ -48,11 +49,13 @@ _PHILOX_MUL_B = 0xCD9E8D57
 _PHILOX_KEY_A = 0x9E3779B9
 _PHILOX_KEY_B = 0xBB67AE85
 
-# target -> (integer dtype of the same width for bit views, sign bit, largest finite magnitude bits)
+# target -> (integer dtype of the same width for bit views, sign bit, largest finite magnitude
+# bits, canonical NaN bits). NaN payloads differ between CPU and GPU casts, so NaN is written as
+# one fixed pattern.
 _BITS = {
-    torch.float16: (torch.int16, 0x8000, 0x7BFF),
-    torch.bfloat16: (torch.int16, 0x8000, 0x7F7F),
-    torch.float8_e4m3fn: (torch.uint8, 0x80, 0x7E),
+    torch.float16: (torch.int16, 0x8000, 0x7BFF, 0x7E00),
+    torch.bfloat16: (torch.int16, 0x8000, 0x7F7F, 0x7FC0),
+    torch.float8_e4m3fn: (torch.uint8, 0x80, 0x7E, 0x7F),
 }
 
 
@@ -194,7 +197,7 @@ def stochastic_round(
     offsets = _element_offsets(x, offset)
     bits = philox4x32(seed, offsets & _MASK32, offsets >> 32, layer, flush_count)[0]
 
-    int_dtype, sign_bit, max_bits = _BITS[dtype]
+    int_dtype, sign_bit, max_bits, nan_bits = _BITS[dtype]
     max_value = float(_from_bits(torch.tensor(max_bits), dtype).float())
     magnitude = x.abs().clamp(max=max_value)
     nearest = magnitude.to(dtype)
@@ -210,6 +213,5 @@ def stochastic_round(
     threshold = torch.ceil(prob_up * 2.0**32).to(torch.int64)
     rounded_bits = torch.where(bits < threshold, high_bits, low_bits)
     rounded_bits = rounded_bits | (torch.signbit(x).to(torch.int32) * sign_bit)
-    nan_bits = x.to(dtype).view(int_dtype).to(torch.int32) & ((sign_bit << 1) - 1)
     rounded_bits = torch.where(torch.isnan(x), nan_bits, rounded_bits)
     return _from_bits(rounded_bits, dtype)

@@ -44,7 +44,7 @@ def stochastic_round_fp16(x, seed, offset, layer, flush_count):
     """Round float32 ``x`` to float16 stochastically; ``offset`` is int64, one per element.
 
     Draws ``tl.philox(seed, offset_lo, offset_hi, layer, flush_count)``'s first word and rounds
-    away from zero when it is below ``p * 2**32``; saturates at 65504; NaN stays NaN.
+    away from zero when it is below ``p * 2**32``; saturates at 65504; NaN becomes ``0x7E00``.
     """
     offset_lo = offset.to(tl.uint32)
     offset_hi = (offset >> 32).to(tl.uint32)
@@ -63,5 +63,5 @@ def stochastic_round_fp16(x, seed, offset, layer, flush_count):
     rounded = tl.where(bits.to(tl.int64) < threshold, high_bits, low_bits)
     sign = (x.to(tl.int32, bitcast=True) >> 31) & 1
     rounded = rounded | (sign << 15)
-    value = rounded.to(tl.int16).to(tl.float16, bitcast=True)
-    return tl.where(x != x, x.to(tl.float16), value)
+    rounded = tl.where(x != x, 0x7E00, rounded)
+    return rounded.to(tl.int16).to(tl.float16, bitcast=True)

@@ -88,3 +88,22 @@ def test_kind_mismatch_rejected():
     state, x, idx = _setup(True)
     with pytest.raises(ValueError, match="state"):
         gdn_replay_step(state, **{**x, "a": torch.randn(3, 4), "dt_bias": torch.randn(4)}, state_indices=idx)
+
+
+def test_cache_reads_delta_rule_configs():
+    from transformers import KimiLinearConfig, Qwen3NextConfig
+    from transformers.models.qwen3_5.configuration_qwen3_5 import Qwen3_5Config
+
+    from trtllm_replayssm.cache import ReplayStateCache
+
+    qwen = Qwen3NextConfig(num_hidden_layers=4)  # layers 0-2 linear attention, 3 full attention
+    cache = ReplayStateCache.from_hf_config(qwen, slots=2)
+    assert sorted(cache.states) == [i for i, t in enumerate(qwen.layer_types) if t == "linear_attention"] == [0, 1, 2]
+    st = cache.layer(0)
+    assert tuple(st.checkpoint.shape) == (2, 32, 128, 128) and tuple(st.ring_k.shape[:2]) == (2, 16)
+    assert not st.per_channel_decay
+    q35 = ReplayStateCache.from_hf_config(Qwen3_5Config(text_config={"num_hidden_layers": 4}), slots=1)
+    assert sorted(q35.states) == [0, 1, 2]
+    kimi = ReplayStateCache.from_hf_config(KimiLinearConfig(num_hidden_layers=2), slots=1)
+    st = kimi.layer(0)
+    assert st.per_channel_decay and tuple(st.ring_g.shape) == (1, 32, 16, 128)

@@ -130,6 +130,30 @@ register_config_reader("nemotron_h", _read_nemotron_h)
 register_config_reader("mamba2", _read_mamba2)
 
 
+def _read_gated_deltanet(cfg) -> dict[int, SSMLayerSpec]:
+    # Qwen3-Next / Qwen3.5: the short convolution runs over q, k (key dims) and v (value dims).
+    hv, h, d_k, d_v = (cfg.linear_num_value_heads, cfg.linear_num_key_heads, cfg.linear_key_head_dim,
+                       cfg.linear_value_head_dim)
+    spec = SSMLayerSpec("gdn", {"v_heads": hv, "k_heads": h, "d_k": d_k, "d_v": d_v},
+                        conv_dim=2 * h * d_k + hv * d_v, d_conv=cfg.linear_conv_kernel_dim)
+    return {i: spec for i, t in enumerate(cfg.layer_types) if t == "linear_attention"}
+
+
+def _read_kimi_linear(cfg) -> dict[int, SSMLayerSpec]:
+    # Kimi Linear's KDA: as many key heads as value heads, one short convolution over q, k, v.
+    heads, d = cfg.linear_num_heads, cfg.linear_head_dim
+    spec = SSMLayerSpec("kda", {"heads": heads, "d_k": d, "d_v": d}, conv_dim=3 * heads * d,
+                        d_conv=cfg.linear_conv_kernel_dim)
+    return {i: spec for i, t in enumerate(cfg.layer_types) if t == "linear_attention"}
+
+
+for _model_type in ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text"):
+    register_config_reader(_model_type, _read_gated_deltanet)
+for _model_type in ("qwen3_5", "qwen3_5_moe"):  # the multimodal wrappers keep the LM in text_config
+    register_config_reader(_model_type, lambda cfg: _read_gated_deltanet(cfg.text_config))
+register_config_reader("kimi_linear", _read_kimi_linear)
+
+
 class ReplayStateCache:
     """Per-layer ReplaySSM states and conv states of a model, addressed by slot.
 

@@ -16,7 +16,6 @@ Per cache slot the mixer holds the conv state ``[slots, conv_dim, d_conv - 1]`` 
 
 from __future__ import annotations
 
-import importlib
 from types import ModuleType
 
 import torch
@@ -26,6 +25,7 @@ from torch import nn
 from ..config import ReplaySSMConfig
 from ..ops._slots import live_rows
 from ..ops.gdn.state import DeltaRuleReplayState
+from ._common import plain_checkpoint_dtype, resolve_backend
 from .conv import causal_conv1d_update
 
 __all__ = ["DeltaRuleMixer", "ReplayGatedDeltaNet", "DELTA_RULE_BACKENDS"]
@@ -35,12 +35,7 @@ DELTA_RULE_BACKENDS = {
     "gdn": {"reference": "trtllm_replayssm.ops.gdn.reference"},
     "kda": {"reference": "trtllm_replayssm.ops.kda.reference"},
 }
-MODES = ("replay", "standard")
 _GATES = {"silu": F.silu, "swish": F.silu, "sigmoid": torch.sigmoid}
-
-# The plain (non-split) state supports these checkpoint precisions; fp8 and read copies need the
-# split-precision cache.
-_CHECKPOINT_TORCH_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
 
 class DeltaRuleMixer(nn.Module):
@@ -58,33 +53,17 @@ class DeltaRuleMixer(nn.Module):
         dtype, device,
     ) -> None:
         self.config = config or ReplaySSMConfig()
-        if mode not in MODES:
-            raise ValueError(f"mode: expected one of {MODES}, got {mode!r}")
+        checkpoint_dtype = plain_checkpoint_dtype(self.config, mode)
         if num_v_heads % num_k_heads != 0:
             raise ValueError(f"num_v_heads: expected a multiple of num_k_heads={num_k_heads}, got {num_v_heads}")
         if d_conv < 2:
             raise ValueError(f"d_conv: expected >= 2, got {d_conv}")
-        if self.config.checkpoint_dtype not in _CHECKPOINT_TORCH_DTYPES or self.config.stochastic_rounding:
-            raise ValueError(
-                f"config.checkpoint_dtype: this mixer keeps a plain {sorted(_CHECKPOINT_TORCH_DTYPES)} "
-                f"checkpoint without stochastic rounding, got {self.config.checkpoint_spec!r}"
-            )
-        if self.config.read_format != "none":
-            raise ValueError(
-                f"config.read_format: this mixer reads the checkpoint itself ('none'), got {self.config.read_format!r}"
-            )
-        if isinstance(backend, ModuleType):
-            self.ops = backend
-        elif backend in DELTA_RULE_BACKENDS[self.kind]:
-            self.ops = importlib.import_module(DELTA_RULE_BACKENDS[self.kind][backend])
-        else:
-            raise ValueError(f"backend: expected one of {sorted(DELTA_RULE_BACKENDS[self.kind])} or a module, got {backend!r}")
+        self.ops = resolve_backend(backend, DELTA_RULE_BACKENDS[self.kind])
         self.mode = mode
         self.num_v_heads, self.num_k_heads = num_v_heads, num_k_heads
         self.head_k_dim, self.head_v_dim = head_k_dim, head_v_dim
         self.key_dim, self.value_dim = num_k_heads * head_k_dim, num_v_heads * head_v_dim
         self.conv_dim, self.d_conv = conv_dim, d_conv
-        checkpoint_dtype = _CHECKPOINT_TORCH_DTYPES[self.config.checkpoint_dtype]
         self.register_buffer("conv_state", torch.zeros(slots, conv_dim, d_conv - 1, dtype=dtype, device=device),
                              persistent=False)
         if mode == "replay":

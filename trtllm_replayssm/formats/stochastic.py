@@ -22,9 +22,10 @@ Counter layout used by :func:`stochastic_round`, the same in every kernel:
   number of flushes the slot has made (mod 2**32).
 
 Distinct ``(slot, element, layer, flush_count)`` thus never share a counter. Element ``i``
-rounds up when ``r_i < p_i * 2**32``, where ``r_i`` is the first output word; because ``p``
-is a multiple of ``2**-32`` for every float32 input outside the float32-subnormal range, the
-rounding is exactly unbiased there.
+rounds away from zero when ``r_i < ceil(p_i * 2**32)``, ``r_i`` the first output word. ``p`` is
+a multiple of ``2**-32`` (so the rounding is exactly unbiased) whenever ``|x| >= 2**-9 (hi -
+lo)``, which holds everywhere except far below the target's smallest subnormal; there the
+round-up probability is rounded up to the next multiple of ``2**-32``.
 
 Values beyond the target's largest finite magnitude saturate to it (float16 65504, bfloat16
 about 3.39e38, E4M3 448); NaN becomes the target's canonical NaN (float16 ``0x7E00``, bfloat16

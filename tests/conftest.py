@@ -10,6 +10,8 @@ HAS_CUDA = torch.cuda.is_available()
 if not HAS_CUDA:
     # Must be set before any kernel module is imported: triton.jit reads it at decoration time.
     os.environ.setdefault("TRITON_INTERPRET", "1")
+    # The CPU tests run many tiny ops; intra-op threads only add contention on a 2-core CI box.
+    torch.set_num_threads(1)
 
 torch.set_default_dtype(torch.float32)
 

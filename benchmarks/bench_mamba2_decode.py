@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _timing import L2Flusher, capture_graph, copy_bandwidth_gbps, device_info, median, time_replays  # noqa: E402
+from _timing import L2Flusher, capture_graph, copy_bandwidths_gbps, device_info, median, time_replays  # noqa: E402
 
 from trtllm_replayssm.config import ReplaySSMConfig  # noqa: E402
 from trtllm_replayssm.ops.mamba2 import Mamba2ReplayState, decode  # noqa: E402
@@ -108,15 +108,16 @@ def time_replay(dims, batch, dtype, flush, rounds, stagger, config=None):
     return [median([t[i] for t in times]) for i in range(WINDOW)]
 
 
-def bench(dims_name, batch, dtype, flush, rounds, copy_gbps):
+def bench(dims_name, batch, dtype, flush, rounds, copy_gbps, configs=None):
     dims = DIMS[dims_name]
+    std_cfg, rep_cfg = _pick(configs, batch, dims[1]) if configs else (None, None)
     heads, head_dim, d_state, groups = dims
     act = torch.tensor([], dtype=dtype).element_size()
     s_bytes = _state_bytes(batch, heads, head_dim, d_state)
     io = _io_bytes(batch, heads, head_dim, d_state, groups, act)
-    std_us = time_standard(dims, batch, dtype, flush, rounds)
-    phases = time_replay(dims, batch, dtype, flush, rounds, stagger=False)
-    mixed = time_replay(dims, batch, dtype, flush, rounds, stagger=True)
+    std_us = time_standard(dims, batch, dtype, flush, rounds, std_cfg)
+    phases = time_replay(dims, batch, dtype, flush, rounds, False, rep_cfg)
+    mixed = time_replay(dims, batch, dtype, flush, rounds, True, rep_cfg)
     nonflush_us = sum(phases[:-1]) / (WINDOW - 1)
     flush_us = phases[-1]
     amortized_us = sum(phases) / WINDOW
@@ -138,6 +139,8 @@ def bench(dims_name, batch, dtype, flush, rounds, copy_gbps):
         "flush_us": flush_us, "flush_gbps": gbps(flush_bytes, flush_us),
         "amortized_us": amortized_us, "mixed_us": mixed_us,
         "phase_us": phases, "mixed_phase_us": mixed,
+        "standard_config": str(std_cfg or decode.launch_config("standard", head_dim, d_state, batch)),
+        "replay_config": str(rep_cfg or decode.launch_config("replay", head_dim, d_state, batch)),
     }
     rec["standard_pct_copy"] = 100 * rec["standard_gbps"] / copy_gbps
     rec["nonflush_pct_copy"] = 100 * rec["nonflush_gbps"] / copy_gbps
@@ -163,25 +166,55 @@ def row(r):
     )
 
 
+STANDARD_CONFIGS = [(4, 2), (8, 2), (8, 4), (16, 2), (16, 4)]
+REPLAY_CONFIGS = [  # (block_p, num_warps, fold_dot, ring_prefetch)
+    (16, 4, False, False), (32, 4, False, False), (64, 4, False, False), (64, 8, False, False),
+    (32, 8, False, False), (32, 4, True, False), (16, 4, False, True), (32, 4, False, True),
+    (16, 2, False, True), (64, 4, False, True),
+]
+
+
 def sweep(batches, dtype, flush, rounds):
-    """Time launch configurations of both kernels at Nemotron-H dims (for ``decode.launch_config``)."""
+    """Time launch configurations of both kernels at Nemotron-H dims (for ``decode.launch_config``).
+
+    Returns the records and, per batch, the fastest standard and replay (amortized) configs.
+    """
     dims = DIMS["nemotron_h"]
-    out = []
-    std_cfgs = [(8, 2), (16, 2), (16, 4), (32, 4), (32, 8), (64, 8)]
-    rep_cfgs = [(16, 4, True), (32, 4, True), (32, 8, True), (64, 8, True), (16, 4, False), (32, 4, False)]
+    out, best = [], {}
     for batch in batches:
-        for bp, nw in std_cfgs:
-            us = time_standard(dims, batch, dtype, flush, rounds, decode.LaunchConfig(bp, nw))
-            out.append({"kernel": "standard", "batch": batch, "block_p": bp, "num_warps": nw, "us": us})
-            print(f"standard batch {batch:>4} block_p {bp:>3} warps {nw}: {us:9.1f} us", flush=True)
-        for bp, nw, fold_dot in rep_cfgs:
-            ph = time_replay(dims, batch, dtype, flush, rounds, False, decode.LaunchConfig(bp, nw, fold_dot))
-            rec = {"kernel": "replay", "batch": batch, "block_p": bp, "num_warps": nw, "fold_dot": fold_dot,
+        std_best, rep_best = (None, float("inf")), (None, float("inf"))
+        for bp, nw in STANDARD_CONFIGS:
+            cfg = decode.LaunchConfig(bp, nw)
+            us = time_standard(dims, batch, dtype, flush, rounds, cfg)
+            out.append({"kernel": "standard", "batch": batch, "config": str(cfg), "us": us})
+            std_best = min(std_best, (cfg, us), key=lambda t: t[1])
+            print(f"standard batch {batch:>4} {cfg}: {us:9.1f} us", flush=True)
+        for bp, nw, fold_dot, prefetch in REPLAY_CONFIGS:
+            cfg = decode.LaunchConfig(bp, nw, fold_dot, prefetch)
+            ph = time_replay(dims, batch, dtype, flush, rounds, False, cfg)
+            rec = {"kernel": "replay", "batch": batch, "config": str(cfg),
                    "nonflush_us": sum(ph[:-1]) / (WINDOW - 1), "flush_us": ph[-1], "amortized_us": sum(ph) / WINDOW}
             out.append(rec)
-            print(f"replay   batch {batch:>4} block_p {bp:>3} warps {nw} fold_dot {fold_dot:d}: non-flush "
-                  f"{rec['nonflush_us']:8.1f}  flush {rec['flush_us']:8.1f}  amortized {rec['amortized_us']:8.1f} us",
-                  flush=True)
+            rep_best = min(rep_best, (cfg, rec["amortized_us"]), key=lambda t: t[1])
+            print(f"replay   batch {batch:>4} {cfg}: non-flush {rec['nonflush_us']:8.1f}  flush "
+                  f"{rec['flush_us']:8.1f}  amortized {rec['amortized_us']:8.1f} us", flush=True)
+        best[batch] = (std_best[0], rep_best[0])
+        print(f"best at batch {batch}: standard {std_best[0]}, replay {rep_best[0]}", flush=True)
+    return out, best
+
+
+def _pick(configs, batch, head_dim):
+    """The tuned configs of the nearest swept batch (log scale), with tiles that divide head_dim."""
+    import dataclasses
+    import math
+
+    nearest = min(configs, key=lambda b: abs(math.log(b) - math.log(batch)))
+    out = []
+    for cfg in configs[nearest]:
+        block_p = cfg.block_p
+        while block_p > 8 and head_dim % block_p:
+            block_p //= 2
+        out.append(dataclasses.replace(cfg, block_p=max(block_p, 16) if cfg.fold_dot else block_p))
     return out
 
 
@@ -192,25 +225,30 @@ def main(argv=None):
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     p.add_argument("--rounds", type=int, default=30)
     p.add_argument("--no-l2-flush", action="store_true")
-    p.add_argument("--sweep", action="store_true", help="time launch configurations instead")
-    p.add_argument("--sweep-batches", type=int, nargs="+", default=[1, 256])
+    p.add_argument("--sweep", action="store_true", help="time launch configurations, then stop")
+    p.add_argument("--tune", action="store_true", help="sweep first, then benchmark with the fastest configs")
+    p.add_argument("--sweep-batches", type=int, nargs="+", default=[1, 32, 256])
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv)
     dtype = getattr(torch, args.dtype)
     flush = None if args.no_l2_flush else L2Flusher()
     info = device_info()
-    copy_gbps = copy_bandwidth_gbps()
-    print(f"# {info}  copy bandwidth {copy_gbps:.0f} GB/s (read + write)", flush=True)
-    result = {"device": info, "copy_gbps": copy_gbps, "window": WINDOW, "state_dtype": "float32",
-              "activation": args.dtype, "l2_flush": flush is not None}
-    if args.sweep:
-        result["sweep"] = sweep(args.sweep_batches, dtype, flush, args.rounds)
-    else:
+    copies = copy_bandwidths_gbps()
+    copy_gbps = max(copies.values())
+    print(f"# {info}  copy bandwidth (read + write): " + ", ".join(f"{k} {v:.0f} GB/s" for k, v in copies.items()),
+          flush=True)
+    result = {"device": info, "copy_gbps": copy_gbps, "copies_gbps": copies, "window": WINDOW,
+              "state_dtype": "float32", "activation": args.dtype, "l2_flush": flush is not None}
+    configs = None
+    if args.sweep or args.tune:
+        result["sweep"], configs = sweep(args.sweep_batches, dtype, flush, args.rounds)
+        result["tuned"] = {b: [str(c) for c in cfgs] for b, cfgs in configs.items()}
+    if not args.sweep:
         print(HEADER, flush=True)
         records = []
         for name in args.dims:
             for batch in args.batches:
-                rec = bench(name, batch, dtype, flush, args.rounds, copy_gbps)
+                rec = bench(name, batch, dtype, flush, args.rounds, copy_gbps, configs)
                 records.append(rec)
                 print(row(rec), flush=True)
         result["results"] = records

@@ -121,11 +121,12 @@ def _kernel_replay(config):
 
 
 @pytest.mark.skipif(HAS_CUDA, reason="interpreter test; the GPU grid covers it on CUDA")
-@pytest.mark.parametrize("fold_dot", [True, False])
+@pytest.mark.parametrize("fold_dot,prefetch", [(True, False), (False, True)])
 @pytest.mark.parametrize("dims", [(4, 16, 16, 2), (3, 20, 24, 1)])
-def test_replay_kernel_interpreter(dims, fold_dot):
+def test_replay_kernel_interpreter(dims, fold_dot, prefetch):
     # window 4, 3 windows + the staggered first one; (3, 20, 24) exercises masked tiles
-    check_replay(dims, torch.float32, 3, 4, 14, "cpu", run=_kernel_replay(decode.LaunchConfig(16, 4, fold_dot)))
+    cfg = decode.LaunchConfig(16, 4, fold_dot, prefetch)
+    check_replay(dims, torch.float32, 3, 4, 14, "cpu", run=_kernel_replay(cfg))
 
 
 @pytest.mark.skipif(HAS_CUDA, reason="interpreter test; the GPU grid covers it on CUDA")
@@ -156,10 +157,10 @@ def test_replay_step_gpu(dims, dtype, batch):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("fold_dot", [True, False])
-def test_replay_nemotron_dims_four_windows_gpu(fold_dot):
+@pytest.mark.parametrize("fold_dot,prefetch", [(True, False), (False, False), (False, True)])
+def test_replay_nemotron_dims_four_windows_gpu(fold_dot, prefetch):
     # The accuracy target: the fp32 checkpoint after flushes within 1e-5 of float64, L=16.
-    run = _kernel_replay(decode.LaunchConfig(32, 4, fold_dot))
+    run = _kernel_replay(decode.LaunchConfig(32, 4, fold_dot, prefetch))
     check_replay((128, 64, 128, 8), torch.bfloat16, 3, 16, 66, "cuda", run=run, ckpt_tol=1e-5)
 
 
@@ -172,9 +173,9 @@ def test_standard_step_gpu(dims, dtype, batch):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("block_p,num_warps", [(16, 2), (32, 8), (64, 4)])
-def test_launch_configs_gpu(block_p, num_warps):
-    cfg = decode.LaunchConfig(block_p, num_warps, True)
+@pytest.mark.parametrize("block_p,num_warps,fold_dot", [(16, 2, True), (32, 8, False), (64, 4, True), (64, 8, False)])
+def test_launch_configs_gpu(block_p, num_warps, fold_dot):
+    cfg = decode.LaunchConfig(block_p, num_warps, fold_dot)
     check_replay((8, 80, 128, 2), torch.bfloat16, 5, 4, 13, "cuda", run=_kernel_replay(cfg))
 
 

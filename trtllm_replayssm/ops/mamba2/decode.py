@@ -38,7 +38,8 @@ class LaunchConfig:
 
     block_p: int = 16
     num_warps: int = 4
-    fold_dot: bool = True
+    fold_dot: bool = False
+    ring_prefetch: bool = False
 
 
 def launch_config(kind: str, head_dim: int, d_state: int, batch: int) -> LaunchConfig:
@@ -48,13 +49,15 @@ def launch_config(kind: str, head_dim: int, d_state: int, batch: int) -> LaunchC
     CUDA-graph capture launches exactly what eager calls launched.
     """
     block_n = triton.next_power_of_2(d_state)
+    if kind == "standard":
+        # Small tiles, many programs: the most loads in flight for a pure stream.
+        return LaunchConfig(block_p=8 if block_n <= 128 else 4, num_warps=2)
     # Keep a tile at <= 4096 fp32 elements: 32 registers per thread at 4 warps.
-    block_p = max(16, min(triton.next_power_of_2(head_dim), 4096 // block_n))
-    block_p = min(block_p, 16 if kind == "standard" or batch < 64 else 32)
+    block_p = max(16, min(triton.next_power_of_2(head_dim), 4096 // block_n, 16 if batch < 64 else 32))
     # A block that divides head_dim (80 = 5 x 16) wastes no lanes on masked rows.
     while block_p > 16 and head_dim % block_p:
         block_p //= 2
-    return LaunchConfig(block_p=block_p, num_warps=4)
+    return LaunchConfig(block_p=block_p, num_warps=4, fold_dot=False, ring_prefetch=batch < 32)
 
 
 @triton.jit
@@ -132,7 +135,7 @@ def _replay_step_kernel(
     HEADS_PER_GROUP: tl.constexpr, P: tl.constexpr, N: tl.constexpr, CAP: tl.constexpr,
     BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_J: tl.constexpr,
     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_DT_BIAS: tl.constexpr, DT_SOFTPLUS: tl.constexpr,
-    HAS_CLAMP: tl.constexpr, HAS_INDICES: tl.constexpr, FOLD_DOT: tl.constexpr,
+    HAS_CLAMP: tl.constexpr, HAS_INDICES: tl.constexpr, FOLD_DOT: tl.constexpr, RING_PREFETCH: tl.constexpr,
 ):
     pid_p = tl.program_id(0)
     h = tl.program_id(1)
@@ -184,18 +187,33 @@ def _replay_step_kernel(
             if h % HEADS_PER_GROUP == 0:
                 tl.store(rB_base + c * s_rB_j + offs_n, B_raw, mask=mask_n)
 
+    # Cursor hand-off: the last program of the slot to arrive moves the cursors. The arrival
+    # is counted early (its latency hides behind the checkpoint load) and after this program
+    # has used c and flush_at: every warp has consumed them in the stores above before the
+    # barrier, and the increment's operand depends on them, so no program of the slot can
+    # read a cursor after the last one has written it. Relaxed: no fence on the hot path.
+    tl.debug_barrier()
+    increment = tl.where(live, tl.where(c + flush_at >= -(2**30), 1, 0), 0)
+    arrived = tl.atomic_add(arrivals_ptr + slot, increment, sem="relaxed")
+
     in_ring = offs_j < c
+    # RING_PREFETCH loads every ring entry without waiting for c (one memory latency less,
+    # for small batches); otherwise only the committed entries are fetched (fewer bytes).
+    if RING_PREFETCH:
+        fetch_j = offs_j < CAP
+    else:
+        fetch_j = in_ring
     is_now = offs_j == c
-    rdt = tl.load(rdt_base + offs_j, mask=in_ring, other=0.0)
-    rdt = tl.where(is_now, dt, rdt)
+    rdt = tl.load(rdt_base + offs_j, mask=fetch_j, other=0.0)
+    rdt = tl.where(in_ring, rdt, tl.where(is_now, dt, 0.0))
     total = tl.sum(rdt, axis=0)
     # exp(A * sum_{i>j} dt_i): the decay from entry j to the current token.
     decay = tl.where(offs_j <= c, tl.exp(A * (total - tl.cumsum(rdt, axis=0))), 0.0)
     weight = decay * rdt
-    rB = tl.load(rB_base + offs_j[:, None] * s_rB_j + offs_n[None, :], mask=in_ring[:, None] & mask_n[None, :], other=0.0)
-    rB = tl.where(is_now[:, None], Bv[None, :], rB.to(tl.float32))
-    rx = tl.load(rx_base + offs_j[:, None] * s_rx_j + offs_p[None, :], mask=in_ring[:, None] & mask_p[None, :], other=0.0)
-    rx = tl.where(is_now[:, None], x[None, :], rx.to(tl.float32))
+    rB = tl.load(rB_base + offs_j[:, None] * s_rB_j + offs_n[None, :], mask=fetch_j[:, None] & mask_n[None, :], other=0.0)
+    rB = tl.where(in_ring[:, None], rB.to(tl.float32), tl.where(is_now[:, None], Bv[None, :], 0.0))
+    rx = tl.load(rx_base + offs_j[:, None] * s_rx_j + offs_p[None, :], mask=fetch_j[:, None] & mask_p[None, :], other=0.0)
+    rx = tl.where(in_ring[:, None], rx.to(tl.float32), tl.where(is_now[:, None], x[None, :], 0.0))
 
     decay_total = tl.exp(A * total)
     scores = tl.sum(rB * Cv[None, :], axis=1)  # B_j . C
@@ -203,18 +221,25 @@ def _replay_step_kernel(
 
     if is_flush:
         if FOLD_DOT:
-            wx = tl.trans(weight[:, None] * rx)  # [BLOCK_P, BLOCK_J] fp32
-            upd = tl.dot(wx, rB, input_precision="ieee")
+            # Tiles reloaded here (L1/L2 hits) so that the dot's operand layouts stay local to
+            # the flush branch instead of reshaping the non-flush path.
+            fx = tl.load(rx_base + offs_j[:, None] * s_rx_j + offs_p[None, :], mask=in_ring[:, None] & mask_p[None, :], other=0.0)
+            fx = tl.where(is_now[:, None], x[None, :], fx.to(tl.float32))
+            fB = tl.load(rB_base + offs_j[:, None] * s_rB_j + offs_n[None, :], mask=in_ring[:, None] & mask_n[None, :], other=0.0)
+            fB = tl.where(is_now[:, None], Bv[None, :], fB.to(tl.float32))
+            upd = tl.dot(tl.trans(weight[:, None] * fx), fB, input_precision="ieee")
         else:
+            # Rank-1 FMA updates, unrolled so that all entry loads are issued at once.
             upd = (dt * x)[:, None] * Bv[None, :]
             prefix = 0.0
-            for j in range(0, c):
-                dt_j = tl.load(rdt_base + j)
+            for j in tl.static_range(CAP):
+                take = j < c
+                dt_j = tl.where(take, tl.load(rdt_base + j), 0.0)
                 prefix += dt_j
                 w_j = tl.exp(A * (total - prefix)) * dt_j
-                x_j = tl.load(rx_base + j * s_rx_j + offs_p, mask=mask_p, other=0.0).to(tl.float32)
-                B_j = tl.load(rB_base + j * s_rB_j + offs_n, mask=mask_n, other=0.0).to(tl.float32)
-                upd += (w_j * x_j)[:, None] * B_j[None, :]
+                x_j = tl.load(rx_base + j * s_rx_j + offs_p, mask=offs_p < tl.where(take, P, 0), other=0.0)
+                B_j = tl.load(rB_base + j * s_rB_j + offs_n, mask=offs_n < tl.where(take, N, 0), other=0.0)
+                upd += (w_j * x_j.to(tl.float32))[:, None] * B_j.to(tl.float32)[None, :]
         S_new = decay_total * S + upd
         tl.store(ck_ptrs, S_new.to(ckpt_ptr.dtype.element_ty), mask=mask_s)
 
@@ -226,15 +251,12 @@ def _replay_step_kernel(
     y = tl.where(live, y, 0.0)
     tl.store(y_ptr + row * s_y_row + h * s_y_head + offs_p, y.to(y_ptr.dtype.element_ty), mask=mask_p)
 
-    # Every program of the slot has read c above (the barrier orders all warps' reads before
-    # the release); the last to arrive moves the cursors and re-arms the counter.
-    tl.debug_barrier()
     programs = tl.num_programs(0) * tl.num_programs(1)
     if live:
-        arrived = tl.atomic_add(arrivals_ptr + slot, 1, sem="acq_rel")
         if arrived == programs - 1:
             tl.store(committed_ptr + slot, tl.where(is_flush, 0, c + 1))
-            tl.store(flush_at_ptr + slot, tl.where(is_flush, window, flush_at))
+            if is_flush:
+                tl.store(flush_at_ptr + slot, window)
             tl.store(arrivals_ptr + slot, 0)
 
 
@@ -321,6 +343,7 @@ def replay_step(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at, window
         HEADS_PER_GROUP=heads // groups, P=head_dim, N=d_state, CAP=capacity,
         BLOCK_P=cfg.block_p, BLOCK_N=triton.next_power_of_2(d_state),
         BLOCK_J=max(16, triton.next_power_of_2(capacity)),
-        DT_SOFTPLUS=bool(dt_softplus), **flags, FOLD_DOT=cfg.fold_dot, num_warps=cfg.num_warps,
+        DT_SOFTPLUS=bool(dt_softplus), **flags, FOLD_DOT=cfg.fold_dot, RING_PREFETCH=cfg.ring_prefetch,
+        num_warps=cfg.num_warps,
     )
     return y

@@ -170,7 +170,7 @@ STANDARD_CONFIGS = [(4, 2), (8, 2), (8, 4), (16, 2), (16, 4)]
 REPLAY_CONFIGS = [  # (block_p, num_warps, fold_dot, ring_prefetch)
     (16, 4, False, False), (32, 4, False, False), (64, 4, False, False), (64, 8, False, False),
     (32, 8, False, False), (32, 4, True, False), (16, 4, False, True), (32, 4, False, True),
-    (16, 2, False, True), (64, 4, False, True),
+    (16, 2, False, True), (64, 4, False, True), (8, 2, False, False), (8, 4, False, True),
 ]
 
 

@@ -129,3 +129,34 @@ def test_fp8_build_through_the_cli_replaces_with_force(tmp_path, capsys):
     report = json.loads((out / "build_report.json").read_text())
     assert report["ssm_state"]["standard_fp32_draft_snapshots"]["bytes_per_sequence"]["checkpoint"] == \
         3 * report["ssm_state"]["standard_fp32"]["bytes_per_sequence"]["checkpoint"]
+
+
+def test_unquantized_build_copies_the_weights(tmp_path, capsys):
+    pytest.importorskip("transformers")
+    out = tmp_path / "out"
+    assert main(["build", "--output", str(out), "--quiet", "--quantization", "none", "--no-decode-check",
+                 "--ssm-checkpoint", "fp32", "--ssm-read", "none"]) == 0
+    assert "weights: none" in capsys.readouterr().out
+    from trtllm_replayssm.builder.checkpoint_io import read_tensors
+    from trtllm_replayssm.builder.model_io import tiny_hybrid_model
+
+    model, _ = tiny_hybrid_model()
+    model.save_pretrained(tmp_path / "src")
+    original, built = read_tensors(tmp_path / "src"), read_tensors(out / "checkpoint")
+    assert set(original) == set(built) and all(torch.equal(original[k], built[k]) for k in original)
+    assert not (out / "checkpoint/hf_quant_config.json").exists()
+    report = json.loads((out / "build_report.json").read_text())
+    assert report["quantization"] is None and report["decode_check"] == []
+    assert report["weights"]["bytes_after"] == report["weights"]["bytes_before"]
+
+
+@pytest.mark.gpu
+def test_default_build_on_the_gpu(tmp_path, capsys):
+    """The default build with the model, calibration and decode check on CUDA."""
+    pytest.importorskip("modelopt")
+    out = tmp_path / "out"
+    assert main(["build", "--output", str(out), "--quiet", "--max-draft-tokens", "2"]) == 0, capsys.readouterr().err
+    report = json.loads((out / "build_report.json").read_text())
+    assert report["quantization"]["quant_algo"] == "NVFP4"
+    (check,) = report["decode_check"]
+    assert check["status"] == "passed", check

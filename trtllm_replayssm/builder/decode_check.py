@@ -106,7 +106,8 @@ def _from_hf(cls, module, config, mode):
     them, else on the reference ops; returns ``(layer, backend name)``."""
     if torch.cuda.is_available():
         try:
-            return cls.from_hf(module, config, slots=2, mode=mode, backend="triton").cuda(), "triton"
+            # the layer allocates its state where the module's weights are
+            return cls.from_hf(copy.deepcopy(module).cuda(), config, slots=2, mode=mode, backend="triton"), "triton"
         except ValueError as err:
             if "backend" not in str(err):
                 raise
@@ -152,8 +153,8 @@ def run_decode_check(name: str, kind: str, module: torch.nn.Module, replay: Repl
     state_rel = None
     if hasattr(replay_layer, "current_ssm_state") and hasattr(standard_layer, "current_ssm_state"):
         slots = torch.arange(2, device=device)
-        s_replay = replay_layer.current_ssm_state(slots).double()
-        s_standard = standard_layer.current_ssm_state(slots).double()
+        s_replay = replay_layer.current_ssm_state(slots).double().cpu()
+        s_standard = standard_layer.current_ssm_state(slots).double().cpu()
         state_rel = (s_replay - s_standard).abs().max().item() / max(s_standard.abs().max().item(), 1e-30)
     worst = max(rel, state_rel or 0.0)
     status = "passed" if worst <= AGREEMENT_TOLERANCE else "failed"

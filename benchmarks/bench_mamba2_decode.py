@@ -167,10 +167,11 @@ def row(r):
 
 
 STANDARD_CONFIGS = [(4, 2), (8, 2), (8, 4), (16, 2), (16, 4)]
-REPLAY_CONFIGS = [  # (block_p, num_warps, fold_dot, ring_prefetch)
+REPLAY_CONFIGS = [  # (block_p, num_warps, fold_dot, ring_prefetch[, max_registers])
     (16, 4, False, False), (32, 4, False, False), (64, 4, False, False), (64, 8, False, False),
     (32, 8, False, False), (32, 4, True, False), (16, 4, False, True), (32, 4, False, True),
     (16, 2, False, True), (64, 4, False, True), (8, 2, False, False), (8, 4, False, True),
+    (32, 4, False, False, 128), (64, 8, False, False, 96),
 ]
 
 
@@ -189,8 +190,8 @@ def sweep(batches, dtype, flush, rounds):
             out.append({"kernel": "standard", "batch": batch, "config": str(cfg), "us": us})
             std_best = min(std_best, (cfg, us), key=lambda t: t[1])
             print(f"standard batch {batch:>4} {cfg}: {us:9.1f} us", flush=True)
-        for bp, nw, fold_dot, prefetch in REPLAY_CONFIGS:
-            cfg = decode.LaunchConfig(bp, nw, fold_dot, prefetch)
+        for params in REPLAY_CONFIGS:
+            cfg = decode.LaunchConfig(*params)
             ph = time_replay(dims, batch, dtype, flush, rounds, False, cfg)
             rec = {"kernel": "replay", "batch": batch, "config": str(cfg),
                    "nonflush_us": sum(ph[:-1]) / (WINDOW - 1), "flush_us": ph[-1], "amortized_us": sum(ph) / WINDOW}

@@ -40,6 +40,7 @@ class LaunchConfig:
     num_warps: int = 4
     fold_dot: bool = False
     ring_prefetch: bool = False
+    max_registers: int | None = None  # ptxas .maxnreg: trades spills for programs per SM
 
 
 def launch_config(kind: str, head_dim: int, d_state: int, batch: int) -> LaunchConfig:
@@ -344,6 +345,6 @@ def replay_step(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at, window
         BLOCK_P=cfg.block_p, BLOCK_N=triton.next_power_of_2(d_state),
         BLOCK_J=max(16, triton.next_power_of_2(capacity)),
         DT_SOFTPLUS=bool(dt_softplus), **flags, FOLD_DOT=cfg.fold_dot, RING_PREFETCH=cfg.ring_prefetch,
-        num_warps=cfg.num_warps,
+        num_warps=cfg.num_warps, maxnreg=cfg.max_registers,
     )
     return y

@@ -160,3 +160,14 @@ def test_default_build_on_the_gpu(tmp_path, capsys):
     assert report["quantization"]["quant_algo"] == "NVFP4"
     (check,) = report["decode_check"]
     assert check["status"] == "passed", check
+
+
+def test_build_failing_midway_removes_what_it_created(tmp_path, capsys):
+    """A calibration text shorter than one row is found only after the work directory exists."""
+    pytest.importorskip("modelopt")
+    short = tmp_path / "short.txt"
+    short.write_text("too short\n")
+    out = tmp_path / "a" / "b" / "out"
+    assert main(["build", "--output", str(out), "--quiet", "--calib-data", str(short), "--calib-seq-len", "64"]) == 2
+    assert "--calib-data: calibration text" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["short.txt"]

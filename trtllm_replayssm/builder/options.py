@@ -120,7 +120,7 @@ def resolve_options(options: BuildOptions) -> ResolvedOptions:
             ssm_checkpoint, read_format=ssm_read, window=options.window, max_draft_tokens=options.max_draft_tokens
         )
     except ValueError as err:
-        raise BuildError(_option_of(str(err), preset), str(err)) from None
+        raise BuildError(_option_of(str(err)), str(err)) from None
 
     model = None
     if options.model is not None:
@@ -147,7 +147,7 @@ def resolve_options(options: BuildOptions) -> ResolvedOptions:
     return ResolvedOptions(options, target, quantization, replay, output, model, calib, tuple(preset))
 
 
-def _option_of(message: str, preset: list[str]) -> str:
+def _option_of(message: str) -> str:
     """The command-line option a ReplaySSMConfig error is about (named in its message)."""
     for fieldname, option in (
         ("max_draft_tokens", "--max-draft-tokens"),

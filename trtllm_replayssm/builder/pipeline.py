@@ -72,7 +72,10 @@ def build(options: BuildOptions, *, progress: bool = True, stream=None) -> dict:
     first_layers = snapshot_first_layers(ssm_layers)
 
     output = resolved.output
-    parent_created = not output.parent.exists()
+    created = output.parent
+    while not created.parent.exists():
+        created = created.parent
+    created = created if not created.exists() else None  # the outermost directory this build creates
     output.parent.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix=f".{output.name}.building-", dir=output.parent))
     try:
@@ -83,8 +86,8 @@ def build(options: BuildOptions, *, progress: bool = True, stream=None) -> dict:
         _move_into_place(workdir, output)
     except BaseException:
         shutil.rmtree(workdir, ignore_errors=True)
-        if parent_created:
-            shutil.rmtree(output.parent, ignore_errors=True)
+        if created is not None:
+            shutil.rmtree(created, ignore_errors=True)
         raise
     return report
 

@@ -104,7 +104,8 @@ def test_fp8_build_through_the_cli_replaces_with_force(tmp_path, capsys):
     out.mkdir()
     (out / "marker.txt").write_text("old")
     status = main(["build", "--output", str(out), "--force", "--quiet", "--quantization", "fp8", "--target", "h200",
-                   "--max-draft-tokens", "2", "--calib-samples", "2", "--calib-seq-len", "32"])
+                   "--max-draft-tokens", "2", "--calib-samples", "2", "--calib-seq-len", "32",
+                   "--exclude", "*mixer.out_proj"])
     captured = capsys.readouterr().out
     assert status == 0, captured
     assert not (out / "marker.txt").exists() and [p.name for p in tmp_path.iterdir()] == ["out"]
@@ -112,6 +113,8 @@ def test_fp8_build_through_the_cli_replaces_with_force(tmp_path, capsys):
         assert text in captured, text
     hf = json.loads((out / "checkpoint/hf_quant_config.json").read_text())["quantization"]
     assert hf["quant_algo"] == "FP8" and "lm_head" in hf["exclude_modules"]
+    # --exclude keeps the Mamba-2 output projections in BF16, on top of the default exclusions
+    assert {"backbone.layers.0.mixer.out_proj", "backbone.layers.2.mixer.out_proj"} <= set(hf["exclude_modules"])
     # FP8 E4M3 with a per-tensor scale: relative error at most 2**-4, or half a subnormal step
     from trtllm_replayssm.builder.checkpoint_io import dequantized_weights, read_tensors
     from trtllm_replayssm.builder.model_io import tiny_hybrid_model
@@ -122,6 +125,8 @@ def test_fp8_build_through_the_cli_replaces_with_force(tmp_path, capsys):
     model.save_pretrained(tmp_path / "src")
     original = read_tensors(tmp_path / "src")
     assert dequant and set(dequant) <= set(original)
+    assert exported["backbone.layers.0.mixer.out_proj.weight"].dtype == torch.bfloat16
+    assert torch.equal(exported["backbone.layers.0.mixer.out_proj.weight"], original["backbone.layers.0.mixer.out_proj.weight"])
     for key, value in dequant.items():
         scale = exported[key + "_scale"].float()
         x = original[key].float()

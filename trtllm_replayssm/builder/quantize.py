@@ -19,15 +19,10 @@ import torch
 
 __all__ = [
     "DEFAULT_EXCLUDES",
-    "QUANT_ALGOS",
     "calibration_batches",
     "quant_config_for",
     "quantize_and_export",
 ]
-
-#: ``--quantization`` -> the ``quant_algo`` TensorRT-LLM's ModelOpt reader expects.
-QUANT_ALGOS = {"nvfp4": "NVFP4", "fp8": "FP8"}
-NVFP4_GROUP_SIZE = 16
 
 #: Modules kept in the checkpoint's precision (``fnmatch`` patterns on quantizer names). The SSM
 #: parameters ``A_log``, ``D``, ``dt_bias`` are not Linear layers and are never quantized; the

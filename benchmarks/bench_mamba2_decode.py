@@ -166,12 +166,20 @@ def row(r):
     )
 
 
-STANDARD_CONFIGS = [(4, 2), (8, 2), (8, 4), (16, 2), (16, 4)]
-REPLAY_CONFIGS = [  # (block_p, num_warps, fold_dot, ring_prefetch[, max_registers])
-    (16, 4, False, False), (32, 4, False, False), (64, 4, False, False), (64, 8, False, False),
-    (32, 8, False, False), (32, 4, True, False), (16, 4, False, True), (32, 4, False, True),
-    (16, 2, False, True), (64, 4, False, True), (8, 2, False, False), (8, 4, False, True),
-    (32, 4, False, False, 128), (64, 8, False, False, 96),
+STANDARD_CONFIGS = [(8, 2), (8, 4), (16, 2)]
+REPLAY_CONFIGS = [  # keyword arguments of decode.LaunchConfig
+    dict(block_p=16, num_warps=4),
+    dict(block_p=32, num_warps=4, max_registers=128),
+    dict(block_p=32, num_warps=4, max_registers=128, rows_fastest=True),
+    dict(block_p=32, num_warps=4, max_registers=128, cursor_kernel=True),
+    dict(block_p=32, num_warps=4, max_registers=128, cursor_kernel=True, rows_fastest=True),
+    dict(block_p=64, num_warps=4, ring_prefetch=True, cursor_kernel=True),
+    dict(block_p=64, num_warps=4, max_registers=128, rows_fastest=True),
+    dict(block_p=16, num_warps=4, ring_prefetch=True, cursor_kernel=True),
+    dict(block_p=16, num_warps=4, rows_fastest=True),
+    dict(block_p=32, num_warps=4, fold_dot=True, cursor_kernel=True),
+    dict(block_p=32, num_warps=4, max_registers=96, cursor_kernel=True),
+    dict(block_p=16, num_warps=2, max_registers=96, cursor_kernel=True, rows_fastest=True),
 ]
 
 
@@ -191,7 +199,7 @@ def sweep(batches, dtype, flush, rounds):
             std_best = min(std_best, (cfg, us), key=lambda t: t[1])
             print(f"standard batch {batch:>4} {cfg}: {us:9.1f} us", flush=True)
         for params in REPLAY_CONFIGS:
-            cfg = decode.LaunchConfig(*params)
+            cfg = decode.LaunchConfig(**params)
             ph = time_replay(dims, batch, dtype, flush, rounds, False, cfg)
             rec = {"kernel": "replay", "batch": batch, "config": str(cfg),
                    "nonflush_us": sum(ph[:-1]) / (WINDOW - 1), "flush_us": ph[-1], "amortized_us": sum(ph) / WINDOW}

@@ -121,11 +121,14 @@ def _kernel_replay(config):
 
 
 @pytest.mark.skipif(HAS_CUDA, reason="interpreter test; the GPU grid covers it on CUDA")
-@pytest.mark.parametrize("fold_dot,prefetch", [(True, False), (False, True)])
+@pytest.mark.parametrize(
+    "fold_dot,prefetch,cursor_kernel,rows_fastest",
+    [(True, False, False, False), (False, True, False, True), (False, False, True, False), (True, True, True, True)],
+)
 @pytest.mark.parametrize("dims", [(4, 16, 16, 2), (3, 20, 24, 1)])
-def test_replay_kernel_interpreter(dims, fold_dot, prefetch):
+def test_replay_kernel_interpreter(dims, fold_dot, prefetch, cursor_kernel, rows_fastest):
     # window 4, 3 windows + the staggered first one; (3, 20, 24) exercises masked tiles
-    cfg = decode.LaunchConfig(16, 4, fold_dot, prefetch)
+    cfg = decode.LaunchConfig(16, 4, fold_dot, prefetch, cursor_kernel=cursor_kernel, rows_fastest=rows_fastest)
     check_replay(dims, torch.float32, 3, 4, 14, "cpu", run=_kernel_replay(cfg))
 
 
@@ -173,9 +176,16 @@ def test_standard_step_gpu(dims, dtype, batch):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("block_p,num_warps,fold_dot", [(16, 2, True), (32, 8, False), (64, 4, True), (64, 8, False)])
-def test_launch_configs_gpu(block_p, num_warps, fold_dot):
-    cfg = decode.LaunchConfig(block_p, num_warps, fold_dot)
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        decode.LaunchConfig(16, 2, True), decode.LaunchConfig(32, 8, False), decode.LaunchConfig(64, 4, True),
+        decode.LaunchConfig(64, 8, False, True, 96), decode.LaunchConfig(32, 4, False, False, 128, True, False),
+        decode.LaunchConfig(16, 4, True, True, None, True, True), decode.LaunchConfig(64, 4, False, True, None, False, True),
+    ],
+    ids=str,
+)
+def test_launch_configs_gpu(cfg):
     check_replay((8, 80, 128, 2), torch.bfloat16, 5, 4, 13, "cuda", run=_kernel_replay(cfg))
 
 

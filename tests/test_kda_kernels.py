@@ -42,8 +42,8 @@ def test_replay_kernel_gpu(dims, dtype, batch):
     assert flushes >= 3 * (batch - (batch > 1))
     # 16-bit activations: k is l2-normalised in fp32 here and in float64 by the reference before
     # both round it to the ring dtype; the rare ties that round apart move the checkpoint by
-    # ~1e-4. With fp32 activations the target is fp32 accumulation error.
-    assert worst_c < (1e-5 if dtype == torch.float32 else 1e-3), f"checkpoint error {worst_c:.2e}"
+    # ~1e-3. With fp32 activations the target is fp32 accumulation error.
+    assert worst_c < (1e-5 if dtype == torch.float32 else 5e-3), f"checkpoint error {worst_c:.2e}"
 
 
 @pytest.mark.gpu
@@ -78,3 +78,9 @@ def test_matches_fla_fused_recurrent_kda_gpu():
         torch.testing.assert_close(o_rep, o_fla[:, t], rtol=2e-4, atol=2e-4)
         torch.testing.assert_close(o_std, o_fla[:, t], rtol=2e-4, atol=2e-4)
     torch.testing.assert_close(plain, S_fla, rtol=2e-4, atol=2e-4)
+
+
+def test_replay_kernel_row_blocks_cpu():
+    layer = Layer(True, 2, 2, 16, 32, seed=27)
+    _, worst_c, _ = drive(layer, batch=3, slots=4, steps=9, window=4, block_v=8, split=2)
+    assert worst_c < 1e-5

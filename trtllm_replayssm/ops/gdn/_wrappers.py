@@ -10,7 +10,6 @@ from __future__ import annotations
 import torch
 
 from . import reference
-from .state import DeltaRuleReplayState
 
 #: Head dimensions the Triton kernels are built for (powers of two: one tile spans ``d_k``).
 KERNEL_HEAD_DIMS = (16, 32, 64, 128, 256)
@@ -77,4 +76,4 @@ def replay_step(kind, per_channel, state, q, k, v, a, b, A_log, dt_bias, state_i
               int(pad_slot_id), None if scale is None else float(scale), refold)
 
 
-__all__ = ["KERNEL_HEAD_DIMS", "DeltaRuleReplayState", "replay_step", "standard_step"]
+__all__ = ["KERNEL_HEAD_DIMS", "replay_step", "standard_step"]

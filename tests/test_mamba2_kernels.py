@@ -133,6 +133,13 @@ def test_replay_kernel_interpreter(dims, fold_dot, prefetch, cursor_kernel, rows
 
 
 @pytest.mark.skipif(HAS_CUDA, reason="interpreter test; the GPU grid covers it on CUDA")
+@pytest.mark.parametrize("batch", [1, 17])
+def test_replay_kernel_interpreter_default_configs(batch):
+    # batch 1 and >= 16 take different default launch configurations (decode.launch_config)
+    check_replay((2, 16, 16, 1), torch.float32, batch, 4, 13, "cpu", run=_kernel_replay(None))
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="interpreter test; the GPU grid covers it on CUDA")
 def test_replay_kernel_interpreter_fp16_batch1():
     check_replay((2, 16, 16, 1), torch.float16, 1, 4, 9, "cpu", run=_kernel_replay(decode.LaunchConfig(16, 4, True)))
 

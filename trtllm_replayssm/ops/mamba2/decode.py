@@ -48,21 +48,26 @@ class LaunchConfig:
 def launch_config(kind: str, head_dim: int, d_state: int, batch: int) -> LaunchConfig:
     """The default launch configuration for ``kind`` in ``{"standard", "replay"}``.
 
-    Chosen from measurements rather than autotuned at run time, so that the first call inside a
-    CUDA-graph capture launches exactly what eager calls launched.
+    Chosen from the sweep of ``benchmarks/bench_mamba2_decode.py --tune`` on an H200 (Nemotron-H
+    dims, see ``benchmarks/NOTES_mamba2.md``) rather than autotuned at run time, so that the
+    first call inside a CUDA-graph capture launches exactly what eager calls launched.
     """
     block_n = triton.next_power_of_2(d_state)
     if kind == "standard":
-        # Small tiles, many programs: the most loads in flight for a pure stream.
+        # Small tiles, many programs: the most loads in flight for a pure stream (518 us at
+        # batch 256, 4.2 TB/s; 7.7 us at batch 1).
         return LaunchConfig(block_p=8 if block_n <= 128 else 4, num_warps=2)
-    # Keep a tile at <= 4096 fp32 elements: 32 registers per thread at 4 warps.
-    block_p = max(16, min(triton.next_power_of_2(head_dim), 4096 // block_n, 16 if batch < 64 else 32))
+    if batch < 16:
+        # Latency-bound: 512 programs at Nemotron-H dims, one arrival counter per slot.
+        return LaunchConfig(block_p=16, num_warps=4)
+    # Bandwidth-bound: 32-row tiles capped at 128 registers (4 programs per SM), rows first in
+    # the grid and the cursors moved by a second launch (464 us non-flush at batch 256,
+    # against 531 us with counters and 629 us without the register cap).
+    block_p = max(16, min(32, 4096 // block_n))
     # A block that divides head_dim (80 = 5 x 16) wastes no lanes on masked rows.
     while block_p > 16 and head_dim % block_p:
         block_p //= 2
-    # Capping registers at 128 keeps 4 programs per SM: 629 -> 537 us at batch 256 (H200).
-    return LaunchConfig(block_p=block_p, num_warps=4, fold_dot=False, ring_prefetch=batch < 32,
-                        max_registers=128 if batch >= 32 else None)
+    return LaunchConfig(block_p=block_p, num_warps=4, max_registers=128, cursor_kernel=True, rows_fastest=True)
 
 
 @triton.jit

@@ -39,7 +39,11 @@ import torch
 import triton
 import triton.language as tl
 
-__all__ = ["delta_standard_step", "delta_replay_step", "launch_config", "replay_config"]
+__all__ = ["REPLAY_VARIANT", "delta_standard_step", "delta_replay_step", "launch_config", "replay_config"]
+
+#: The ReplaySSM kernel the ops launch: None for :func:`_replay_step_kernel` (row-wise refold),
+#: or a :class:`~trtllm_replayssm.ops.gdn.decode_chunked.ChunkedVariant` for the chunked kernel.
+REPLAY_VARIANT = None
 
 
 @triton.jit
@@ -343,15 +347,24 @@ def delta_standard_step(ssm_state, q, k, v, a, b, A_log, dt_bias, state_indices,
 
 def delta_replay_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, committed, flush_at, window,
                       q, k, v, a, b, A_log, dt_bias, state_indices, pad_slot_id, scale, refold,
-                      *, block_v=None, split=None, num_warps=None):
+                      *, block_v=None, split=None, num_warps=None, variant=None):
     """Launch one ReplaySSM step (arguments already checked by the public wrapper).
 
     The state tensors are the fields of
     :class:`~trtllm_replayssm.ops.gdn.state.DeltaRuleReplayState`, updated in place; the other
     arguments as :func:`delta_standard_step`. ``refold=False`` folds the cached ``u`` at a flush
     instead of recomputing it (equal in exact arithmetic; only right when outputs read the
-    recurrence checkpoint itself).
+    recurrence checkpoint itself). ``variant``: a
+    :class:`~trtllm_replayssm.ops.gdn.decode_chunked.ChunkedVariant` runs the chunked kernel,
+    ``"rowwise"`` this module's; default :data:`REPLAY_VARIANT`.
     """
+    variant = REPLAY_VARIANT if variant is None else variant
+    if variant is not None and variant != "rowwise":
+        from .decode_chunked import delta_replay_chunked_step
+
+        return delta_replay_chunked_step(
+            checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, committed, flush_at, window,
+            q, k, v, a, b, A_log, dt_bias, state_indices, pad_slot_id, scale, refold, variant)
     batch, H, K = q.shape
     HV, V = v.shape[1], v.shape[2]
     cap = ring_k.shape[2]

@@ -29,7 +29,12 @@ import torch
 import triton
 import triton.language as tl
 
-__all__ = ["LaunchConfig", "launch_config", "replay_step", "standard_step"]
+__all__ = ["FOLDS", "PIPELINES", "LaunchConfig", "launch_config", "replay_step", "standard_step"]
+
+#: Flush fold of the "v4" kernel: unrolled rank-1 FMAs, or an fp32 ``tl.dot`` at this precision.
+FOLDS = ("fma", "ieee", "tf32x3")
+#: Tile pipelining of the "v4" kernel (decode_v4.py).
+PIPELINES = ("regs", "range")
 
 
 @dataclass(frozen=True)
@@ -43,6 +48,30 @@ class LaunchConfig:
     max_registers: int | None = None  # ptxas .maxnreg: trades spills for programs per SM
     cursor_kernel: bool = False  # move the cursors in a second launch instead of arrival counters
     rows_fastest: bool = False  # grid order: rows first (programs in flight span many slots)
+    # Replay kernel: "v3" one program per checkpoint tile (this module), "v4" one program per
+    # head part streaming its tiles (decode_v4.py). The fields below apply to "v4" only.
+    kernel: str = "v3"
+    p_split: int = 1  # programs per head (each streams head_dim / p_split rows)
+    fold: str = "fma"  # flush fold: "fma", or tl.dot at input_precision "ieee" / "tf32x3"
+    pipeline: str = "regs"  # "regs": unrolled, next tiles loaded ahead; "range": tl.range staging
+    ahead: int = 1  # tiles loaded ahead of the one being computed ("regs"; 1 or 2)
+    num_stages: int = 2  # software-pipeline stages ("range")
+
+    def __post_init__(self):
+        if self.kernel not in ("v3", "v4"):
+            raise ValueError(f"LaunchConfig.kernel: expected 'v3' or 'v4', got {self.kernel!r}")
+        if self.fold not in FOLDS:
+            raise ValueError(f"LaunchConfig.fold: expected one of {FOLDS}, got {self.fold!r}")
+        if self.pipeline not in PIPELINES:
+            raise ValueError(f"LaunchConfig.pipeline: expected one of {PIPELINES}, got {self.pipeline!r}")
+        if self.ahead not in (1, 2):
+            raise ValueError(f"LaunchConfig.ahead: expected 1 or 2, got {self.ahead}")
+        if self.p_split < 1 or self.num_stages < 1:
+            raise ValueError(f"LaunchConfig: expected p_split >= 1 and num_stages >= 1, got {self.p_split}, {self.num_stages}")
+        if self.block_p < 1 or self.block_p & (self.block_p - 1):
+            raise ValueError(f"LaunchConfig.block_p: expected a power of two, got {self.block_p}")
+        if self.kernel == "v4" and self.fold != "fma" and self.block_p < 16:
+            raise ValueError(f"LaunchConfig.block_p: a tl.dot fold needs block_p >= 16, got {self.block_p}")
 
 
 def launch_config(kind: str, head_dim: int, d_state: int, batch: int) -> LaunchConfig:
@@ -370,6 +399,12 @@ def replay_step(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at, window
     if batch == 0:
         return y
     cfg = config or launch_config("replay", head_dim, d_state, batch)
+    if cfg.kernel == "v4":
+        from .decode_v4 import replay_step_v4
+
+        return replay_step_v4(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at, window,
+                              x, dt, A, B, C, D, z, dt_bias, dt_softplus, dt_min, dt_max, state_indices, pad_slot_id,
+                              y, cfg)
     lo, hi, strides, flags, (D_, z_, bias_, idx_) = _common(x, dt, B, C, z, y, dt_bias, dt_min, dt_max, D, state_indices, A)
     n_blocks = triton.cdiv(head_dim, cfg.block_p)
     grid = (batch, heads, n_blocks) if cfg.rows_fastest else (n_blocks, heads, batch)

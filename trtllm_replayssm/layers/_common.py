@@ -9,8 +9,9 @@ from typing import Mapping
 import torch
 
 from ..config import ReplaySSMConfig
+from ..ops._slots import live_rows
 
-__all__ = ["MODES", "plain_checkpoint_dtype", "resolve_backend"]
+__all__ = ["MODES", "SlotStateMixin", "plain_checkpoint_dtype", "resolve_backend"]
 
 #: ``replay``: ReplaySSM state (checkpoint + ring); ``standard``: the state written every token.
 MODES = ("replay", "standard")
@@ -41,3 +42,31 @@ def resolve_backend(backend: str | ModuleType, backends: Mapping[str, str]) -> M
     if backend not in backends:
         raise ValueError(f"backend: expected one of {sorted(backends)} or a module, got {backend!r}")
     return importlib.import_module(backends[backend])
+
+
+class SlotStateMixin:
+    """Slot bookkeeping shared by the mixers: ``conv_state [slots, conv_dim, d_conv-1]``, and
+    either ``replay_state`` (replay mode) or ``ssm_state [slots, heads, P, N]`` (standard mode)."""
+
+    def reset_slots(self, slots) -> None:
+        """Start new sequences in ``slots``: zero their conv and SSM state, empty their rings."""
+        slot_list = [int(s) for s in slots]
+        n_slots = self.conv_state.shape[0]
+        for s in slot_list:
+            if not 0 <= s < n_slots:
+                raise ValueError(f"slots: slot {s} out of range [0, {n_slots})")
+        self.conv_state[slot_list] = 0
+        if self.replay_state is not None:
+            self.replay_state.reset_slots(slot_list, self.config)
+        else:
+            self.ssm_state[slot_list] = 0
+
+    def _standard_ssm_state(self, state_indices: torch.Tensor | None) -> torch.Tensor:
+        """``[batch, heads, P, N]`` copies of the standard-mode state of each row's slot (zero for
+        padded rows)."""
+        if state_indices is None:
+            return self.ssm_state.clone()
+        rows, slot_ids = live_rows(state_indices, state_indices.shape[0], self.ssm_state.shape[0])
+        out = self.ssm_state.new_zeros((state_indices.shape[0], *self.ssm_state.shape[1:]))
+        out[rows] = self.ssm_state[slot_ids]
+        return out

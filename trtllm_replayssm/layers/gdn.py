@@ -25,7 +25,7 @@ from torch import nn
 from ..config import ReplaySSMConfig
 from ..ops._slots import live_rows
 from ..ops.gdn.state import DeltaRuleReplayState
-from ._common import plain_checkpoint_dtype, resolve_backend
+from ._common import SlotStateMixin, plain_checkpoint_dtype, resolve_backend
 from .conv import causal_conv1d_update
 
 __all__ = ["DeltaRuleMixer", "ReplayGatedDeltaNet", "DELTA_RULE_BACKENDS"]
@@ -38,7 +38,7 @@ DELTA_RULE_BACKENDS = {
 _GATES = {"silu": F.silu, "swish": F.silu, "sigmoid": torch.sigmoid}
 
 
-class DeltaRuleMixer(nn.Module):
+class DeltaRuleMixer(SlotStateMixin, nn.Module):
     """What the GDN and KDA decode mixers share: state, op dispatch, output norm, prefill.
 
     A subclass sets ``kind`` (``"gdn"`` / ``"kda"``) and ``norm_gate`` (the output norm's gate
@@ -90,26 +90,11 @@ class DeltaRuleMixer(nn.Module):
 
     # -- state -----------------------------------------------------------------------------------
 
-    def reset_slots(self, slots) -> None:
-        """Start new sequences in ``slots``: zero their conv and recurrent state, empty their rings."""
-        slot_list = [int(s) for s in slots]
-        for s in slot_list:
-            if not 0 <= s < self.slots:
-                raise ValueError(f"slots: slot {s} out of range [0, {self.slots})")
-        self.conv_state[slot_list] = 0
-        if self.replay_state is not None:
-            self.replay_state.reset_slots(slot_list, self.config)
-        else:
-            self.ssm_state[slot_list] = 0
-
     def current_ssm_state(self, state_indices: torch.Tensor) -> torch.Tensor:
         """``[batch, HV, d_v, d_k]``: each slot's recurrent state now, in either mode."""
         if self.replay_state is not None:
             return self._op("replay_materialize")(self.replay_state, state_indices)
-        rows, slot_ids = live_rows(state_indices, state_indices.shape[0], self.slots)
-        out = self.ssm_state.new_zeros((state_indices.shape[0], *self.ssm_state.shape[1:]))
-        out[rows] = self.ssm_state[slot_ids]
-        return out
+        return self._standard_ssm_state(state_indices)
 
     # -- forward ---------------------------------------------------------------------------------
 

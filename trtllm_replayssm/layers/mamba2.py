@@ -24,7 +24,7 @@ from torch import nn
 from ..config import ReplaySSMConfig
 from ..ops._slots import live_rows
 from ..ops.mamba2.state import Mamba2ReplayState
-from ._common import plain_checkpoint_dtype, resolve_backend
+from ._common import SlotStateMixin, plain_checkpoint_dtype, resolve_backend
 from .conv import causal_conv1d_update
 from .norm import gated_rms_norm
 
@@ -34,7 +34,7 @@ __all__ = ["ReplayMamba2Mixer", "MAMBA2_BACKENDS"]
 MAMBA2_BACKENDS = {"reference": "trtllm_replayssm.ops.mamba2.reference"}
 
 
-class ReplayMamba2Mixer(nn.Module):
+class ReplayMamba2Mixer(SlotStateMixin, nn.Module):
     """Mamba-2 mixer for decoding, one token per row, with slot-indexed state.
 
     Args:
@@ -171,18 +171,6 @@ class ReplayMamba2Mixer(nn.Module):
 
     # -- state -----------------------------------------------------------------------------------
 
-    def reset_slots(self, slots) -> None:
-        """Start new sequences in ``slots``: zero their conv and SSM state, empty their rings."""
-        slot_list = [int(s) for s in slots]
-        for s in slot_list:
-            if not 0 <= s < self.slots:
-                raise ValueError(f"slots: slot {s} out of range [0, {self.slots})")
-        self.conv_state[slot_list] = 0
-        if self.replay_state is not None:
-            self.replay_state.reset_slots(slot_list, self.config)
-        else:
-            self.ssm_state[slot_list] = 0
-
     def A(self) -> torch.Tensor:
         """``[heads]`` float32: ``-exp(A_log)``."""
         return -torch.exp(self.A_log.float())
@@ -191,12 +179,7 @@ class ReplayMamba2Mixer(nn.Module):
         """``[batch, heads, head_dim, d_state]``: the recurrent state of each slot now (either mode)."""
         if self.replay_state is not None:
             return self.ops.mamba2_replay_materialize(self.replay_state, state_indices, A=self.A())
-        if state_indices is None:
-            return self.ssm_state.clone()
-        rows, slot_ids = live_rows(state_indices, state_indices.shape[0], self.slots)
-        out = torch.zeros((state_indices.shape[0], *self.ssm_state.shape[1:]), dtype=self.ssm_state.dtype)
-        out[rows] = self.ssm_state[slot_ids]
-        return out
+        return self._standard_ssm_state(state_indices)
 
     # -- forward ---------------------------------------------------------------------------------
 

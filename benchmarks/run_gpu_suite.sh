@@ -30,6 +30,9 @@ step() {  # step NAME SECONDS CMD...: run CMD under a time limit, log to $OUT/NA
 if [ "$what" = tests ] || [ "$what" = all ]; then
   step gpu_tests "${GPU_TESTS_LIMIT:-200}" python3 -m pytest -q -m gpu -n 8 -p no:cacheprovider \
     --deselect tests/test_cli.py::test_default_build_on_the_gpu tests
+  # The format device functions run compiled (not interpreted) where CUDA is present.
+  step gpu_formats "${FORMATS_LIMIT:-60}" python3 -m pytest -q -p no:cacheprovider \
+    tests/test_formats_triton.py tests/test_formats_stochastic.py
 fi
 if [ "$what" = bench ] || [ "$what" = all ]; then
   step bench_mamba2 "${BENCH_LIMIT:-150}" python3 benchmarks/bench_mamba2_decode.py ${MAMBA2_BENCH_ARGS:-} --json "$OUT/mamba2.json"

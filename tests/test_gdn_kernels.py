@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from trtllm_replayssm.config import ReplaySSMConfig
 from trtllm_replayssm.ops.gdn import decode
 from trtllm_replayssm.ops.gdn import reference as gdn_ref
+from trtllm_replayssm.ops.gdn.decode_chunked import ChunkedVariant
 from trtllm_replayssm.ops.gdn.state import DeltaRuleReplayState
 from trtllm_replayssm.ops.kda import reference as kda_ref
 
@@ -58,27 +59,37 @@ class Layer:
         return {"A_log": self.A_log.to(device), "dt_bias": self.dt_bias.to(device)}
 
 
+def _on(inputs, device):
+    return {k: v.to(device) for k, v in inputs.items()}
+
+
 def _cpu(inputs):
-    return {k: v.cpu() for k, v in inputs.items()}
+    return _on(inputs, "cpu")
 
 
 def rel_err(actual, expected):
+    """Max error relative to the largest reference entry, computed where ``expected`` lives."""
     expected = expected.to(F64)
-    return ((actual.to(F64).cpu() - expected.cpu()).abs().max() / expected.abs().max().clamp_min(1e-30)).item()
+    actual = actual.to(expected.device, F64)
+    return ((actual - expected).abs().max() / expected.abs().max().clamp_min(1e-30)).item()
 
 
-def drive(layer, batch, slots, steps, window=4, refold=True, pads=True, use_wrapper=False, seed=0, **launch):
+def drive(layer, batch, slots, steps, window=4, refold=True, pads=True, use_wrapper=False, seed=0,
+          oracle_device="cpu", **launch):
     """Run the kernel and the float64 reference side by side for ``steps`` decode steps.
 
     Rows address a shuffled subset of ``slots`` (so slots sit at staggered flush phases) with a
     padded row when ``pads``. After every step: outputs, cursors, and the checkpoints of every
     slot (they move only at flushes); at the end the materialised states (which read every ring
     field the kernel wrote). Returns ``(worst output error, worst checkpoint error, flushes)``.
+    ``oracle_device``: where the float64 reference runs (the GPU for large batches: the CPU
+    reference at batch 64 and model dims dominates the test time).
     """
     config = ReplaySSMConfig(window=window)
     state = layer.state(slots, config)
     # The oracle: same ring dtypes (so both see identically rounded k, v), float64 checkpoint.
-    oracle = layer.state(slots, config, checkpoint_dtype=F64, device="cpu")
+    ref_dev = torch.device(oracle_device)
+    oracle = layer.state(slots, config, checkpoint_dtype=F64, device=ref_dev)
     gen = torch.Generator().manual_seed(seed)
     perm = torch.randperm(slots, generator=gen)[:batch].tolist()
     if pads and batch > 1:
@@ -99,25 +110,25 @@ def drive(layer, batch, slots, steps, window=4, refold=True, pads=True, use_wrap
                 state_indices=idx.to(layer.device), pad_slot_id=-1, scale=None, refold=refold, **launch,
             )
         want = layer.ref.__dict__[f"{layer.name}_replay_step"](
-            oracle, **_cpu(inputs), **layer.params("cpu"), state_indices=idx, refold=refold)
+            oracle, **_on(inputs, ref_dev), **layer.params(ref_dev), state_indices=idx.to(ref_dev), refold=refold)
         live = idx != -1
         assert torch.count_nonzero(got[~live]) == 0, "padded rows must get zero outputs"
-        err = rel_err(got[live], want[live])
+        err = rel_err(got[live], want[live.to(ref_dev)])
         worst_o = max(worst_o, err)
         assert err < out_tol, f"step {t}: output error {err:.2e}"
-        assert torch.equal(state.committed.cpu(), oracle.committed), f"step {t}: committed"
-        assert torch.equal(state.flush_at.cpu(), oracle.flush_at), f"step {t}: flush_at"
+        assert torch.equal(state.committed.cpu(), oracle.committed.cpu()), f"step {t}: committed"
+        assert torch.equal(state.flush_at.cpu(), oracle.flush_at.cpu()), f"step {t}: flush_at"
         # Every step moves a live slot's cursor forward, unless it flushed back to 0.
-        flushes += int((oracle.committed[idx[live].long()] == 0).sum())
+        flushes += int((oracle.committed.cpu()[idx[live].long()] == 0).sum())
         if bool((oracle.checkpoint != 0).any()):
             worst_c = max(worst_c, rel_err(state.checkpoint, oracle.checkpoint))
     untouched = [s for s in range(slots) if s not in perm]
     if untouched:
         assert torch.count_nonzero(state.checkpoint[untouched]) == 0
     # Every ring field the kernel wrote, through the reference's materialisation of both states.
-    cpu_state = DeltaRuleReplayState(**{f: getattr(state, f).cpu() if isinstance(getattr(state, f), torch.Tensor)
+    cpu_state = DeltaRuleReplayState(**{f: getattr(state, f).to(ref_dev) if isinstance(getattr(state, f), torch.Tensor)
                                         else getattr(state, f) for f in state.__dataclass_fields__})
-    every = torch.arange(slots, dtype=torch.int32)
+    every = torch.arange(slots, dtype=torch.int32, device=ref_dev)
     materialize = layer.ref.__dict__[f"{layer.name}_replay_materialize"]
     for fold in (True, False):
         m_err = rel_err(materialize(cpu_state, every, refold=fold), materialize(oracle, every, refold=fold))
@@ -226,22 +237,65 @@ def test_no_bias_and_custom_scale_cpu():
         assert rel_err(got, want) < 2e-5
 
 
+# ------------------------------------------------------------------ chunked kernel (CPU) -----
+# decode_chunked.py: the flush as products over the state (WY form), full-ring loads. Every case
+# runs 3+ windows with staggered first flushes and a padded row; tl.dot needs 16-row blocks.
+CHUNKED_CPU = [
+    # per_channel, HV, H, d_v, window, refold, variant
+    pytest.param(False, 2, 1, 16, 4, True, ChunkedVariant(), id="gdn-share2-refold"),
+    pytest.param(False, 2, 2, 16, 4, False, ChunkedVariant(full_ring=False), id="gdn-share1-foldu-masked"),
+    pytest.param(False, 2, 1, 32, 6, True, ChunkedVariant(block_v=16, split=2, stages=3), id="gdn-split2"),
+    pytest.param(False, 1, 1, 16, 16, True, ChunkedVariant(precision="tf32x3"), id="gdn-window16"),
+]
+
+
+@pytest.mark.parametrize("per_channel,HV,H,d_v,window,refold,variant", CHUNKED_CPU)
+def test_chunked_kernel_matches_reference_cpu(per_channel, HV, H, d_v, window, refold, variant):
+    check_chunked_cpu(per_channel, HV, H, d_v, window, refold, variant)
+
+
+def check_chunked_cpu(per_channel, HV, H, d_v, window, refold, variant):
+    layer = Layer(per_channel, HV, H, 16, d_v, seed=window + 10 * HV + d_v)
+    batch = 3 if window < 16 else 2
+    slots = batch + 1
+    _, worst_c, flushes = drive(layer, batch, slots=slots, steps=3 * window + 4, window=window, refold=refold,
+                                variant=variant)
+    assert flushes >= 3 * (batch - 1), f"expected 3+ windows per live slot, saw {flushes} flushes"
+    assert worst_c < 1e-5, f"checkpoint error {worst_c:.2e}"
+
+
+def test_chunked_variant_rejects_bad_options():
+    with pytest.raises(ValueError, match="^precision:"):
+        ChunkedVariant(precision="tf32")
+    with pytest.raises(ValueError, match="^block_v:"):
+        ChunkedVariant(block_v=8)
+    with pytest.raises(ValueError, match="^stages:"):
+        ChunkedVariant(stages=0)
+
+
 # ------------------------------------------------------------------ GPU ----------------------
 GPU_DIMS = [(32, 16, 128, 128), (8, 2, 64, 256), (4, 4, 256, 64)]
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+def dims_id(dims):
+    return "x".join(map(str, dims))
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dims", GPU_DIMS)
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("dims", GPU_DIMS, ids=dims_id)
+@pytest.mark.parametrize("dtype", list(DTYPES))
 @pytest.mark.parametrize("batch", [1, 3, 64])
 def test_replay_kernel_gpu(dims, dtype, batch):
     HV, H, d_k, d_v = dims
     if batch == 64 and dims != GPU_DIMS[0]:
         pytest.skip("batch 64 runs at the model dims only (device time)")
+    dtype = DTYPES[dtype]
     layer = Layer(False, HV, H, d_k, d_v, dtype=dtype, seed=batch)
-    # 16-token windows, 3+ windows: every slot passes every flush phase.
+    # 16-token windows, 3+ windows: every slot passes every flush phase. Batch 64 runs the
+    # float64 reference on the GPU.
     worst_o, worst_c, flushes = drive(layer, batch, slots=max(batch + 2, 4), steps=52, window=16,
-                                      use_wrapper=True)
+                                      use_wrapper=True, oracle_device="cuda" if batch > 3 else "cpu")
     assert flushes >= 3 * (batch - (batch > 1))
     # 16-bit activations: k is l2-normalised in fp32 here and in float64 by the reference before
     # both round it to the ring dtype; the rare ties that round apart move the checkpoint by
@@ -258,9 +312,37 @@ def test_refold_choice_gpu(refold):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
 def test_standard_kernel_gpu(dtype):
-    standard_check(Layer(False, 32, 16, 128, 128, dtype=dtype, seed=11), batch=5, slots=9)
+    standard_check(Layer(False, 32, 16, 128, 128, dtype=DTYPES[dtype], seed=11), batch=5, slots=9)
+
+
+# The chunked kernel through the public op (REPLAY_VARIANT switched), a small grid: it is
+# checked against the float64 reference like the row-wise kernel above.
+CHUNKED_GPU = [
+    pytest.param("bf16", ChunkedVariant(), id="bf16-ieee"),
+    pytest.param("fp32", ChunkedVariant(), id="fp32-ieee"),
+    pytest.param("fp32", ChunkedVariant(precision="tf32x3"), id="fp32-tf32x3"),
+    pytest.param("fp32", ChunkedVariant(full_ring=False, stages=1), id="fp32-masked-stages1"),
+]
+
+
+def check_chunked_gpu(per_channel, dims, dtype, batch, variant, monkeypatch):
+    monkeypatch.setattr(decode, "REPLAY_VARIANT", variant)
+    layer = Layer(per_channel, *dims, dtype=DTYPES[dtype], seed=batch + 40)
+    _, worst_c, flushes = drive(layer, batch, slots=batch + 2, steps=52, window=16, use_wrapper=True)
+    assert flushes >= 3 * (batch - (batch > 1))
+    assert worst_c < (1e-5 if dtype == "fp32" else 5e-3), f"checkpoint error {worst_c:.2e}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dims", [GPU_DIMS[0], GPU_DIMS[2]], ids=dims_id)
+@pytest.mark.parametrize("dtype,variant", CHUNKED_GPU)
+@pytest.mark.parametrize("batch", [1, 3])
+def test_chunked_kernel_gpu(dims, dtype, variant, batch, monkeypatch):
+    if dims != GPU_DIMS[0] and (batch == 1 or variant != ChunkedVariant()):
+        pytest.skip("other dims: batch 3, default variant (device time)")
+    check_chunked_gpu(False, dims, dtype, batch, variant, monkeypatch)
 
 
 @pytest.mark.gpu
@@ -292,8 +374,10 @@ def test_matches_fla_fused_recurrent_gpu():
 
 
 @pytest.mark.gpu
-def test_cuda_graph_capture_gpu():
+@pytest.mark.parametrize("variant", [None, ChunkedVariant()], ids=["rowwise", "chunked"])
+def test_cuda_graph_capture_gpu(variant, monkeypatch):
     """A captured replay step, replayed 40 times, walks the same states as eager calls."""
+    monkeypatch.setattr(decode, "REPLAY_VARIANT", variant)
     layer = Layer(False, 32, 16, 128, 128, dtype=torch.bfloat16, seed=13)
     batch = 6
     from trtllm_replayssm.ops.gdn import gdn_replay_step

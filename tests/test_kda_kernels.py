@@ -6,9 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from test_gdn_kernels import DEV, Layer, drive, fla_naive_check, standard_check
+from test_gdn_kernels import (CHUNKED_GPU, DEV, DTYPES, Layer, check_chunked_cpu, check_chunked_gpu, dims_id, drive,
+                              fla_naive_check, standard_check)
 from trtllm_replayssm.config import ReplaySSMConfig
 from trtllm_replayssm.ops.gdn import decode
+from trtllm_replayssm.ops.gdn.decode_chunked import ChunkedVariant
 
 
 @pytest.mark.parametrize("refold", [True, False])
@@ -30,20 +32,39 @@ def test_kernels_match_fla_naive_cpu():
 KIMI = (32, 32, 128, 128)
 
 
+@pytest.mark.parametrize("HV,H,d_v,window,refold,variant", [
+    pytest.param(2, 1, 16, 4, True, ChunkedVariant(full_ring=False), id="share2-refold-masked"),
+    pytest.param(2, 2, 16, 4, False, ChunkedVariant(), id="share1-foldu"),
+    pytest.param(2, 1, 32, 6, True, ChunkedVariant(block_v=16, split=2), id="split2"),
+    pytest.param(1, 1, 16, 16, True, ChunkedVariant(), id="window16"),
+])
+def test_chunked_kernel_matches_reference_cpu(HV, H, d_v, window, refold, variant):
+    check_chunked_cpu(True, HV, H, d_v, window, refold, variant)
+
+
 @pytest.mark.gpu
-@pytest.mark.parametrize("dims", [KIMI, (8, 4, 64, 64), (4, 1, 256, 128)])
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("dims", [KIMI, (8, 4, 64, 64), (4, 1, 256, 128)], ids=dims_id)
+@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
 @pytest.mark.parametrize("batch", [1, 3, 64])
 def test_replay_kernel_gpu(dims, dtype, batch):
     if batch == 64 and dims != KIMI:
         pytest.skip("batch 64 runs at the model dims only (device time)")
+    dtype = DTYPES[dtype]
     layer = Layer(True, *dims, dtype=dtype, seed=batch)
-    _, worst_c, flushes = drive(layer, batch, slots=max(batch + 2, 4), steps=52, window=16, use_wrapper=True)
+    _, worst_c, flushes = drive(layer, batch, slots=max(batch + 2, 4), steps=52, window=16, use_wrapper=True,
+                                oracle_device="cuda" if batch > 3 else "cpu")
     assert flushes >= 3 * (batch - (batch > 1))
     # 16-bit activations: k is l2-normalised in fp32 here and in float64 by the reference before
     # both round it to the ring dtype; the rare ties that round apart move the checkpoint by
     # ~1e-3. With fp32 activations the target is fp32 accumulation error.
     assert worst_c < (1e-5 if dtype == torch.float32 else 5e-3), f"checkpoint error {worst_c:.2e}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype,variant", CHUNKED_GPU)
+@pytest.mark.parametrize("batch", [1, 3])
+def test_chunked_kernel_gpu(dtype, variant, batch, monkeypatch):
+    check_chunked_gpu(True, KIMI, dtype, batch, variant, monkeypatch)
 
 
 @pytest.mark.gpu

@@ -45,8 +45,8 @@ def make_indices(batch, slots, pad, device, gen):
     return idx.to(device)
 
 
-def allocate(slots, heads, head_dim, d_state, groups, window, dtype, device, gen):
-    cfg = ReplaySSMConfig(window=window)
+def allocate(slots, heads, head_dim, d_state, groups, window, dtype, device, gen, stagger=False):
+    cfg = ReplaySSMConfig(window=window, flush_stagger=stagger)
     state = Mamba2ReplayState.allocate(slots, heads, head_dim, d_state, groups, cfg, activation_dtype=dtype)
     state.checkpoint.copy_(torch.randn(state.checkpoint.shape, generator=gen))
     kernel_state = state.clone()
@@ -55,13 +55,16 @@ def allocate(slots, heads, head_dim, d_state, groups, window, dtype, device, gen
     return kernel_state, state
 
 
-def check_replay(dims, dtype, batch, window, steps, device, pad=True, run=None, seed=0, y_tol=None, ckpt_tol=1e-5):
+def check_replay(dims, dtype, batch, window, steps, device, pad=True, run=None, seed=0, y_tol=None, ckpt_tol=1e-5,
+                 stagger=False):
     """Run ``steps`` ReplaySSM steps with ``run`` (a kernel launcher) and the reference; compare
-    outputs, checkpoints, cursors and the committed ring entries after every step."""
+    outputs, checkpoints, cursors and the committed ring entries after every step. With
+    ``stagger`` the slots' first flushes come at different steps (flush and non-flush rows
+    share launches)."""
     heads, head_dim, d_state, groups = dims
     gen = torch.Generator().manual_seed(seed)
     slots = batch + 2
-    state, ref_state = allocate(slots, heads, head_dim, d_state, groups, window, dtype, device, gen)
+    state, ref_state = allocate(slots, heads, head_dim, d_state, groups, window, dtype, device, gen, stagger)
     A, D, dt_bias = make_params(heads, "cpu", gen)
     idx = make_indices(batch, slots, pad and batch > 1, "cpu", gen)
     y_tol = y_tol or {torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 1.5e-2}[dtype]
@@ -144,6 +147,39 @@ def test_replay_kernel_interpreter_fp16_batch1():
     check_replay((2, 16, 16, 1), torch.float16, 1, 4, 9, "cpu", run=_kernel_replay(decode.LaunchConfig(16, 4, True)))
 
 
+V4_INTERPRETER = [
+    # (dims, LaunchConfig keywords): head_dim 80 = 5 tiles of 16 (split 1, 2 -> 3 + 2, 3 -> 2 + 2 + 1),
+    # d_state 24 masks columns; every fold, both pipelines, both cursor mechanisms, both grid orders.
+    ((3, 80, 16, 1), dict(block_p=16, fold="fma", pipeline="regs", ahead=1, p_split=1)),
+    ((2, 80, 24, 2), dict(block_p=16, fold="ieee", pipeline="regs", ahead=2, p_split=2, cursor_kernel=True)),
+    ((2, 80, 16, 1), dict(block_p=16, fold="tf32x3", pipeline="range", num_stages=3, p_split=3, rows_fastest=True)),
+    ((4, 64, 24, 2), dict(block_p=32, fold="fma", pipeline="range", p_split=1, cursor_kernel=True, rows_fastest=True)),
+    ((4, 64, 16, 2), dict(block_p=16, fold="fma", pipeline="regs", ahead=2, p_split=4)),
+]
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="interpreter test; the GPU grid covers it on CUDA")
+@pytest.mark.parametrize("dims,params", V4_INTERPRETER, ids=lambda v: str(v).replace(" ", ""))
+def test_replay_v4_kernel_interpreter(dims, params):
+    # window 4 over 13 steps with staggered first flushes: every ring position flushes in some
+    # launch next to non-flush rows; row 1 of 3 is padded; 3+ windows per slot.
+    cfg = decode.LaunchConfig(num_warps=4, kernel="v4", **params)
+    check_replay(dims, torch.float32, 3, 4, 13, "cpu", run=_kernel_replay(cfg), stagger=True)
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="interpreter test; the GPU grid covers it on CUDA")
+def test_replay_v4_kernel_interpreter_batch1_in_phase():
+    cfg = decode.LaunchConfig(16, 4, kernel="v4", fold="ieee", p_split=2)
+    check_replay((2, 32, 16, 1), torch.float32, 1, 4, 13, "cpu", run=_kernel_replay(cfg))
+
+
+def test_launch_config_rejects_unknown_options():
+    for bad in (dict(kernel="v5"), dict(fold="tf32"), dict(pipeline="async"), dict(ahead=3), dict(p_split=0),
+                dict(block_p=24), dict(kernel="v4", fold="ieee", block_p=8)):
+        with pytest.raises(ValueError, match="LaunchConfig"):
+            decode.LaunchConfig(**bad)
+
+
 @pytest.mark.skipif(HAS_CUDA, reason="interpreter test; the GPU grid covers it on CUDA")
 @pytest.mark.parametrize("dims", [(4, 16, 16, 2), (3, 20, 24, 3)])
 def test_standard_kernel_interpreter(dims):
@@ -171,6 +207,31 @@ def test_replay_step_gpu(dims, dtype, batch):
 def test_replay_nemotron_dims_four_windows_gpu(fold_dot, prefetch):
     # The accuracy target: the fp32 checkpoint after flushes within 1e-5 of float64, L=16.
     run = _kernel_replay(decode.LaunchConfig(32, 4, fold_dot, prefetch))
+    check_replay((128, 64, 128, 8), torch.bfloat16, 3, 16, 66, "cuda", run=run, ckpt_tol=1e-5)
+
+
+V4_GPU_CONFIGS = [
+    dict(block_p=32, fold="fma", pipeline="regs", ahead=1, p_split=1, max_registers=128),
+    dict(block_p=16, fold="ieee", pipeline="regs", ahead=2, p_split=2, cursor_kernel=True, rows_fastest=True),
+    dict(block_p=16, fold="tf32x3", pipeline="range", num_stages=3, p_split=4),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("params", V4_GPU_CONFIGS, ids=lambda p: "-".join(f"{k}={v}" for k, v in p.items()))
+@pytest.mark.parametrize("batch", [1, 3])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("dims", [(8, 64, 128, 2), (8, 80, 128, 8)])
+def test_replay_v4_gpu(dims, dtype, batch, params):
+    run = _kernel_replay(decode.LaunchConfig(num_warps=4, kernel="v4", **params))
+    check_replay(dims, dtype, batch, window=8, steps=26, device="cuda", run=run, stagger=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fold", ["fma", "ieee", "tf32x3"])
+def test_replay_v4_nemotron_dims_four_windows_gpu(fold):
+    # The accuracy target for every fold of the v4 kernel: fp32 checkpoint within 1e-5 of float64, L=16.
+    run = _kernel_replay(decode.LaunchConfig(32, 4, kernel="v4", fold=fold))
     check_replay((128, 64, 128, 8), torch.bfloat16, 3, 16, 66, "cuda", run=run, ckpt_tol=1e-5)
 
 

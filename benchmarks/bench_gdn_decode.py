@@ -17,7 +17,13 @@ The cursors are set before each replay, outside the timed region, so the same gr
 every phase. GB/s counts the bytes each step must move; ``% copy`` is against a device-to-device
 copy measured in the same run. Prints a table and writes JSON (``--json``).
 
+``--variants`` instead checks every replay kernel variant of ``VARIANTS`` against the row-wise
+replay kernel and the standard kernel on the GPU (WRONG and no timing on a mismatch), then
+times each one's non-flush, flush, amortized and staggered steps beside fla and the standard
+kernel, at batches 1, 128, 256 (a short run: about one compile per variant and launch config).
+
     python benchmarks/bench_gdn_decode.py --json gdn.json
+    python benchmarks/bench_gdn_decode.py --variants --json gdn_variants.json
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ import itertools
 import json
 import os
 import sys
+import time
 
 import torch
 
@@ -37,9 +44,11 @@ from _timing import L2Flusher, capture_graph, copy_bandwidth_gbps, device_info, 
 
 from trtllm_replayssm.config import ReplaySSMConfig  # noqa: E402
 from trtllm_replayssm.ops.gdn import decode  # noqa: E402
+from trtllm_replayssm.ops.gdn.decode_chunked import ChunkedVariant, chunked_config  # noqa: E402
 from trtllm_replayssm.ops.gdn.state import DeltaRuleReplayState  # noqa: E402
 
 BATCHES = (1, 32, 128, 256, 512)
+ROUNDS = 20
 
 
 class Layer:
@@ -198,6 +207,181 @@ def warmup_only(layer, batches):
     torch.cuda.synchronize()
 
 
+# -- --variants: every replay kernel variant, checked then timed, in one short run -------------
+#: (name, ``variant`` of decode.delta_replay_step, batches it runs at or None for all). Each
+#: distinct launch config is one Triton compile (~1-3 s): GDN + KDA at batches 1/128/256 compile
+#: about 26 kernels in all.
+VARIANTS = (
+    ("rowwise", "rowwise", None),
+    ("chunked", ChunkedVariant(), None),
+    ("chunked tf32x3", ChunkedVariant(precision="tf32x3"), None),
+    ("chunked masked-ring s1", ChunkedVariant(full_ring=False, stages=1), None),
+    ("chunked BV16", ChunkedVariant(block_v=16), (128, 256, 512)),
+    ("chunked s3", ChunkedVariant(stages=3), (128, 256, 512)),
+    ("chunked 2 warps", ChunkedVariant(num_warps=2), (1, 32)),
+)
+
+
+def nonflush_phases(L):
+    """Ring lengths timed for the non-flush mean: its cost is linear in ``c``, so the mean at
+    ``0, (L-2)/2, L-2`` (0, 7, 14 at L=16) is the mean over ``0..L-2``."""
+    return (0, (L - 2) // 2, L - 2)
+
+
+def variant_step(layer, variant, state, x, idx):
+    return decode.delta_replay_step(
+        state.checkpoint, state.ring_k, state.ring_v, state.ring_beta, state.ring_g, state.ring_u,
+        state.committed, state.flush_at, state.window, **x, A_log=layer.A_log, dt_bias=layer.dt_bias,
+        state_indices=idx, pad_slot_id=-1, scale=None, refold=True, variant=variant)
+
+
+def _rel(actual, expected):
+    expected = expected.float()
+    return ((actual.float() - expected).abs().max() / expected.abs().max().clamp_min(1e-30)).item()
+
+
+def check_variant(layer, batch, variant):
+    """Errors of ``variant`` against (a) the row-wise replay kernel from a staggered random state
+    over L + 1 steps (every slot flushes once; same rounding, so a tight bound) and (b) the
+    standard kernel from a fresh window over L steps (the last one flushes; the replay rounds k
+    to the activation dtype, the standard step does not). Returns ``(ok, errors)``."""
+    L = layer.window
+    idx = torch.arange(batch, dtype=torch.int32, device="cuda")
+    fp32 = layer.dtype == torch.float32
+    errors = {}
+    mine = layer.state(batch)
+    mine.committed.copy_(idx % L)
+    mine.flush_at.fill_(L)
+    ref = mine.clone()
+    for _ in range(L + 1):
+        x = layer.tokens(batch)
+        errors["out_vs_rowwise"] = max(errors.get("out_vs_rowwise", 0.0),
+                                       _rel(variant_step(layer, variant, mine, x, idx),
+                                            variant_step(layer, "rowwise", ref, x, idx)))
+    errors["checkpoint_vs_rowwise"] = _rel(mine.checkpoint, ref.checkpoint)
+    errors["ring_u_vs_rowwise"] = _rel(mine.ring_u, ref.ring_u)
+    cursors_equal = torch.equal(mine.committed, ref.committed) and torch.equal(mine.flush_at, ref.flush_at)
+    mine.committed.zero_()
+    mine.flush_at.fill_(L)
+    plain = mine.checkpoint.clone()
+    for _ in range(L):
+        x = layer.tokens(batch)
+        o = variant_step(layer, variant, mine, x, idx)
+        want = decode.delta_standard_step(plain, **x, A_log=layer.A_log, dt_bias=layer.dt_bias,
+                                          state_indices=idx, pad_slot_id=-1, scale=None)
+        errors["out_vs_standard"] = max(errors.get("out_vs_standard", 0.0), _rel(o, want))
+    errors["checkpoint_vs_standard"] = _rel(mine.checkpoint, plain)
+    torch.cuda.synchronize()
+    loose = 1e-4 if fp32 else 5e-2
+    ok = (cursors_equal and bool((mine.committed == 0).all()) and errors["checkpoint_vs_rowwise"] < 1e-4
+          and errors["ring_u_vs_rowwise"] < 1e-4 and errors["out_vs_rowwise"] < (1e-4 if fp32 else 2e-2)
+          and errors["out_vs_standard"] < loose and errors["checkpoint_vs_standard"] < loose)
+    return ok, errors
+
+
+def launch_text(layer, batch, variant):
+    if variant == "rowwise":
+        bv, split, warps = decode.replay_config(batch, layer.HV, layer.d_k, layer.d_v)
+    else:
+        bv, split, warps = chunked_config(batch, layer.HV, layer.d_k, layer.d_v, variant)
+    return f"BV={bv} split={split} warps={warps}"
+
+
+def bench_variants_batch(layer, batch, flusher, rounds, copy_bw, with_fla, names):
+    L = layer.window
+    x = layer.tokens(batch)
+    idx = torch.arange(batch, dtype=torch.int32, device="cuda")
+    std_bytes = 2 * layer.state_bytes(batch) + layer.token_bytes(batch)
+    rows = []
+
+    def base_row(mode, fn):
+        us = median([r[0] for r in time_replays([capture_graph(fn)], rounds=rounds, flush=flusher)])
+        rows.append({"batch": batch, "mode": mode, "amortized_us": us, "pct_copy": 100 * std_bytes / us / 1e3 / copy_bw})
+
+    if with_fla:
+        base_row("fla", fla_fn(layer, batch, x))
+    ssm = torch.randn(batch, layer.HV, layer.d_v, layer.d_k, device="cuda") * 0.05
+    base_row("standard", lambda: decode.delta_standard_step(ssm, **x, A_log=layer.A_log, dt_bias=layer.dt_bias,
+                                                            state_indices=idx, pad_slot_id=-1, scale=None))
+    del ssm
+    phases = nonflush_phases(L)
+    nonflush_bytes = sum(layer.step_bytes(batch, c, False) for c in phases) / len(phases)
+    flush_bytes = layer.step_bytes(batch, L - 1, True, fold_u=False)
+    stagger = torch.arange(batch, device="cuda", dtype=torch.int32) % L
+    for name, variant, batches in VARIANTS:
+        if (names and name not in names) or (batches is not None and batch not in batches):
+            continue
+        row = {"batch": batch, "mode": name, "launch": launch_text(layer, batch, variant)}
+        rows.append(row)
+        if variant != "rowwise":
+            ok, row["errors"] = check_variant(layer, batch, variant)
+            row["check"] = "ok" if ok else "WRONG"
+            if not ok:
+                continue
+        state = layer.state(batch)
+        graph = capture_graph(lambda: variant_step(layer, variant, state, x, idx))
+
+        def phase_us(phases):
+            t = time_replays([graph], rounds=rounds, flush=Cursors(state, [phases], flusher))
+            return median([r[0] for r in t])
+
+        per_phase = {c: phase_us(torch.full((batch,), c, dtype=torch.int32, device="cuda"))
+                     for c in (*phases, L - 1)}
+        nonflush = sum(per_phase[c] for c in phases) / len(phases)
+        row.update(per_phase_us=per_phase, nonflush_us=nonflush, flush_us=per_phase[L - 1],
+                   amortized_us=((L - 1) * nonflush + per_phase[L - 1]) / L, staggered_us=phase_us(stagger),
+                   nonflush_pct_copy=100 * nonflush_bytes / nonflush / 1e3 / copy_bw,
+                   flush_pct_copy=100 * flush_bytes / per_phase[L - 1] / 1e3 / copy_bw)
+        del graph, state
+        torch.cuda.empty_cache()
+    return rows
+
+
+def print_variants(rows, kind, L):
+    print(f"\n{kind.upper()} replay variants (non-flush: mean of c = {nonflush_phases(L)}; amortized: "
+          f"({L - 1} non-flush + 1 flush) / {L})")
+    print("| batch | kernel | launch | check | non-flush us | % copy | flush us | % copy | amortized us "
+          "| x fla | x standard | staggered us |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for batch in sorted({r["batch"] for r in rows}):
+        mine = [r for r in rows if r["batch"] == batch]
+        base = {r["mode"]: r["amortized_us"] for r in mine if r["mode"] in ("fla", "standard")}
+        mine.sort(key=lambda r: r.get("amortized_us", float("inf")))
+
+        def cell(r, key, fmt="{:.1f}"):
+            return fmt.format(r[key]) if r.get(key) is not None else "-"
+
+        for r in mine:
+            us = r.get("amortized_us")
+            x_fla = f"{base['fla'] / us:.2f}" if us and "fla" in base else "-"
+            x_std = f"{base['standard'] / us:.2f}" if us else "-"
+            print(f"| {batch} | {r['mode']} | {r.get('launch', '-')} | {r.get('check', '-')} | {cell(r, 'nonflush_us')} "
+                  f"| {cell(r, 'nonflush_pct_copy', '{:.0f}%')} | {cell(r, 'flush_us')} "
+                  f"| {cell(r, 'flush_pct_copy', '{:.0f}%')} | {cell(r, 'amortized_us')} | {x_fla} | {x_std} "
+                  f"| {cell(r, 'staggered_us')} |")
+    for r in rows:
+        if r.get("check") == "WRONG":
+            print(f"WRONG: batch {r['batch']} {r['mode']}: {r['errors']}")
+
+
+def run_variants(layer, args, kind):
+    start = time.perf_counter()
+    info = device_info()
+    copy_bw = copy_bandwidth_gbps(nbytes=1 << 30, rounds=5)
+    print(f"{info}  copy bandwidth {copy_bw:.0f} GB/s")
+    flusher = L2Flusher()
+    rows = []
+    for batch in args.batches:
+        rows += bench_variants_batch(layer, batch, flusher, args.rounds, copy_bw, not args.no_fla, args.variants)
+        print(f"batch {batch} done at {time.perf_counter() - start:.0f} s", flush=True)
+    print_variants(rows, kind, layer.window)
+    print(f"{kind} variants: {time.perf_counter() - start:.0f} s")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"kind": kind, "dims": args.dims, "dtype": args.dtype, "window": args.window, "device": info,
+                       "copy_GBps": copy_bw, "rows": rows}, f, indent=1)
+
+
 def print_table(rows, kind):
     fla = {r["batch"]: r["us"] for r in rows if r["mode"] == "fla"}
     std = {r["batch"]: r["us"] for r in rows if r["mode"] == "standard"}
@@ -217,14 +401,24 @@ def main(kind="gdn", argv=None):
     p.add_argument("--dims", type=int, nargs=4, default=list(defaults), metavar=("HV", "H", "D_K", "D_V"))
     p.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp32"])
     p.add_argument("--window", type=int, default=16)
-    p.add_argument("--rounds", type=int, default=20)
+    p.add_argument("--rounds", type=int, default=ROUNDS)
     p.add_argument("--no-fla", action="store_true", help="skip the fla baseline")
     p.add_argument("--sweep", type=int, nargs="*", default=[1, 256], help="batches to sweep BV at")
     p.add_argument("--warmup-only", action="store_true", help="compile every variant and exit")
     p.add_argument("--json", help="write the rows and the machine description here")
+    p.add_argument("--variants", nargs="*", metavar="NAME",
+                   help="check and time the replay kernel variants (all, or these names of VARIANTS) at "
+                        "--batches (default 1 128 256), --rounds (default 10)")
     args = p.parse_args(argv)
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
     layer = Layer(kind, *args.dims, dtype, args.window)
+    if args.variants is not None:
+        if args.batches == list(BATCHES):
+            args.batches = [1, 128, 256]
+        if args.rounds == ROUNDS:
+            args.rounds = 10
+        run_variants(layer, args, kind)
+        return
     if args.warmup_only:
         warmup_only(layer, args.batches)
         return

@@ -215,7 +215,7 @@ VARIANTS = (
     ("rowwise", "rowwise", None),
     ("chunked", ChunkedVariant(), None),
     ("chunked tf32x3", ChunkedVariant(precision="tf32x3"), None),
-    ("chunked masked-ring s1", ChunkedVariant(full_ring=False, stages=1), None),
+    ("chunked late-loads s1", ChunkedVariant(loads_ahead=False, stages=1), None),
     ("chunked BV16", ChunkedVariant(block_v=16), (128, 256, 512)),
     ("chunked s3", ChunkedVariant(stages=3), (128, 256, 512)),
     ("chunked 2 warps", ChunkedVariant(num_warps=2), (1, 32)),

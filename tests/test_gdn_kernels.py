@@ -243,8 +243,8 @@ def test_no_bias_and_custom_scale_cpu():
 CHUNKED_CPU = [
     # per_channel, HV, H, d_v, window, refold, variant
     pytest.param(False, 2, 1, 16, 4, True, ChunkedVariant(), id="gdn-share2-refold"),
-    pytest.param(False, 2, 2, 16, 4, False, ChunkedVariant(full_ring=False), id="gdn-share1-foldu-masked"),
-    pytest.param(False, 2, 1, 32, 6, True, ChunkedVariant(block_v=16, split=2, stages=3), id="gdn-split2"),
+    pytest.param(False, 2, 2, 16, 4, False, ChunkedVariant(loads_ahead=False), id="gdn-share1-foldu-late-loads"),
+    pytest.param(False, 2, 1, 64, 6, True, ChunkedVariant(block_v=16, split=2, stages=3), id="gdn-split2-blocks2"),
     pytest.param(False, 1, 1, 16, 16, True, ChunkedVariant(precision="tf32x3"), id="gdn-window16"),
 ]
 
@@ -323,7 +323,7 @@ CHUNKED_GPU = [
     pytest.param("bf16", ChunkedVariant(), id="bf16-ieee"),
     pytest.param("fp32", ChunkedVariant(), id="fp32-ieee"),
     pytest.param("fp32", ChunkedVariant(precision="tf32x3"), id="fp32-tf32x3"),
-    pytest.param("fp32", ChunkedVariant(full_ring=False, stages=1), id="fp32-masked-stages1"),
+    pytest.param("fp32", ChunkedVariant(loads_ahead=False, stages=1), id="fp32-late-loads-stages1"),
 ]
 
 

@@ -33,9 +33,9 @@ KIMI = (32, 32, 128, 128)
 
 
 @pytest.mark.parametrize("HV,H,d_v,window,refold,variant", [
-    pytest.param(2, 1, 16, 4, True, ChunkedVariant(full_ring=False), id="share2-refold-masked"),
+    pytest.param(2, 1, 16, 4, True, ChunkedVariant(loads_ahead=False), id="share2-refold-late-loads"),
     pytest.param(2, 2, 16, 4, False, ChunkedVariant(), id="share1-foldu"),
-    pytest.param(2, 1, 32, 6, True, ChunkedVariant(block_v=16, split=2), id="split2"),
+    pytest.param(2, 1, 64, 6, True, ChunkedVariant(block_v=16, split=2), id="split2-blocks2"),
     pytest.param(1, 1, 16, 16, True, ChunkedVariant(), id="window16"),
 ])
 def test_chunked_kernel_matches_reference_cpu(HV, H, d_v, window, refold, variant):

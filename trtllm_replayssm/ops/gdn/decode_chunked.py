@@ -17,9 +17,10 @@ cumulative log-decay through entry ``i`` (scalar for GDN, a ``d_k``-vector for K
 row blocks through three ``tl.dot`` products (fp32 operands; ``PRECISION`` "ieee" or "tf32x3").
 ``refold=False`` takes ``U`` from ``ring_u`` and solves only the current token's row.
 
-Non-flush steps run the one-pass form of ``decode.py`` with two changes: with ``FULL_RING`` the
-whole ring (masked tail included) is loaded before ``committed`` is known, so those loads are
-in flight while the cursor arrives, and masked in registers; the state block loop is software
+Non-flush steps run the one-pass form of ``decode.py`` with two changes: with ``LOADS_AHEAD``
+the whole ring (masked tail included) and the program's first state block are requested before
+``committed`` is known, so those loads are in flight while the cursor and the ring terms are
+waited for (the ring is masked in registers); the loop over the other blocks is software
 pipelined (``STAGES``). Launch choices live in :class:`ChunkedVariant`.
 """
 
@@ -40,13 +41,14 @@ class ChunkedVariant:
     """Launch choices of the chunked kernel; ``None`` fields take :func:`decode.replay_config`'s.
 
     ``precision``: ``tl.dot`` input precision of the flush products, "ieee" (fp32 FMA) or
-    "tf32x3" (three TF32 products, near fp32). ``full_ring``: load the whole ring before the
-    cursor. ``stages``: software-pipelining depth of the state block loop. ``block_v`` (>= 16,
+    "tf32x3" (three TF32 products, near fp32). ``loads_ahead``: request the whole ring (masked
+    tail included) and the first state block before the cursor. ``stages``: software-pipelining
+    depth of the loop over the program's other state blocks. ``block_v`` (>= 16,
     the smallest ``tl.dot`` tile), ``split`` (programs per value head), ``num_warps``.
     """
 
     precision: str = "ieee"
-    full_ring: bool = True
+    loads_ahead: bool = True
     stages: int = 2
     block_v: int | None = None
     split: int | None = None
@@ -100,6 +102,53 @@ def _unit_lower_inverse(M, o_c, n, BC: tl.constexpr):
 
 
 @triton.jit
+def _fold_block(S, o_v, p_s, p_o, p_v, p_rv, p_ru, o_k, o_c, b_q, b_beta, bw, is_t, m_prev, m_cap, Kg, Kd, solve,
+                e_end, K: tl.constexpr, V: tl.constexpr, PER_CHANNEL: tl.constexpr, REFOLD: tl.constexpr,
+                LOADS_AHEAD: tl.constexpr, PRECISION: tl.constexpr):
+    """Flush of one ``[BV, K]`` block: ``S_new = S Diag(e^{G_end}) + U^T Kd``, store, output.
+    ``solve``: ``A^T`` (refold) or row ``c`` of ``M`` (fold the cached ``u``)."""
+    b_v = tl.load(p_v + o_v).to(p_rv.dtype.element_ty).to(tl.float32)
+    P = tl.dot(S, tl.trans(Kg), input_precision=PRECISION)
+    if REFOLD:
+        if LOADS_AHEAD:
+            Vt = tl.load(p_rv + o_c[None, :] * V + o_v[:, None], mask=m_cap[None, :], other=0.0)
+        else:
+            Vt = tl.load(p_rv + o_c[None, :] * V + o_v[:, None], mask=m_prev[None, :], other=0.0)
+        Vt = tl.where(is_t[None, :], b_v[:, None], tl.where(m_prev[None, :], Vt.to(tl.float32), 0.0))
+        Ut = tl.dot(bw[None, :] * (Vt - P), solve, input_precision=PRECISION)
+    else:
+        # Row c of the window's system: u_t = beta_t (v_t - S_c Kg_t) - sum_j M[c, j] u_j.
+        Ut = tl.load(p_ru + o_c[None, :] * V + o_v[:, None], mask=m_prev[None, :], other=0.0)
+        P_t = tl.sum(tl.where(is_t[None, :], P, 0.0), axis=1)
+        b_u = b_beta * (b_v - P_t) - tl.sum(Ut * solve[None, :], axis=1)
+        Ut = tl.where(is_t[None, :], b_u[:, None], Ut)
+    if PER_CHANNEL:
+        S = S * e_end[None, :]
+    else:
+        S = S * e_end
+    S += tl.dot(Ut, Kd, input_precision=PRECISION)
+    tl.store(p_s + o_v[:, None] * K + o_k[None, :], S.to(p_s.dtype.element_ty))
+    tl.store(p_o + o_v, tl.sum(S * b_q[None, :], axis=1).to(p_o.dtype.element_ty))
+
+
+@triton.jit
+def _step_block(S, o_v, p_o, p_v, p_rv, p_ru, o_c, c, m_prev, m_cap, b_beta, x_k, x_q, ak, aq, kq,
+                V: tl.constexpr, LOADS_AHEAD: tl.constexpr):
+    """Non-flush step of one ``[BV, K]`` block: output, and ``u_t``, ``v_t`` appended to the ring."""
+    if LOADS_AHEAD:
+        U = tl.load(p_ru + o_c[:, None] * V + o_v[None, :], mask=m_cap[:, None], other=0.0)
+        U = tl.where(m_prev[:, None], U, 0.0)
+    else:
+        U = tl.load(p_ru + o_c[:, None] * V + o_v[None, :], mask=m_prev[:, None], other=0.0)
+    b_v = tl.load(p_v + o_v).to(p_rv.dtype.element_ty).to(tl.float32)
+    b_u = b_beta * (b_v - tl.sum(S * x_k[None, :], axis=1) - tl.sum(ak[:, None] * U, axis=0))
+    b_o = tl.sum(S * x_q[None, :], axis=1) + tl.sum(aq[:, None] * U, axis=0) + b_u * kq
+    tl.store(p_o + o_v, b_o.to(p_o.dtype.element_ty))
+    tl.store(p_ru + c * V + o_v, b_u)
+    tl.store(p_rv + c * V + o_v, b_v.to(p_rv.dtype.element_ty))
+
+
+@triton.jit
 def _chunked_replay_kernel(
     q, k, v, a, b, A_log, dt_bias, out,
     checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, committed, flush_at, arrivals,
@@ -109,7 +158,7 @@ def _chunked_replay_kernel(
     HV: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr,
     SPLIT: tl.constexpr, CAP: tl.constexpr, BC: tl.constexpr, PER_CHANNEL: tl.constexpr,
     REFOLD: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_INDICES: tl.constexpr,
-    PRECISION: tl.constexpr, FULL_RING: tl.constexpr, STAGES: tl.constexpr,
+    PRECISION: tl.constexpr, LOADS_AHEAD: tl.constexpr, STAGES: tl.constexpr,
 ):
     G: tl.constexpr = HV // H
     BLOCKS: tl.constexpr = V // BV // SPLIT
@@ -132,7 +181,7 @@ def _chunked_replay_kernel(
         return
     sh = slot * HV + i_hv
     p_v = v + i_b * stride_v + i_hv * stride_vh
-    p_s = checkpoint + sh * V * K + o_k[None, :]
+    p_s = checkpoint + sh * V * K
     p_rk = ring_k + (slot * H + i_h) * CAP * K
     p_rv = ring_v + sh * CAP * V
     p_rb = ring_beta + sh * CAP
@@ -141,24 +190,28 @@ def _chunked_replay_kernel(
         p_rg = ring_g + sh * CAP * K
     else:
         p_rg = ring_g + sh * CAP
-    # Everything that does not depend on the cursors is requested before they arrive.
-    b_q, b_k, b_g, b_beta = _load_token(
-        q, k, a, b, A_log, dt_bias, i_b, i_h, i_hv, o_k, scale,
-        stride_q, stride_qh, stride_k, stride_kh, stride_a, stride_b,
-        ring_k.dtype.element_ty, K, PER_CHANNEL, HAS_BIAS,
-    )
+    # The program's first state block is processed apart from the pipelined loop over the rest:
+    # with LOADS_AHEAD it is requested, with the whole ring, before the cursors, so that those
+    # loads are in flight while the cursor and the ring terms are waited for.
+    o_v0 = v_first + o_bv
     m_cap = o_c < CAP
-    if FULL_RING:
+    if LOADS_AHEAD:
+        S0 = tl.load(p_s + o_v0[:, None] * K + o_k[None, :]).to(tl.float32)
         Kr = tl.load(p_rk + o_c[:, None] * K + o_k[None, :], mask=m_cap[:, None], other=0.0).to(tl.float32)
         br = tl.load(p_rb + o_c, mask=m_cap, other=0.0)
         if PER_CHANNEL:
             gr = tl.load(p_rg + o_c[:, None] * K + o_k[None, :], mask=m_cap[:, None], other=0.0)
         else:
             gr = tl.load(p_rg + o_c, mask=m_cap, other=0.0)
+    b_q, b_k, b_g, b_beta = _load_token(
+        q, k, a, b, A_log, dt_bias, i_b, i_h, i_hv, o_k, scale,
+        stride_q, stride_qh, stride_k, stride_kh, stride_a, stride_b,
+        ring_k.dtype.element_ty, K, PER_CHANNEL, HAS_BIAS,
+    )
     c = tl.load(committed + slot)
     flush = c + 1 >= tl.load(flush_at + slot)
     m_prev = o_c < c
-    if FULL_RING:
+    if LOADS_AHEAD:
         Kr = tl.where(m_prev[:, None], Kr, 0.0)
         br = tl.where(m_prev, br, 0.0)
         if PER_CHANNEL:
@@ -172,6 +225,7 @@ def _chunked_replay_kernel(
             gr = tl.load(p_rg + o_c[:, None] * K + o_k[None, :], mask=m_prev[:, None], other=0.0)
         else:
             gr = tl.load(p_rg + o_c, mask=m_prev, other=0.0)
+        S0 = tl.load(p_s + o_v0[:, None] * K + o_k[None, :]).to(tl.float32)
     if flush:
         # The window: ring entries 0..c-1 and the current token at position c.
         is_t = o_c == c
@@ -192,34 +246,16 @@ def _chunked_replay_kernel(
         e_end = tl.exp(G_end)
         M = _coupling(Kw, Gc, bw, o_c, c + 1, BC, PER_CHANNEL, PRECISION)
         if REFOLD:
-            At = tl.trans(_unit_lower_inverse(M, o_c, c + 1, BC))
+            solve = tl.trans(_unit_lower_inverse(M, o_c, c + 1, BC))
         else:
-            # Row c of the window's system, u_t = beta_t (v_t - S_c Kg_t) - sum_j M[c, j] u_j.
-            m_t = _row(M, o_c, c)
-        for blk in tl.range(0, BLOCKS, num_stages=STAGES):
+            solve = _row(M, o_c, c)
+        _fold_block(S0, o_v0, p_s, p_o, p_v, p_rv, p_ru, o_k, o_c, b_q, b_beta, bw, is_t, m_prev, m_cap, Kg, Kd,
+                    solve, e_end, K, V, PER_CHANNEL, REFOLD, LOADS_AHEAD, PRECISION)
+        for blk in tl.range(1, BLOCKS, num_stages=STAGES):
             o_v = v_first + blk * BV + o_bv
-            S = tl.load(p_s + o_v[:, None] * K).to(tl.float32)
-            b_v = tl.load(p_v + o_v).to(ring_v.dtype.element_ty).to(tl.float32)
-            P = tl.dot(S, tl.trans(Kg), input_precision=PRECISION)
-            if REFOLD:
-                if FULL_RING:
-                    Vt = tl.load(p_rv + o_c[None, :] * V + o_v[:, None], mask=m_cap[None, :], other=0.0)
-                else:
-                    Vt = tl.load(p_rv + o_c[None, :] * V + o_v[:, None], mask=m_prev[None, :], other=0.0)
-                Vt = tl.where(is_t[None, :], b_v[:, None], tl.where(m_prev[None, :], Vt.to(tl.float32), 0.0))
-                Ut = tl.dot(bw[None, :] * (Vt - P), At, input_precision=PRECISION)
-            else:
-                Ut = tl.load(p_ru + o_c[None, :] * V + o_v[:, None], mask=m_prev[None, :], other=0.0)
-                P_t = tl.sum(tl.where(is_t[None, :], P, 0.0), axis=1)
-                b_u = b_beta * (b_v - P_t) - tl.sum(Ut * m_t[None, :], axis=1)
-                Ut = tl.where(is_t[None, :], b_u[:, None], Ut)
-            if PER_CHANNEL:
-                S = S * e_end[None, :]
-            else:
-                S = S * e_end
-            S += tl.dot(Ut, Kd, input_precision=PRECISION)
-            tl.store(p_s + o_v[:, None] * K, S.to(checkpoint.dtype.element_ty))
-            tl.store(p_o + o_v, tl.sum(S * b_q[None, :], axis=1).to(out.dtype.element_ty))
+            S = tl.load(p_s + o_v[:, None] * K + o_k[None, :]).to(tl.float32)
+            _fold_block(S, o_v, p_s, p_o, p_v, p_rv, p_ru, o_k, o_c, b_q, b_beta, bw, is_t, m_prev, m_cap, Kg, Kd,
+                        solve, e_end, K, V, PER_CHANNEL, REFOLD, LOADS_AHEAD, PRECISION)
     else:
         # One pass (decode.py): decayed ring-key dot products once, then the state blocks.
         if PER_CHANNEL:
@@ -235,20 +271,13 @@ def _chunked_replay_kernel(
         x_k = tl.exp(D_t) * b_k
         x_q = tl.exp(D_t) * b_q
         kq = tl.sum(b_k * b_q)
-        for blk in tl.range(0, BLOCKS, num_stages=STAGES):
+        _step_block(S0, o_v0, p_o, p_v, p_rv, p_ru, o_c, c, m_prev, m_cap, b_beta, x_k, x_q, ak, aq, kq, V,
+                    LOADS_AHEAD)
+        for blk in tl.range(1, BLOCKS, num_stages=STAGES):
             o_v = v_first + blk * BV + o_bv
-            S = tl.load(p_s + o_v[:, None] * K).to(tl.float32)
-            if FULL_RING:
-                U = tl.load(p_ru + o_c[:, None] * V + o_v[None, :], mask=m_cap[:, None], other=0.0)
-                U = tl.where(m_prev[:, None], U, 0.0)
-            else:
-                U = tl.load(p_ru + o_c[:, None] * V + o_v[None, :], mask=m_prev[:, None], other=0.0)
-            b_v = tl.load(p_v + o_v).to(ring_v.dtype.element_ty).to(tl.float32)
-            b_u = b_beta * (b_v - tl.sum(S * x_k[None, :], axis=1) - tl.sum(ak[:, None] * U, axis=0))
-            b_o = tl.sum(S * x_q[None, :], axis=1) + tl.sum(aq[:, None] * U, axis=0) + b_u * kq
-            tl.store(p_o + o_v, b_o.to(out.dtype.element_ty))
-            tl.store(p_ru + c * V + o_v, b_u)
-            tl.store(p_rv + c * V + o_v, b_v.to(ring_v.dtype.element_ty))
+            S = tl.load(p_s + o_v[:, None] * K + o_k[None, :]).to(tl.float32)
+            _step_block(S, o_v, p_o, p_v, p_rv, p_ru, o_c, c, m_prev, m_cap, b_beta, x_k, x_q, ak, aq, kq, V,
+                        LOADS_AHEAD)
         if i_s == 0:
             tl.store(p_rb + c, b_beta)
             if PER_CHANNEL:
@@ -291,7 +320,7 @@ def delta_replay_chunked_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, rin
         *_strides(q, k, v, a, b, out),
         HV=HV, H=H, K=K, V=V, BV=bv, SPLIT=split, CAP=cap, BC=max(triton.next_power_of_2(cap), 16),
         PER_CHANNEL=a.dim() == 3, REFOLD=refold, HAS_BIAS=dt_bias is not None,
-        HAS_INDICES=state_indices is not None, PRECISION=variant.precision, FULL_RING=variant.full_ring,
+        HAS_INDICES=state_indices is not None, PRECISION=variant.precision, LOADS_AHEAD=variant.loads_ahead,
         STAGES=variant.stages, num_warps=warps,
     )
     return out

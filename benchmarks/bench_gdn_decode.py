@@ -209,15 +209,15 @@ def warmup_only(layer, batches):
 
 # -- --variants: every replay kernel variant, checked then timed, in one short run -------------
 #: (name, ``variant`` of decode.delta_replay_step, batches it runs at or None for all). Each
-#: distinct launch config is one Triton compile (~1-3 s): GDN + KDA at batches 1/128/256 compile
-#: about 26 kernels in all.
+#: distinct launch config is one Triton compile (~1-4 s): per kind at batches 1/128/256, 7
+#: replay kernels + 2 standard + fla's + the copy kernel.
 VARIANTS = (
     ("rowwise", "rowwise", None),
     ("chunked", ChunkedVariant(), None),
-    ("chunked tf32x3", ChunkedVariant(precision="tf32x3"), None),
-    ("chunked late-loads s1", ChunkedVariant(loads_ahead=False, stages=1), None),
-    ("chunked BV16", ChunkedVariant(block_v=16), (128, 256, 512)),
-    ("chunked s3", ChunkedVariant(stages=3), (128, 256, 512)),
+    ("chunked stages=2", ChunkedVariant(stages=2), (128, 256, 512)),
+    ("chunked BV=16", ChunkedVariant(block_v=16), (128, 256, 512)),
+    ("chunked ieee", ChunkedVariant(precision="ieee"), (256,)),
+    ("chunked late loads", ChunkedVariant(loads_ahead=False), (1,)),
     ("chunked 2 warps", ChunkedVariant(num_warps=2), (1, 32)),
 )
 

@@ -241,21 +241,23 @@ def test_no_bias_and_custom_scale_cpu():
 # decode_chunked.py: the flush as products over the state (WY form), full-ring loads. Every case
 # runs 3+ windows with staggered first flushes and a padded row; tl.dot needs 16-row blocks.
 CHUNKED_CPU = [
-    # per_channel, HV, H, d_v, window, refold, variant
-    pytest.param(False, 2, 1, 16, 4, True, ChunkedVariant(), id="gdn-share2-refold"),
-    pytest.param(False, 2, 2, 16, 4, False, ChunkedVariant(loads_ahead=False), id="gdn-share1-foldu-late-loads"),
-    pytest.param(False, 2, 1, 64, 6, True, ChunkedVariant(block_v=16, split=2, stages=3), id="gdn-split2-blocks2"),
-    pytest.param(False, 1, 1, 16, 16, True, ChunkedVariant(precision="tf32x3"), id="gdn-window16"),
+    # per_channel, HV, H, d_k, d_v, window, refold, variant
+    pytest.param(False, 2, 1, 16, 16, 4, True, ChunkedVariant(), id="gdn-share2-refold"),
+    pytest.param(False, 2, 2, 16, 16, 4, False, ChunkedVariant(loads_ahead=False, k_chunk=None),
+                 id="gdn-share1-foldu-late-loads-tiles"),
+    pytest.param(False, 2, 1, 32, 64, 6, True, ChunkedVariant(block_v=16, split=2, stages=3, precision="ieee"),
+                 id="gdn-split2-blocks2-kchunks2"),
+    pytest.param(False, 1, 1, 16, 16, 16, True, ChunkedVariant(k_chunk=None), id="gdn-window16-tiles"),
 ]
 
 
-@pytest.mark.parametrize("per_channel,HV,H,d_v,window,refold,variant", CHUNKED_CPU)
-def test_chunked_kernel_matches_reference_cpu(per_channel, HV, H, d_v, window, refold, variant):
-    check_chunked_cpu(per_channel, HV, H, d_v, window, refold, variant)
+@pytest.mark.parametrize("per_channel,HV,H,d_k,d_v,window,refold,variant", CHUNKED_CPU)
+def test_chunked_kernel_matches_reference_cpu(per_channel, HV, H, d_k, d_v, window, refold, variant):
+    check_chunked_cpu(per_channel, HV, H, d_k, d_v, window, refold, variant)
 
 
-def check_chunked_cpu(per_channel, HV, H, d_v, window, refold, variant):
-    layer = Layer(per_channel, HV, H, 16, d_v, seed=window + 10 * HV + d_v)
+def check_chunked_cpu(per_channel, HV, H, d_k, d_v, window, refold, variant):
+    layer = Layer(per_channel, HV, H, d_k, d_v, seed=window + 10 * HV + d_v)
     batch = 3 if window < 16 else 2
     slots = batch + 1
     _, worst_c, flushes = drive(layer, batch, slots=slots, steps=3 * window + 4, window=window, refold=refold,
@@ -271,6 +273,8 @@ def test_chunked_variant_rejects_bad_options():
         ChunkedVariant(block_v=8)
     with pytest.raises(ValueError, match="^stages:"):
         ChunkedVariant(stages=0)
+    with pytest.raises(ValueError, match="^k_chunk:"):
+        ChunkedVariant(k_chunk=24)
 
 
 # ------------------------------------------------------------------ GPU ----------------------
@@ -320,10 +324,10 @@ def test_standard_kernel_gpu(dtype):
 # The chunked kernel through the public op (REPLAY_VARIANT switched), a small grid: it is
 # checked against the float64 reference like the row-wise kernel above.
 CHUNKED_GPU = [
-    pytest.param("bf16", ChunkedVariant(), id="bf16-ieee"),
-    pytest.param("fp32", ChunkedVariant(), id="fp32-ieee"),
-    pytest.param("fp32", ChunkedVariant(precision="tf32x3"), id="fp32-tf32x3"),
-    pytest.param("fp32", ChunkedVariant(loads_ahead=False, stages=1), id="fp32-late-loads-stages1"),
+    pytest.param("bf16", ChunkedVariant(), id="bf16-default"),
+    pytest.param("fp32", ChunkedVariant(), id="fp32-default"),
+    pytest.param("fp32", ChunkedVariant(precision="ieee", stages=2), id="fp32-ieee-stages2"),
+    pytest.param("fp32", ChunkedVariant(loads_ahead=False, k_chunk=None), id="fp32-late-loads-tiles"),
 ]
 
 

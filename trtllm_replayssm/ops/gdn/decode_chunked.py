@@ -40,16 +40,25 @@ __all__ = ["ChunkedVariant", "delta_replay_chunked_step"]
 class ChunkedVariant:
     """Launch choices of the chunked kernel; ``None`` fields take :func:`decode.replay_config`'s.
 
-    ``precision``: ``tl.dot`` input precision of the flush products, "ieee" (fp32 FMA) or
-    "tf32x3" (three TF32 products, near fp32). ``loads_ahead``: request the whole ring (masked
-    tail included) and the first state block before the cursor. ``stages``: software-pipelining
-    depth of the loop over the program's other state blocks. ``block_v`` (>= 16,
-    the smallest ``tl.dot`` tile), ``split`` (programs per value head), ``num_warps``.
+    ``precision``: ``tl.dot`` input precision of the flush products, "tf32x3" (three TF32
+    tensor-core products, near fp32) or "ieee" (fp32 FMA; its operands need far more registers:
+    255 + 500 bytes of stack on sm_90). ``k_chunk``: the flush's products run over ``d_k``
+    chunks this wide, read from memory (the second pass re-reads the block from L1/L2); None
+    holds whole ``[BV, d_k]`` / ``[BC, d_k]`` operands in registers (spills at ``BV = 32``).
+    ``loads_ahead``: request the whole ring (masked tail included) and the first state block
+    before the cursor. ``stages``: software-pipelining depth of the loop over the program's
+    other state blocks (2 costs ~65 registers). ``block_v`` (>= 16, the smallest ``tl.dot``
+    tile), ``split`` (programs per value head), ``num_warps``.
+
+    Registers for sm_90 at Qwen3.5-4B dims, bf16 (Triton 3.9, ``cuobjdump``): the defaults
+    168 at ``BV = 32``, 128 at ``BV = 16``; ``stages=2`` 232; ``k_chunk=32`` 235; the row-wise
+    kernel of ``decode.py`` 159.
     """
 
-    precision: str = "ieee"
+    precision: str = "tf32x3"
+    k_chunk: int | None = 16
     loads_ahead: bool = True
-    stages: int = 2
+    stages: int = 1
     block_v: int | None = None
     split: int | None = None
     num_warps: int | None = None
@@ -61,6 +70,8 @@ class ChunkedVariant:
             raise ValueError(f"block_v: expected >= 16 (tl.dot tiles), got {self.block_v}")
         if self.stages < 1:
             raise ValueError(f"stages: expected >= 1, got {self.stages}")
+        if self.k_chunk is not None and (self.k_chunk < 16 or self.k_chunk & (self.k_chunk - 1)):
+            raise ValueError(f"k_chunk: expected None or a power of two >= 16, got {self.k_chunk}")
 
 
 @triton.jit
@@ -102,13 +113,11 @@ def _unit_lower_inverse(M, o_c, n, BC: tl.constexpr):
 
 
 @triton.jit
-def _fold_block(S, o_v, p_s, p_o, p_v, p_rv, p_ru, o_k, o_c, b_q, b_beta, bw, is_t, m_prev, m_cap, Kg, Kd, solve,
-                e_end, K: tl.constexpr, V: tl.constexpr, PER_CHANNEL: tl.constexpr, REFOLD: tl.constexpr,
-                LOADS_AHEAD: tl.constexpr, PRECISION: tl.constexpr):
-    """Flush of one ``[BV, K]`` block: ``S_new = S Diag(e^{G_end}) + U^T Kd``, store, output.
-    ``solve``: ``A^T`` (refold) or row ``c`` of ``M`` (fold the cached ``u``)."""
+def _window_values(P, o_v, p_v, p_rv, p_ru, o_c, b_beta, bw, is_t, m_prev, m_cap, solve, V: tl.constexpr,
+                   REFOLD: tl.constexpr, LOADS_AHEAD: tl.constexpr, PRECISION: tl.constexpr):
+    """``U^T [BV, BC]`` of one block from ``P = S_c Kg^T``: the triangular solve (``solve = A^T``)
+    or, folding the cached ``u``, only the current token's row (``solve`` = row ``c`` of ``M``)."""
     b_v = tl.load(p_v + o_v).to(p_rv.dtype.element_ty).to(tl.float32)
-    P = tl.dot(S, tl.trans(Kg), input_precision=PRECISION)
     if REFOLD:
         if LOADS_AHEAD:
             Vt = tl.load(p_rv + o_c[None, :] * V + o_v[:, None], mask=m_cap[None, :], other=0.0)
@@ -122,6 +131,18 @@ def _fold_block(S, o_v, p_s, p_o, p_v, p_rv, p_ru, o_k, o_c, b_q, b_beta, bw, is
         P_t = tl.sum(tl.where(is_t[None, :], P, 0.0), axis=1)
         b_u = b_beta * (b_v - P_t) - tl.sum(Ut * solve[None, :], axis=1)
         Ut = tl.where(is_t[None, :], b_u[:, None], Ut)
+    return Ut
+
+
+@triton.jit
+def _fold_block(S, o_v, p_s, p_o, p_v, p_rv, p_ru, o_k, o_c, b_q, b_beta, bw, is_t, m_prev, m_cap, Kg, Kd, solve,
+                e_end, K: tl.constexpr, V: tl.constexpr, PER_CHANNEL: tl.constexpr, REFOLD: tl.constexpr,
+                LOADS_AHEAD: tl.constexpr, PRECISION: tl.constexpr):
+    """Flush of one ``[BV, K]`` block with the key tiles in registers:
+    ``S_new = S Diag(e^{G_end}) + U^T Kd``, store, output."""
+    P = tl.dot(S, tl.trans(Kg), input_precision=PRECISION)
+    Ut = _window_values(P, o_v, p_v, p_rv, p_ru, o_c, b_beta, bw, is_t, m_prev, m_cap, solve, V, REFOLD,
+                        LOADS_AHEAD, PRECISION)
     if PER_CHANNEL:
         S = S * e_end[None, :]
     else:
@@ -129,6 +150,55 @@ def _fold_block(S, o_v, p_s, p_o, p_v, p_rv, p_ru, o_k, o_c, b_q, b_beta, bw, is
     S += tl.dot(Ut, Kd, input_precision=PRECISION)
     tl.store(p_s + o_v[:, None] * K + o_k[None, :], S.to(p_s.dtype.element_ty))
     tl.store(p_o + o_v, tl.sum(S * b_q[None, :], axis=1).to(p_o.dtype.element_ty))
+
+
+@triton.jit
+def _chunk_keys(p_rk, p_rg, o_c, o_kc, m_win, Gc, G_end, K: tl.constexpr, PER_CHANNEL: tl.constexpr):
+    """``Kg, Kd [BC, KC]`` and ``e^{G_end}`` of one ``d_k`` chunk, read from the ring (window rows
+    ``0..c``, the current token's already written there)."""
+    Kc = tl.load(p_rk + o_c[:, None] * K + o_kc[None, :], mask=m_win[:, None], other=0.0).to(tl.float32)
+    if PER_CHANNEL:
+        gc = tl.load(p_rg + o_c[:, None] * K + o_kc[None, :], mask=m_win[:, None], other=0.0)
+        G_chunk = tl.cumsum(gc, axis=0)
+        G_last = tl.sum(gc, axis=0)
+        Kg = Kc * tl.exp(G_chunk)
+        Kd = Kc * tl.exp(G_last[None, :] - G_chunk)
+        e_end = tl.exp(G_last)[None, :]
+    else:
+        Kg = Kc * tl.exp(Gc)[:, None]
+        Kd = Kc * tl.exp(G_end - Gc)[:, None]
+        e_end = tl.exp(G_end)
+    return Kg, Kd, e_end
+
+
+@triton.jit
+def _fold_block_chunked(o_v, p_s, p_o, p_q, q_factor, p_v, p_rk, p_rg, p_rv, p_ru, o_c, b_beta, bw, is_t, m_prev,
+                        m_cap, m_win, Gc, G_end, solve, BV: tl.constexpr, BC: tl.constexpr, K: tl.constexpr,
+                        V: tl.constexpr, KC: tl.constexpr, PER_CHANNEL: tl.constexpr, REFOLD: tl.constexpr,
+                        LOADS_AHEAD: tl.constexpr, PRECISION: tl.constexpr):
+    """Flush of one ``[BV, K]`` block in ``KC``-wide ``d_k`` chunks read from memory: pass 1 sums
+    ``P = S_c Kg^T`` over the chunks, pass 2 re-reads each chunk (cache-resident), adds
+    ``U^T Kd`` and stores it. ``tl.dot`` operands are ``[BV, KC]`` / ``[BC, KC]`` tiles, so no
+    whole-``d_k`` operand is held in registers. The chunk loops stay rolled: unrolled, the
+    compiler issues every chunk's loads at once and spills (sm_90, tf32x3)."""
+    P = tl.zeros([BV, BC], dtype=tl.float32)
+    for kc in tl.range(0, K, KC, num_stages=1):
+        o_kc = kc + tl.arange(0, KC)
+        S = tl.load(p_s + o_v[:, None] * K + o_kc[None, :]).to(tl.float32)
+        Kg, Kd, e_end = _chunk_keys(p_rk, p_rg, o_c, o_kc, m_win, Gc, G_end, K, PER_CHANNEL)
+        P += tl.dot(S, tl.trans(Kg), input_precision=PRECISION)
+    Ut = _window_values(P, o_v, p_v, p_rv, p_ru, o_c, b_beta, bw, is_t, m_prev, m_cap, solve, V, REFOLD,
+                        LOADS_AHEAD, PRECISION)
+    b_o = tl.zeros([BV], dtype=tl.float32)
+    for kc in tl.range(0, K, KC, num_stages=1):
+        o_kc = kc + tl.arange(0, KC)
+        S = tl.load(p_s + o_v[:, None] * K + o_kc[None, :]).to(tl.float32)
+        Kg, Kd, e_end = _chunk_keys(p_rk, p_rg, o_c, o_kc, m_win, Gc, G_end, K, PER_CHANNEL)
+        S = S * e_end + tl.dot(Ut, Kd, input_precision=PRECISION)
+        tl.store(p_s + o_v[:, None] * K + o_kc[None, :], S.to(p_s.dtype.element_ty))
+        b_q = tl.load(p_q + o_kc).to(tl.float32) * q_factor
+        b_o += tl.sum(S * b_q[None, :], axis=1)
+    tl.store(p_o + o_v, b_o.to(p_o.dtype.element_ty))
 
 
 @triton.jit
@@ -158,7 +228,7 @@ def _chunked_replay_kernel(
     HV: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr,
     SPLIT: tl.constexpr, CAP: tl.constexpr, BC: tl.constexpr, PER_CHANNEL: tl.constexpr,
     REFOLD: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_INDICES: tl.constexpr,
-    PRECISION: tl.constexpr, LOADS_AHEAD: tl.constexpr, STAGES: tl.constexpr,
+    PRECISION: tl.constexpr, LOADS_AHEAD: tl.constexpr, STAGES: tl.constexpr, K_CHUNK: tl.constexpr,
 ):
     G: tl.constexpr = HV // H
     BLOCKS: tl.constexpr = V // BV // SPLIT
@@ -244,18 +314,49 @@ def _chunked_replay_kernel(
             Kg = Kw * tl.exp(Gc)[:, None]
             Kd = Kw * tl.exp(G_end - Gc)[:, None]
         e_end = tl.exp(G_end)
-        M = _coupling(Kw, Gc, bw, o_c, c + 1, BC, PER_CHANNEL, PRECISION)
+        if K_CHUNK != 0:
+            # The chunk loads read the whole window from the ring: write the current token's key
+            # and decay at position c first. Every program sharing those entries writes the same
+            # bits, and the barrier makes this program's own writes visible to its threads.
+            tl.store(p_rk + c * K + o_k, b_k.to(ring_k.dtype.element_ty))
+            if PER_CHANNEL:
+                tl.store(p_rg + c * K + o_k, b_g)
+            else:
+                tl.store(p_rg + c, b_g)
+            tl.debug_barrier()
+        if (K_CHUNK != 0) & (not PER_CHANNEL):
+            # k_i . k_j over d_k chunks read back from the ring (no whole-d_k dot operand).
+            KK = tl.zeros([BC, BC], dtype=tl.float32)
+            for kc in tl.static_range(0, K, K_CHUNK):
+                o_kc = kc + tl.arange(0, K_CHUNK)
+                Kc = tl.load(p_rk + o_c[:, None] * K + o_kc[None, :], mask=(o_c <= c)[:, None], other=0.0)
+                Kc = Kc.to(tl.float32)
+                KK += tl.dot(Kc, tl.trans(Kc), input_precision=PRECISION)
+            lower = o_c[:, None] > o_c[None, :]
+            M = KK * tl.exp(tl.where(lower, Gc[:, None] - Gc[None, :], float("-inf")))
+            M = tl.where(lower, bw[:, None] * M, 0.0)
+        else:
+            M = _coupling(Kw, Gc, bw, o_c, c + 1, BC, PER_CHANNEL, PRECISION)
         if REFOLD:
             solve = tl.trans(_unit_lower_inverse(M, o_c, c + 1, BC))
         else:
             solve = _row(M, o_c, c)
-        _fold_block(S0, o_v0, p_s, p_o, p_v, p_rv, p_ru, o_k, o_c, b_q, b_beta, bw, is_t, m_prev, m_cap, Kg, Kd,
-                    solve, e_end, K, V, PER_CHANNEL, REFOLD, LOADS_AHEAD, PRECISION)
-        for blk in tl.range(1, BLOCKS, num_stages=STAGES):
-            o_v = v_first + blk * BV + o_bv
-            S = tl.load(p_s + o_v[:, None] * K + o_k[None, :]).to(tl.float32)
-            _fold_block(S, o_v, p_s, p_o, p_v, p_rv, p_ru, o_k, o_c, b_q, b_beta, bw, is_t, m_prev, m_cap, Kg, Kd,
+        if K_CHUNK == 0:
+            _fold_block(S0, o_v0, p_s, p_o, p_v, p_rv, p_ru, o_k, o_c, b_q, b_beta, bw, is_t, m_prev, m_cap, Kg, Kd,
                         solve, e_end, K, V, PER_CHANNEL, REFOLD, LOADS_AHEAD, PRECISION)
+            for blk in tl.range(1, BLOCKS, num_stages=STAGES):
+                o_v = v_first + blk * BV + o_bv
+                S = tl.load(p_s + o_v[:, None] * K + o_k[None, :]).to(tl.float32)
+                _fold_block(S, o_v, p_s, p_o, p_v, p_rv, p_ru, o_k, o_c, b_q, b_beta, bw, is_t, m_prev, m_cap, Kg,
+                            Kd, solve, e_end, K, V, PER_CHANNEL, REFOLD, LOADS_AHEAD, PRECISION)
+        else:
+            p_q = q + i_b * stride_q + i_h * stride_qh
+            b_qraw = tl.load(p_q + o_k).to(tl.float32)
+            q_factor = scale / tl.sqrt(tl.sum(b_qraw * b_qraw) + 1e-6)
+            for blk in tl.range(0, BLOCKS, num_stages=STAGES):
+                _fold_block_chunked(v_first + blk * BV + o_bv, p_s, p_o, p_q, q_factor, p_v, p_rk, p_rg, p_rv, p_ru,
+                                    o_c, b_beta, bw, is_t, m_prev, m_cap, o_c <= c, Gc, G_end, solve, BV, BC, K, V,
+                                    K_CHUNK, PER_CHANNEL, REFOLD, LOADS_AHEAD, PRECISION)
     else:
         # One pass (decode.py): decayed ring-key dot products once, then the state blocks.
         if PER_CHANNEL:
@@ -321,6 +422,6 @@ def delta_replay_chunked_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, rin
         HV=HV, H=H, K=K, V=V, BV=bv, SPLIT=split, CAP=cap, BC=max(triton.next_power_of_2(cap), 16),
         PER_CHANNEL=a.dim() == 3, REFOLD=refold, HAS_BIAS=dt_bias is not None,
         HAS_INDICES=state_indices is not None, PRECISION=variant.precision, LOADS_AHEAD=variant.loads_ahead,
-        STAGES=variant.stages, num_warps=warps,
+        STAGES=variant.stages, K_CHUNK=min(variant.k_chunk or 0, K), num_warps=warps,
     )
     return out

@@ -275,6 +275,8 @@ def test_chunked_variant_rejects_bad_options():
         ChunkedVariant(stages=0)
     with pytest.raises(ValueError, match="^k_chunk:"):
         ChunkedVariant(k_chunk=24)
+    with pytest.raises(ValueError, match="^variant:"):
+        drive(Layer(False, 2, 1, 16, 16), batch=1, slots=2, steps=1, variant="tiles")
 
 
 # ------------------------------------------------------------------ GPU ----------------------
@@ -378,7 +380,7 @@ def test_matches_fla_fused_recurrent_gpu():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("variant", [None, ChunkedVariant()], ids=["rowwise", "chunked"])
+@pytest.mark.parametrize("variant", [None, "chunked"], ids=["rowwise", "chunked"])
 def test_cuda_graph_capture_gpu(variant, monkeypatch):
     """A captured replay step, replayed 40 times, walks the same states as eager calls."""
     monkeypatch.setattr(decode, "REPLAY_VARIANT", variant)

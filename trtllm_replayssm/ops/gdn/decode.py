@@ -41,8 +41,9 @@ import triton.language as tl
 
 __all__ = ["REPLAY_VARIANT", "delta_standard_step", "delta_replay_step", "launch_config", "replay_config"]
 
-#: The ReplaySSM kernel the ops launch: None for :func:`_replay_step_kernel` (row-wise refold),
-#: or a :class:`~trtllm_replayssm.ops.gdn.decode_chunked.ChunkedVariant` for the chunked kernel.
+#: The ReplaySSM kernel the ops launch: None (or "rowwise") for :func:`_replay_step_kernel`
+#: (row-wise refold), "chunked" for ``decode_chunked.py`` with its default
+#: :class:`~trtllm_replayssm.ops.gdn.decode_chunked.ChunkedVariant`, or such a variant.
 REPLAY_VARIANT = None
 
 
@@ -354,14 +355,18 @@ def delta_replay_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, com
     :class:`~trtllm_replayssm.ops.gdn.state.DeltaRuleReplayState`, updated in place; the other
     arguments as :func:`delta_standard_step`. ``refold=False`` folds the cached ``u`` at a flush
     instead of recomputing it (equal in exact arithmetic; only right when outputs read the
-    recurrence checkpoint itself). ``variant``: a
+    recurrence checkpoint itself). ``variant``: ``"chunked"`` or a
     :class:`~trtllm_replayssm.ops.gdn.decode_chunked.ChunkedVariant` runs the chunked kernel,
     ``"rowwise"`` this module's; default :data:`REPLAY_VARIANT`.
     """
     variant = REPLAY_VARIANT if variant is None else variant
     if variant is not None and variant != "rowwise":
-        from .decode_chunked import delta_replay_chunked_step
+        from .decode_chunked import ChunkedVariant, delta_replay_chunked_step
 
+        if variant == "chunked":
+            variant = ChunkedVariant()
+        elif not isinstance(variant, ChunkedVariant):
+            raise ValueError(f"variant: expected None, 'rowwise', 'chunked' or a ChunkedVariant, got {variant!r}")
         return delta_replay_chunked_step(
             checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, committed, flush_at, window,
             q, k, v, a, b, A_log, dt_bias, state_indices, pad_slot_id, scale, refold, variant)

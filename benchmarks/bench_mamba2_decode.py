@@ -15,6 +15,9 @@ Usage::
 
     python benchmarks/bench_mamba2_decode.py --json mamba2_decode.json
     python benchmarks/bench_mamba2_decode.py --sweep      # launch configurations, Nemotron-H dims
+    python benchmarks/bench_mamba2_decode.py --variants --json mamba2_variants.json
+        # every replay kernel variant (VARIANTS): checked against the standard kernel on the
+        # GPU, then timed at batch 256 / 1 / 128 and the best two on Nemotron-3-Nano dims (< 150 s)
 """
 
 from __future__ import annotations
@@ -111,13 +114,19 @@ def time_replay(dims, batch, dtype, flush, rounds, stagger, config=None):
 def bench(dims_name, batch, dtype, flush, rounds, copy_gbps, configs=None):
     dims = DIMS[dims_name]
     std_cfg, rep_cfg = _pick(configs, batch, dims[1]) if configs else (None, None)
-    heads, head_dim, d_state, groups = dims
-    act = torch.tensor([], dtype=dtype).element_size()
-    s_bytes = _state_bytes(batch, heads, head_dim, d_state)
-    io = _io_bytes(batch, heads, head_dim, d_state, groups, act)
     std_us = time_standard(dims, batch, dtype, flush, rounds, std_cfg)
     phases = time_replay(dims, batch, dtype, flush, rounds, False, rep_cfg)
     mixed = time_replay(dims, batch, dtype, flush, rounds, True, rep_cfg)
+    return record(dims_name, batch, dtype, std_us, phases, mixed, copy_gbps, std_cfg, rep_cfg)
+
+
+def record(dims_name, batch, dtype, std_us, phases, mixed, copy_gbps, std_cfg=None, rep_cfg=None):
+    """Times of one standard step and of a window's 16 replay phases (in phase and staggered)
+    as a result record: microseconds, GB/s, % of copy, speedups."""
+    heads, head_dim, d_state, groups = dims = DIMS[dims_name]
+    act = torch.tensor([], dtype=dtype).element_size()
+    s_bytes = _state_bytes(batch, heads, head_dim, d_state)
+    io = _io_bytes(batch, heads, head_dim, d_state, groups, act)
     nonflush_us = sum(phases[:-1]) / (WINDOW - 1)
     flush_us = phases[-1]
     amortized_us = sum(phases) / WINDOW
@@ -227,6 +236,169 @@ def _pick(configs, batch, head_dim):
     return out
 
 
+
+# -- --variants: every replay kernel variant against the standard kernel, in one short run ---------
+
+_FAST = dict(kernel="v4", cursor_kernel=True, rows_fastest=True)  # bandwidth-bound: no counters
+VARIANTS = [  # keyword arguments of decode.LaunchConfig; each set compiles once (~1-3 s)
+    # large batches: one program per head streaming its tiles
+    dict(block_p=32, num_warps=4, max_registers=128, **_FAST),
+    dict(block_p=32, num_warps=4, **_FAST),
+    dict(block_p=32, num_warps=8, **_FAST),
+    dict(block_p=16, num_warps=4, ahead=2, max_registers=128, **_FAST),
+    dict(block_p=16, num_warps=4, ahead=2, **_FAST),
+    dict(block_p=64, num_warps=8, **_FAST),
+    dict(block_p=16, num_warps=4, pipeline="range", num_stages=3, **_FAST),
+    dict(block_p=32, num_warps=4, pipeline="range", num_stages=2, **_FAST),
+    dict(block_p=32, num_warps=4, max_registers=128, fold="ieee", **_FAST),
+    dict(block_p=32, num_warps=4, max_registers=128, fold="tf32x3", **_FAST),
+    dict(block_p=16, num_warps=4, pipeline="range", num_stages=3, fold="tf32x3", **_FAST),
+    dict(block_p=32, num_warps=4, max_registers=128, kernel="v4", rows_fastest=True),  # arrival counters
+    # batch 1: head_dim split over 2-8 programs to fill 132 SMs, arrival counters (no 2nd launch)
+    dict(block_p=16, num_warps=4, p_split=4, kernel="v4"),
+    dict(block_p=16, num_warps=4, p_split=2, kernel="v4"),
+    dict(block_p=32, num_warps=4, p_split=2, kernel="v4"),
+    dict(block_p=16, num_warps=4, p_split=4, fold="tf32x3", kernel="v4"),
+    dict(block_p=8, num_warps=2, p_split=8, kernel="v4"),
+    dict(block_p=16, num_warps=4, p_split=4, kernel="v4", cursor_kernel=True),
+]
+VARIANT_BATCHES = (256, 1, 128)  # most important first: compilation happens at the first
+
+
+def short(cfg) -> str:
+    """A LaunchConfig in a table column: the fields that differ from the defaults."""
+    if cfg.kernel == "v3":
+        return f"v3 bp{cfg.block_p} w{cfg.num_warps}" + (f" r{cfg.max_registers}" if cfg.max_registers else "") + (
+            " cur" if cfg.cursor_kernel else "") + (" rows" if cfg.rows_fastest else "")
+    parts = [f"v4 bp{cfg.block_p} p{cfg.p_split} w{cfg.num_warps}", cfg.fold,
+             f"regs a{cfg.ahead}" if cfg.pipeline == "regs" else f"range s{cfg.num_stages}"]
+    parts += [f"r{cfg.max_registers}"] if cfg.max_registers else []
+    parts += ["cur" if cfg.cursor_kernel else "cnt"] + (["rows"] if cfg.rows_fastest else [])
+    return " ".join(parts)
+
+
+def check_against_standard(dims, batch, dtype, config, device="cuda", steps=WINDOW):
+    """Run ``steps`` replay steps with ``config`` next to the in-project standard kernel on the same
+    inputs. In phase, every slot flushes at the last step: the outputs of every step and the
+    checkpoint after the flush are compared; staggered, the outputs of every step. Returns
+    ``(ok, message)``."""
+    heads, head_dim, d_state, groups = dims
+    gen = torch.Generator(device=device).manual_seed(batch + 7)
+
+    def randn(*shape, scale=1.0):
+        return torch.randn(*shape, device=device, generator=gen) * scale
+
+    A = -(0.5 + torch.rand(heads, device=device, generator=gen))
+    D, dt_bias = randn(heads), randn(heads, scale=0.5)
+    idx = torch.arange(batch, dtype=torch.int32, device=device)
+    worst_y = 0.0
+    for stagger in (False, True):
+        cfg = ReplaySSMConfig(window=WINDOW, flush_stagger=stagger)
+        state = Mamba2ReplayState.allocate(batch, heads, head_dim, d_state, groups, cfg, activation_dtype=dtype,
+                                           device=device)
+        state.checkpoint.normal_(0, 0.1, generator=gen)
+        standard_state = state.checkpoint.clone()
+        for step in range(steps):
+            x, B, z = randn(batch, heads, head_dim).to(dtype), randn(batch, groups, d_state, scale=d_state**-0.5).to(dtype), \
+                randn(batch, heads, head_dim).to(dtype)
+            dt, C = randn(batch, heads), randn(batch, groups, d_state).to(dtype)
+            y_std = decode.standard_step(standard_state, x, dt, A, B, C, D, z, dt_bias, True, None, None, idx, -1)
+            y = decode.replay_step(state.checkpoint, state.ring_x, state.ring_dt, state.ring_B, state.committed,
+                                   state.flush_at, state.window, x, dt, A, B, C, D, z, dt_bias, True, None, None,
+                                   idx, -1, config=config)
+            err = float((y.float() - y_std.float()).norm() / y_std.float().norm().clamp_min(1e-30))
+            worst_y = max(worst_y, err)
+            if not err < 2e-2:
+                return False, f"y rel err {err:.2e} at step {step}{' (staggered)' if stagger else ''}"
+        if not stagger:
+            if not torch.all(state.committed == 0):
+                return False, "cursors not reset by the flush"
+            err = float((state.checkpoint - standard_state).norm() / standard_state.norm())
+            if not err < 1e-4:
+                return False, f"checkpoint rel err {err:.2e} after the flush"
+            ckpt_err = err
+    return True, f"y {worst_y:.1e} ckpt {ckpt_err:.1e}"
+
+
+VARIANT_HEADER = (
+    f"{'dims':<15}{'batch':>6}  {'variant':<44} | {'nonfl us':>9}{'%copy':>7} | {'flush us':>9}{'/std':>6} | "
+    f"{'amort us':>9}{'x std':>7} | {'mixed us':>9}{'x std':>7} | check"
+)
+
+
+def variant_row(r):
+    if "amortized_us" not in r:
+        return f"{r['dims']:<15}{r['batch']:>6}  {r['variant']:<44} | {r['check']}"
+    return (
+        f"{r['dims']:<15}{r['batch']:>6}  {r['variant']:<44} | {r['nonflush_us']:>9.1f}{r['nonflush_pct_copy']:>6.1f}% | "
+        f"{r['flush_us']:>9.1f}{r['flush_over_standard']:>6.2f} | {r['amortized_us']:>9.1f}{r['speedup_amortized']:>7.2f} | "
+        f"{r['mixed_us']:>9.1f}{r['speedup_mixed']:>7.2f} | {r['check']}"
+    )
+
+
+def run_variants(dtype, flush, rounds, copy_gbps, result, json_path, budget_s, start):
+    """Check, then time, every variant at Nemotron-H dims (``VARIANT_BATCHES``), then the best two
+    at batch 256 on Nemotron-3-Nano dims; prints a table sorted by amortized speedup per batch.
+    Past ``budget_s`` seconds (compilation included) the remaining variants are listed as skipped."""
+    import time
+
+    records = result.setdefault("variants", [])
+    candidates = [("v3 default", None)] + [(None, decode.LaunchConfig(**kw)) for kw in VARIANTS]
+
+    def evaluate(dims_name, batch, name, cfg):
+        dims = DIMS[dims_name]
+        cfg = cfg or decode.launch_config("replay", dims[1], dims[2], batch)
+        rec = {"dims": dims_name, "batch": batch, "variant": name or short(cfg), "config": repr(cfg)}
+        if time.perf_counter() - start > budget_s:
+            rec["check"] = "skipped (time budget)"
+        else:
+            try:
+                ok, msg = check_against_standard(dims, batch, dtype, cfg)
+                rec["check"] = msg if ok else f"WRONG: {msg}"
+                if ok:
+                    phases = time_replay(dims, batch, dtype, flush, rounds, False, cfg)
+                    mixed = time_replay(dims, batch, dtype, flush, rounds, True, cfg)
+                    rec.update(record(dims_name, batch, dtype, standard[dims_name, batch], phases, mixed, copy_gbps,
+                                      None, cfg))
+                    rec["variant"] = name or short(cfg)
+            except Exception as exc:  # a variant that fails to compile must not end the run
+                rec["check"] = f"ERROR: {type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}"
+        records.append(rec)
+        configs[id(rec)] = cfg
+        print(variant_row(rec), flush=True)
+        if json_path:
+            json_path.write_text(json.dumps(result, indent=1))
+        return rec
+
+    standard, configs = {}, {}
+    print(VARIANT_HEADER, flush=True)
+    for batch in VARIANT_BATCHES:
+        standard["nemotron_h", batch] = time_standard(DIMS["nemotron_h"], batch, dtype, flush, rounds)
+        print(f"# nemotron_h batch {batch}: standard {standard['nemotron_h', batch]:.1f} us", flush=True)
+        for name, cfg in candidates:
+            evaluate("nemotron_h", batch, name, cfg)
+    at_256 = sorted((r for r in records if r["batch"] == 256 and "amortized_us" in r and r["variant"] != "v3 default"),
+                    key=lambda r: -r["speedup_amortized"])
+    best = [configs[id(r)] for r in at_256[:2]]
+    standard["nemotron3_nano", 256] = time_standard(DIMS["nemotron3_nano"], 256, dtype, flush, rounds)
+    print(f"# nemotron3_nano batch 256: standard {standard['nemotron3_nano', 256]:.1f} us", flush=True)
+    evaluate("nemotron3_nano", 256, "v3 default", None)
+    for cfg in best:
+        evaluate("nemotron3_nano", 256, None, cfg)
+
+    print("\n# sorted by amortized speedup over the standard kernel", flush=True)
+    print(VARIANT_HEADER)
+    for key in sorted({(r["dims"], r["batch"]) for r in records}):
+        rows = [r for r in records if (r["dims"], r["batch"]) == key]
+        rows.sort(key=lambda r: -r.get("speedup_amortized", -1.0))
+        for r in rows:
+            print(variant_row(r))
+        timed = [r for r in rows if "amortized_us" in r]
+        if timed:
+            print(f"# best at {key[0]} batch {key[1]}: {timed[0]['config']}")
+    print(f"# variants done in {time.perf_counter() - start:.0f} s", flush=True)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--batches", type=int, nargs="+", default=[1, 32, 128, 256, 512])
@@ -237,8 +409,15 @@ def main(argv=None):
     p.add_argument("--sweep", action="store_true", help="time launch configurations, then stop")
     p.add_argument("--tune", action="store_true", help="sweep first, then benchmark with the fastest configs")
     p.add_argument("--sweep-batches", type=int, nargs="+", default=[1, 32, 256])
+    p.add_argument("--variants", action="store_true",
+                   help="check and time every replay kernel variant (VARIANTS) at batch 1/128/256, then stop")
+    p.add_argument("--variant-rounds", type=int, default=10)
+    p.add_argument("--budget-s", type=float, default=130.0, help="--variants: skip what starts after this many seconds")
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv)
+    import time
+
+    start = time.perf_counter()
     dtype = getattr(torch, args.dtype)
     flush = None if args.no_l2_flush else L2Flusher()
     info = device_info()
@@ -248,6 +427,9 @@ def main(argv=None):
           flush=True)
     result = {"device": info, "copy_gbps": copy_gbps, "copies_gbps": copies, "window": WINDOW,
               "state_dtype": "float32", "activation": args.dtype, "l2_flush": flush is not None}
+    if args.variants:
+        run_variants(dtype, flush, args.variant_rounds, copy_gbps, result, args.json, args.budget_s, start)
+        return result
     configs = None
     if args.sweep or args.tune:
         result["sweep"], configs = sweep(args.sweep_batches, dtype, flush, args.rounds)

@@ -209,13 +209,14 @@ def warmup_only(layer, batches):
 
 # -- --variants: every replay kernel variant, checked then timed, in one short run -------------
 #: (name, ``variant`` of decode.delta_replay_step, batches it runs at or None for all). Each
-#: distinct launch config is one Triton compile (~1-4 s): per kind at batches 1/128/256, 7
+#: distinct launch config is one Triton compile (~1-4 s): per kind at batches 1/128/256, 9
 #: replay kernels + 2 standard + fla's + the copy kernel.
 VARIANTS = (
     ("rowwise", "rowwise", None),
     ("chunked", ChunkedVariant(), None),
     ("chunked stages=2", ChunkedVariant(stages=2), (128, 256, 512)),
     ("chunked BV=16", ChunkedVariant(block_v=16), (128, 256, 512)),
+    ("chunked BV=16 stages=2", ChunkedVariant(block_v=16, stages=2), (256,)),
     ("chunked ieee", ChunkedVariant(precision="ieee"), (256,)),
     ("chunked late loads", ChunkedVariant(loads_ahead=False), (1,)),
     ("chunked 2 warps", ChunkedVariant(num_warps=2), (1, 32)),

@@ -216,7 +216,7 @@ VARIANTS = (
     ("chunked", ChunkedVariant(), None),
     ("chunked stages=2", ChunkedVariant(stages=2), (128, 256, 512)),
     ("chunked BV=16", ChunkedVariant(block_v=16), (128, 256, 512)),
-    ("chunked BV=16 stages=2", ChunkedVariant(block_v=16, stages=2), (256,)),
+    ("chunked k_chunk=16", ChunkedVariant(k_chunk=16), (256,)),
     ("chunked ieee", ChunkedVariant(precision="ieee"), (256,)),
     ("chunked late loads", ChunkedVariant(loads_ahead=False), (1,)),
     ("chunked 2 warps", ChunkedVariant(num_warps=2), (1, 32)),

@@ -245,7 +245,7 @@ CHUNKED_CPU = [
     pytest.param(False, 2, 1, 16, 16, 4, True, ChunkedVariant(), id="gdn-share2-refold"),
     pytest.param(False, 2, 2, 16, 16, 4, False, ChunkedVariant(loads_ahead=False, k_chunk=None),
                  id="gdn-share1-foldu-late-loads-tiles"),
-    pytest.param(False, 2, 1, 32, 64, 6, True, ChunkedVariant(block_v=16, split=2, stages=3, precision="ieee"),
+    pytest.param(False, 2, 1, 32, 64, 6, True, ChunkedVariant(block_v=16, split=2, stages=3, precision="ieee", k_chunk=16),
                  id="gdn-split2-blocks2-kchunks2"),
     pytest.param(False, 1, 1, 16, 16, 16, True, ChunkedVariant(k_chunk=None), id="gdn-window16-tiles"),
 ]

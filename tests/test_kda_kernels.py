@@ -35,7 +35,7 @@ KIMI = (32, 32, 128, 128)
 @pytest.mark.parametrize("HV,H,d_k,d_v,window,refold,variant", [
     pytest.param(2, 1, 16, 16, 4, True, ChunkedVariant(loads_ahead=False, k_chunk=None), id="share2-refold-late-loads-tiles"),
     pytest.param(2, 2, 16, 16, 4, False, ChunkedVariant(), id="share1-foldu"),
-    pytest.param(2, 1, 32, 64, 6, True, ChunkedVariant(block_v=16, split=2), id="split2-blocks2-kchunks2"),
+    pytest.param(2, 1, 32, 64, 6, True, ChunkedVariant(block_v=16, split=2, k_chunk=16), id="split2-blocks2-kchunks2"),
     pytest.param(1, 1, 16, 16, 16, True, "chunked", id="window16"),
 ])
 def test_chunked_kernel_matches_reference_cpu(HV, H, d_k, d_v, window, refold, variant):

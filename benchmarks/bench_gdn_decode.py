@@ -215,7 +215,7 @@ VARIANTS = (
     ("rowwise", "rowwise", None),
     ("chunked", ChunkedVariant(), None),
     ("chunked stages=2", ChunkedVariant(stages=2), (128, 256, 512)),
-    ("chunked BV=16", ChunkedVariant(block_v=16), (128, 256, 512)),
+    ("chunked max 96 registers", ChunkedVariant(max_registers=96), (128, 256, 512)),
     ("chunked k_chunk=16", ChunkedVariant(k_chunk=16), (256,)),
     ("chunked ieee", ChunkedVariant(precision="ieee"), (256,)),
     ("chunked late loads", ChunkedVariant(loads_ahead=False), (1,)),

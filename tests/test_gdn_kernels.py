@@ -245,7 +245,8 @@ CHUNKED_CPU = [
     pytest.param(False, 2, 1, 16, 16, 4, True, ChunkedVariant(), id="gdn-share2-refold"),
     pytest.param(False, 2, 2, 16, 16, 4, False, ChunkedVariant(loads_ahead=False, k_chunk=None),
                  id="gdn-share1-foldu-late-loads-tiles"),
-    pytest.param(False, 2, 1, 32, 64, 6, True, ChunkedVariant(block_v=16, split=2, stages=3, precision="ieee", k_chunk=16),
+    pytest.param(False, 2, 1, 32, 64, 6, True,
+                 ChunkedVariant(block_v=16, split=2, stages=3, precision="ieee", k_chunk=16, max_registers=96),
                  id="gdn-split2-blocks2-kchunks2"),
     pytest.param(False, 1, 1, 16, 16, 16, True, ChunkedVariant(k_chunk=None), id="gdn-window16-tiles"),
 ]
@@ -330,6 +331,7 @@ CHUNKED_GPU = [
     pytest.param("fp32", ChunkedVariant(), id="fp32-default"),
     pytest.param("fp32", ChunkedVariant(precision="ieee", stages=2), id="fp32-ieee-stages2"),
     pytest.param("fp32", ChunkedVariant(loads_ahead=False, k_chunk=None), id="fp32-late-loads-tiles"),
+    pytest.param("fp32", ChunkedVariant(max_registers=96), id="fp32-max96"),
 ]
 
 

@@ -48,7 +48,9 @@ class ChunkedVariant:
     the whole ring (masked tail included) and the first state block before the cursor.
     ``stages``: software-pipelining depth of the loop over the program's other state blocks.
     ``block_v`` (>= 16, the smallest ``tl.dot`` tile), ``split`` (programs per value head),
-    ``num_warps``.
+    ``num_warps``, ``max_registers`` (ptxas ``.maxnreg``: the non-flush path alone needs 80
+    registers, the flush path raises the kernel to 128; a cap of 96 fits 5 programs of 128
+    threads per SM instead of 4 at the price of flush-path spills, 176 bytes of stack).
 
     Registers for sm_90 at Qwen3.5-4B dims, bf16, ``BV = 32`` (Triton 3.9 with the launch-time
     16-byte specialisation, ``cuobjdump``): the defaults 128 (KDA 128), ``k_chunk=16`` 125
@@ -62,6 +64,7 @@ class ChunkedVariant:
     block_v: int | None = None
     split: int | None = None
     num_warps: int | None = None
+    max_registers: int | None = None
 
     def __post_init__(self):
         if self.precision not in ("ieee", "tf32x3"):
@@ -423,5 +426,6 @@ def delta_replay_chunked_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, rin
         PER_CHANNEL=a.dim() == 3, REFOLD=refold, HAS_BIAS=dt_bias is not None,
         HAS_INDICES=state_indices is not None, PRECISION=variant.precision, LOADS_AHEAD=variant.loads_ahead,
         STAGES=variant.stages, K_CHUNK=min(variant.k_chunk or 0, K), num_warps=warps,
+        maxnreg=variant.max_registers,
     )
     return out

@@ -13,9 +13,14 @@ cumulative log-decay through entry ``i`` (scalar for GDN, a ``d_k``-vector for K
     U^T     = (beta * (V^T - S_c Kg^T)) A^T                                             [BV, BC]
     S_new   = S_c Diag(e^{G_{n-1}}) + U^T Kd
 
-``Kg, Kd, M, A`` depend on the ring only: a program computes them once and streams its state
-row blocks through three ``tl.dot`` products (fp32 operands; ``PRECISION`` "ieee" or "tf32x3").
-``refold=False`` takes ``U`` from ``ring_u`` and solves only the current token's row.
+``M, A`` depend on the ring only: a program computes them once and streams its state row
+blocks through three ``tl.dot`` products (fp32 operands; ``PRECISION`` "tf32x3" or "ieee").
+With ``K_CHUNK`` (the default) the two products that reduce over or produce ``d_k`` run over
+``K_CHUNK``-wide column chunks of the block whose key tiles are rebuilt from the ring (the
+flushing program first writes the current token's ``k`` and ``g`` at position ``c``): whole
+``[BV, d_k]`` dot operands in registers spill on sm_90 (``ChunkedVariant`` lists the
+measurements). ``refold=False`` takes ``U`` from ``ring_u`` and solves only the current
+token's row.
 
 Non-flush steps run the one-pass form of ``decode.py`` with two changes: with ``LOADS_AHEAD``
 the whole ring (masked tail included) and the program's first state block are requested before

@@ -240,27 +240,30 @@ def _pick(configs, batch, head_dim):
 # -- --variants: every replay kernel variant against the standard kernel, in one short run ---------
 
 _FAST = dict(kernel="v4", cursor_kernel=True, rows_fastest=True)  # bandwidth-bound: no counters
-VARIANTS = [  # keyword arguments of decode.LaunchConfig; each set compiles once (~1-3 s)
+_B1 = dict(kernel="v4")  # latency-bound: arrival counters, no second launch
+VARIANTS = [  # keyword arguments of decode.LaunchConfig; each set compiles once (~1-3 s).
+    # Comments: registers per thread from ptxas for sm_90 (no spills unless noted); the fold's
+    # registers count against every step's occupancy, hence the rolled "loop" fold in most.
     # large batches: one program per head streaming its tiles
-    dict(block_p=32, num_warps=4, max_registers=128, **_FAST),
-    dict(block_p=32, num_warps=4, **_FAST),
-    dict(block_p=32, num_warps=8, **_FAST),
-    dict(block_p=16, num_warps=4, ahead=2, max_registers=128, **_FAST),
-    dict(block_p=16, num_warps=4, ahead=2, **_FAST),
-    dict(block_p=64, num_warps=8, **_FAST),
-    dict(block_p=16, num_warps=4, pipeline="range", num_stages=3, **_FAST),
-    dict(block_p=32, num_warps=4, pipeline="range", num_stages=2, **_FAST),
-    dict(block_p=32, num_warps=4, max_registers=128, fold="ieee", **_FAST),
-    dict(block_p=32, num_warps=4, max_registers=128, fold="tf32x3", **_FAST),
-    dict(block_p=16, num_warps=4, pipeline="range", num_stages=3, fold="tf32x3", **_FAST),
-    dict(block_p=32, num_warps=4, max_registers=128, kernel="v4", rows_fastest=True),  # arrival counters
-    # batch 1: head_dim split over 2-8 programs to fill 132 SMs, arrival counters (no 2nd launch)
-    dict(block_p=16, num_warps=4, p_split=4, kernel="v4"),
-    dict(block_p=16, num_warps=4, p_split=2, kernel="v4"),
-    dict(block_p=32, num_warps=4, p_split=2, kernel="v4"),
-    dict(block_p=16, num_warps=4, p_split=4, fold="tf32x3", kernel="v4"),
-    dict(block_p=8, num_warps=2, p_split=8, kernel="v4"),
-    dict(block_p=16, num_warps=4, p_split=4, kernel="v4", cursor_kernel=True),
+    dict(block_p=32, num_warps=8, fold="loop", **_FAST),  # 109: 2 programs/SM, a head's 32 KB at once
+    dict(block_p=64, num_warps=8, fold="loop", **_FAST),  # 119: the head as one tile
+    dict(block_p=16, num_warps=4, fold="loop", pipeline="range", num_stages=3, **_FAST),  # 94: 5/SM
+    dict(block_p=16, num_warps=4, fold="loop", pipeline="range", num_stages=3, max_registers=80, **_FAST),  # 6/SM
+    dict(block_p=32, num_warps=8, fold="loop", pipeline="range", num_stages=2, **_FAST),  # 128
+    dict(block_p=16, num_warps=4, fold="loop", **_FAST),  # 123: 4/SM
+    dict(block_p=16, num_warps=4, fold="loop", ahead=2, **_FAST),  # 159
+    dict(block_p=32, num_warps=4, fold="loop", max_registers=128, **_FAST),  # 160 B spilled
+    dict(block_p=32, num_warps=4, fold="fma", **_FAST),  # 255 + spills: the unrolled fold
+    dict(block_p=16, num_warps=4, fold="tf32x3", pipeline="range", num_stages=3, **_FAST),  # 177
+    dict(block_p=32, num_warps=8, fold="ieee", **_FAST),  # 247
+    dict(block_p=32, num_warps=8, fold="loop", kernel="v4", rows_fastest=True),  # arrival counters
+    # batch 1: head_dim split over 2-8 programs to fill 132 SMs
+    dict(block_p=16, num_warps=4, p_split=4, fold="loop", **_B1),  # 69
+    dict(block_p=16, num_warps=4, p_split=2, fold="loop", **_B1),  # 105
+    dict(block_p=32, num_warps=8, p_split=2, fold="loop", **_B1),  # 66
+    dict(block_p=8, num_warps=2, p_split=8, fold="loop", **_B1),  # 112
+    dict(block_p=16, num_warps=4, p_split=4, fold="tf32x3", **_B1),  # 93
+    dict(block_p=16, num_warps=4, p_split=4, fold="loop", cursor_kernel=True, **_B1),
 ]
 VARIANT_BATCHES = (256, 1, 128)  # most important first: compilation happens at the first
 

@@ -153,7 +153,7 @@ V4_INTERPRETER = [
     ((3, 80, 16, 1), dict(block_p=16, fold="fma", pipeline="regs", ahead=1, p_split=1)),
     ((2, 80, 24, 2), dict(block_p=16, fold="ieee", pipeline="regs", ahead=2, p_split=2, cursor_kernel=True)),
     ((2, 80, 16, 1), dict(block_p=16, fold="tf32x3", pipeline="range", num_stages=3, p_split=3, rows_fastest=True)),
-    ((4, 64, 24, 2), dict(block_p=32, fold="fma", pipeline="range", p_split=1, cursor_kernel=True, rows_fastest=True)),
+    ((4, 64, 24, 2), dict(block_p=32, fold="loop", pipeline="range", p_split=1, cursor_kernel=True, rows_fastest=True)),
     ((4, 64, 16, 2), dict(block_p=16, fold="fma", pipeline="regs", ahead=2, p_split=4)),
 ]
 
@@ -169,7 +169,7 @@ def test_replay_v4_kernel_interpreter(dims, params):
 
 @pytest.mark.skipif(HAS_CUDA, reason="interpreter test; the GPU grid covers it on CUDA")
 def test_replay_v4_kernel_interpreter_batch1_in_phase():
-    cfg = decode.LaunchConfig(16, 4, kernel="v4", fold="ieee", p_split=2)
+    cfg = decode.LaunchConfig(16, 4, kernel="v4", fold="loop", p_split=2)
     check_replay((2, 32, 16, 1), torch.float32, 1, 4, 13, "cpu", run=_kernel_replay(cfg))
 
 
@@ -211,7 +211,7 @@ def test_replay_nemotron_dims_four_windows_gpu(fold_dot, prefetch):
 
 
 V4_GPU_CONFIGS = [
-    dict(block_p=32, fold="fma", pipeline="regs", ahead=1, p_split=1, max_registers=128),
+    dict(block_p=32, fold="loop", pipeline="regs", ahead=1, p_split=1, num_warps=8),
     dict(block_p=16, fold="ieee", pipeline="regs", ahead=2, p_split=2, cursor_kernel=True, rows_fastest=True),
     dict(block_p=16, fold="tf32x3", pipeline="range", num_stages=3, p_split=4),
 ]
@@ -223,12 +223,12 @@ V4_GPU_CONFIGS = [
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("dims", [(8, 64, 128, 2), (8, 80, 128, 8)])
 def test_replay_v4_gpu(dims, dtype, batch, params):
-    run = _kernel_replay(decode.LaunchConfig(num_warps=4, kernel="v4", **params))
+    run = _kernel_replay(decode.LaunchConfig(**{"num_warps": 4, "kernel": "v4", **params}))
     check_replay(dims, dtype, batch, window=8, steps=26, device="cuda", run=run, stagger=True)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("fold", ["fma", "ieee", "tf32x3"])
+@pytest.mark.parametrize("fold", ["fma", "loop", "ieee", "tf32x3"])
 def test_replay_v4_nemotron_dims_four_windows_gpu(fold):
     # The accuracy target for every fold of the v4 kernel: fp32 checkpoint within 1e-5 of float64, L=16.
     run = _kernel_replay(decode.LaunchConfig(32, 4, kernel="v4", fold=fold))

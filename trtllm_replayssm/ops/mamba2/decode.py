@@ -32,7 +32,7 @@ import triton.language as tl
 __all__ = ["FOLDS", "PIPELINES", "LaunchConfig", "launch_config", "replay_step", "standard_step"]
 
 #: Flush fold of the "v4" kernel: unrolled rank-1 FMAs, or an fp32 ``tl.dot`` at this precision.
-FOLDS = ("fma", "ieee", "tf32x3")
+FOLDS = ("fma", "loop", "ieee", "tf32x3")
 #: Tile pipelining of the "v4" kernel (decode_v4.py).
 PIPELINES = ("regs", "range")
 
@@ -52,7 +52,7 @@ class LaunchConfig:
     # head part streaming its tiles (decode_v4.py). The fields below apply to "v4" only.
     kernel: str = "v3"
     p_split: int = 1  # programs per head (each streams head_dim / p_split rows)
-    fold: str = "fma"  # flush fold: "fma", or tl.dot at input_precision "ieee" / "tf32x3"
+    fold: str = "fma"  # flush fold: FMAs unrolled ("fma") or rolled ("loop"), or tl.dot "ieee" / "tf32x3"
     pipeline: str = "regs"  # "regs": unrolled, next tiles loaded ahead; "range": tl.range staging
     ahead: int = 1  # tiles loaded ahead of the one being computed ("regs"; 1 or 2)
     num_stages: int = 2  # software-pipeline stages ("range")
@@ -70,7 +70,7 @@ class LaunchConfig:
             raise ValueError(f"LaunchConfig: expected p_split >= 1 and num_stages >= 1, got {self.p_split}, {self.num_stages}")
         if self.block_p < 1 or self.block_p & (self.block_p - 1):
             raise ValueError(f"LaunchConfig.block_p: expected a power of two, got {self.block_p}")
-        if self.kernel == "v4" and self.fold != "fma" and self.block_p < 16:
+        if self.kernel == "v4" and self.fold in ("ieee", "tf32x3") and self.block_p < 16:
             raise ValueError(f"LaunchConfig.block_p: a tl.dot fold needs block_p >= 16, got {self.block_p}")
 
 

@@ -82,6 +82,17 @@ def _tile_step(S, rx, xb, zb, blk, is_flush, live, c, in_ring, coef, coef_now, w
                 x_j = tl.load(rx_base + j * s_rx_j + offs_p, mask=offs_p < tl.where(take, P, 0), other=0.0)
                 B_j = tl.load(rB_base + j * s_rB_j + offs_n, mask=offs_n < tl.where(take, N, 0), other=0.0)
                 upd += (w_j * x_j.to(tl.float32))[:, None] * B_j.to(tl.float32)[None, :]
+        elif FOLD == "loop":
+            # The same updates in a rolled loop over the committed entries: fewer registers
+            # (the fold's registers count against every step's occupancy), one latency per entry.
+            prefix = 0.0
+            for j in range(0, tl.minimum(c, CAP)):
+                dt_j = tl.load(rdt_base + j)
+                prefix += dt_j
+                w_j = tl.exp(A * (total - prefix)) * dt_j
+                x_j = tl.load(rx_base + j * s_rx_j + offs_p, mask=offs_p < P, other=0.0)
+                B_j = tl.load(rB_base + j * s_rB_j + offs_n, mask=offs_n < N, other=0.0)
+                upd += (w_j * x_j.to(tl.float32))[:, None] * B_j.to(tl.float32)[None, :]
         else:
             xw = tl.where(in_ring[None, :], rx.to(tl.float32), 0.0) * w[None, :]
             upd = tl.dot(xw, rB, acc=upd, input_precision=FOLD)

@@ -4,6 +4,7 @@ The same benchmark as bench_gdn_decode.py (see its docstring) with KDA's per-cha
 Kimi-Linear's dims by default (32 heads, no key-head sharing, d_k = d_v = 128).
 
     python benchmarks/bench_kda_decode.py --json kda.json
+    python benchmarks/bench_kda_decode.py --variants --json kda_variants.json
 """
 
 import os

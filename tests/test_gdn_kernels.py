@@ -75,7 +75,7 @@ def rel_err(actual, expected):
 
 
 def drive(layer, batch, slots, steps, window=4, refold=True, pads=True, use_wrapper=False, seed=0,
-          oracle_device="cpu", **launch):
+          oracle_device="cpu", drafts=0, **launch):
     """Run the kernel and the float64 reference side by side for ``steps`` decode steps.
 
     Rows address a shuffled subset of ``slots`` (so slots sit at staggered flush phases) with a
@@ -83,9 +83,10 @@ def drive(layer, batch, slots, steps, window=4, refold=True, pads=True, use_wrap
     slot (they move only at flushes); at the end the materialised states (which read every ring
     field the kernel wrote). Returns ``(worst output error, worst checkpoint error, flushes)``.
     ``oracle_device``: where the float64 reference runs (the GPU for large batches: the CPU
-    reference at batch 64 and model dims dominates the test time).
+    reference at batch 64 and model dims dominates the test time). ``drafts`` widens the ring
+    (capacity ``window + drafts``) without using it.
     """
-    config = ReplaySSMConfig(window=window)
+    config = ReplaySSMConfig(window=window, max_draft_tokens=drafts)
     state = layer.state(slots, config)
     # The oracle: same ring dtypes (so both see identically rounded k, v), float64 checkpoint.
     ref_dev = torch.device(oracle_device)
@@ -252,17 +253,22 @@ CHUNKED_CPU = [
 ]
 
 
+def test_chunked_kernel_wide_ring_cpu():
+    """A ring wider than the window (speculative decoding, 20 entries): 32-row window tiles."""
+    check_chunked_cpu(False, 2, 1, 16, 16, 16, True, ChunkedVariant(), drafts=4)
+
+
 @pytest.mark.parametrize("per_channel,HV,H,d_k,d_v,window,refold,variant", CHUNKED_CPU)
 def test_chunked_kernel_matches_reference_cpu(per_channel, HV, H, d_k, d_v, window, refold, variant):
     check_chunked_cpu(per_channel, HV, H, d_k, d_v, window, refold, variant)
 
 
-def check_chunked_cpu(per_channel, HV, H, d_k, d_v, window, refold, variant):
+def check_chunked_cpu(per_channel, HV, H, d_k, d_v, window, refold, variant, drafts=0):
     layer = Layer(per_channel, HV, H, d_k, d_v, seed=window + 10 * HV + d_v)
     batch = 3 if window < 16 else 2
     slots = batch + 1
     _, worst_c, flushes = drive(layer, batch, slots=slots, steps=3 * window + 4, window=window, refold=refold,
-                                variant=variant)
+                                drafts=drafts, variant=variant)
     assert flushes >= 3 * (batch - 1), f"expected 3+ windows per live slot, saw {flushes} flushes"
     assert worst_c < 1e-5, f"checkpoint error {worst_c:.2e}"
 

@@ -248,15 +248,19 @@ VARIANTS = [  # keyword arguments of decode.LaunchConfig; each set compiles once
     dict(block_p=32, num_warps=8, fold="loop", **_FAST),  # 109: 2 programs/SM, a head's 32 KB at once
     dict(block_p=64, num_warps=8, fold="loop", **_FAST),  # 119: the head as one tile
     dict(block_p=16, num_warps=4, fold="loop", pipeline="range", num_stages=3, **_FAST),  # 94: 5/SM
-    dict(block_p=16, num_warps=4, fold="loop", pipeline="range", num_stages=3, max_registers=80, **_FAST),  # 6/SM
     dict(block_p=32, num_warps=8, fold="loop", pipeline="range", num_stages=2, **_FAST),  # 128
     dict(block_p=16, num_warps=4, fold="loop", **_FAST),  # 123: 4/SM
-    dict(block_p=16, num_warps=4, fold="loop", ahead=2, **_FAST),  # 159
     dict(block_p=32, num_warps=4, fold="loop", max_registers=128, **_FAST),  # 160 B spilled
     dict(block_p=32, num_warps=4, fold="fma", **_FAST),  # 255 + spills: the unrolled fold
     dict(block_p=16, num_warps=4, fold="tf32x3", pipeline="range", num_stages=3, **_FAST),  # 177
     dict(block_p=32, num_warps=8, fold="ieee", **_FAST),  # 247
     dict(block_p=32, num_warps=8, fold="loop", kernel="v4", rows_fastest=True),  # arrival counters
+    # non-flush and flush rows in two launches (registers: non-flush / flush kernel)
+    dict(block_p=32, num_warps=8, fold="loop", split_flush=True, **_FAST),  # 59 / 117: 4 programs/SM
+    dict(block_p=16, num_warps=4, fold="loop", pipeline="range", num_stages=3, split_flush=True, **_FAST),  # 48 / 85
+    dict(block_p=64, num_warps=8, fold="loop", split_flush=True, **_FAST),  # 80 / 113
+    dict(block_p=16, num_warps=4, fold="loop", split_flush=True, **_FAST),  # 78 / 111
+    dict(block_p=32, num_warps=8, fold="tf32x3", split_flush=True, **_FAST),  # 59 / 147
     # batch 1: head_dim split over 2-8 programs to fill 132 SMs
     dict(block_p=16, num_warps=4, p_split=4, fold="loop", **_B1),  # 69
     dict(block_p=16, num_warps=4, p_split=2, fold="loop", **_B1),  # 105
@@ -277,6 +281,7 @@ def short(cfg) -> str:
              f"regs a{cfg.ahead}" if cfg.pipeline == "regs" else f"range s{cfg.num_stages}"]
     parts += [f"r{cfg.max_registers}"] if cfg.max_registers else []
     parts += ["cur" if cfg.cursor_kernel else "cnt"] + (["rows"] if cfg.rows_fastest else [])
+    parts += ["split"] if cfg.split_flush else []
     return " ".join(parts)
 
 

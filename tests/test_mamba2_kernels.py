@@ -155,6 +155,11 @@ V4_INTERPRETER = [
     ((2, 80, 16, 1), dict(block_p=16, fold="tf32x3", pipeline="range", num_stages=3, p_split=3, rows_fastest=True)),
     ((4, 64, 24, 2), dict(block_p=32, fold="loop", pipeline="range", p_split=1, cursor_kernel=True, rows_fastest=True)),
     ((4, 64, 16, 2), dict(block_p=16, fold="fma", pipeline="regs", ahead=2, p_split=4)),
+    # non-flush and flush rows in two launches
+    ((2, 80, 16, 1), dict(block_p=16, fold="loop", pipeline="regs", ahead=2, p_split=2, cursor_kernel=True,
+                          split_flush=True)),
+    ((3, 48, 24, 3), dict(block_p=16, fold="ieee", pipeline="range", cursor_kernel=True, rows_fastest=True,
+                          split_flush=True)),
 ]
 
 
@@ -175,7 +180,7 @@ def test_replay_v4_kernel_interpreter_batch1_in_phase():
 
 def test_launch_config_rejects_unknown_options():
     for bad in (dict(kernel="v5"), dict(fold="tf32"), dict(pipeline="async"), dict(ahead=3), dict(p_split=0),
-                dict(block_p=24), dict(kernel="v4", fold="ieee", block_p=8)):
+                dict(block_p=24), dict(kernel="v4", fold="ieee", block_p=8), dict(kernel="v4", split_flush=True)):
         with pytest.raises(ValueError, match="LaunchConfig"):
             decode.LaunchConfig(**bad)
 
@@ -214,6 +219,7 @@ V4_GPU_CONFIGS = [
     dict(block_p=32, fold="loop", pipeline="regs", ahead=1, p_split=1, num_warps=8),
     dict(block_p=16, fold="ieee", pipeline="regs", ahead=2, p_split=2, cursor_kernel=True, rows_fastest=True),
     dict(block_p=16, fold="tf32x3", pipeline="range", num_stages=3, p_split=4),
+    dict(block_p=32, fold="loop", num_warps=8, cursor_kernel=True, rows_fastest=True, split_flush=True),
 ]
 
 

@@ -56,6 +56,7 @@ class LaunchConfig:
     pipeline: str = "regs"  # "regs": unrolled, next tiles loaded ahead; "range": tl.range staging
     ahead: int = 1  # tiles loaded ahead of the one being computed ("regs"; 1 or 2)
     num_stages: int = 2  # software-pipeline stages ("range")
+    split_flush: bool = False  # non-flush and flush rows in two launches (needs cursor_kernel)
 
     def __post_init__(self):
         if self.kernel not in ("v3", "v4"):
@@ -66,6 +67,8 @@ class LaunchConfig:
             raise ValueError(f"LaunchConfig.pipeline: expected one of {PIPELINES}, got {self.pipeline!r}")
         if self.ahead not in (1, 2):
             raise ValueError(f"LaunchConfig.ahead: expected 1 or 2, got {self.ahead}")
+        if self.split_flush and not (self.kernel == "v4" and self.cursor_kernel):
+            raise ValueError("LaunchConfig.split_flush: needs kernel='v4' and cursor_kernel=True")
         if self.p_split < 1 or self.num_stages < 1:
             raise ValueError(f"LaunchConfig: expected p_split >= 1 and num_stages >= 1, got {self.p_split}, {self.num_stages}")
         if self.block_p < 1 or self.block_p & (self.block_p - 1):
@@ -109,6 +112,33 @@ def _softplus_clamp(dt, h, HAS_DT_BIAS: tl.constexpr, dt_bias_ptr, DT_SOFTPLUS: 
     if HAS_CLAMP:
         dt = tl.minimum(tl.maximum(dt, dt_min), dt_max)
     return dt
+
+
+@triton.jit
+def _fold_unrolled(upd, c, total, A, rdt_base, rx_base, rB_base, s_rx_j, s_rB_j, offs_p, offs_n,
+                   P: tl.constexpr, N: tl.constexpr, CAP: tl.constexpr):
+    """``upd + sum_{j<c} exp(A (total - G_j)) dt_j x_j B_j^T`` over the ring's committed entries
+    as rank-1 FMA updates, unrolled so that all entry loads are issued at once."""
+    prefix = 0.0
+    for j in tl.static_range(CAP):
+        take = j < c
+        dt_j = tl.where(take, tl.load(rdt_base + j), 0.0)
+        prefix += dt_j
+        w_j = tl.exp(A * (total - prefix)) * dt_j
+        x_j = tl.load(rx_base + j * s_rx_j + offs_p, mask=offs_p < tl.where(take, P, 0), other=0.0)
+        B_j = tl.load(rB_base + j * s_rB_j + offs_n, mask=offs_n < tl.where(take, N, 0), other=0.0)
+        upd += (w_j * x_j.to(tl.float32))[:, None] * B_j.to(tl.float32)[None, :]
+    return upd
+
+
+@triton.jit
+def _append_dt_B(fits, part, h, HEADS_PER_GROUP: tl.constexpr, rdt_base, rB_base, c, s_rB_j, dt, B_raw, offs_n, mask_n):
+    """Ring entry ``c``'s ``dt`` (once per head) and ``B`` (once per group)."""
+    if fits:
+        if part == 0:
+            tl.store(rdt_base + c, dt)
+            if h % HEADS_PER_GROUP == 0:
+                tl.store(rB_base + c * s_rB_j + offs_n, B_raw, mask=mask_n)
 
 
 @triton.jit
@@ -227,11 +257,7 @@ def _replay_step_kernel(
     rdt_base = ring_dt_ptr + slot * s_rdt_slot + h * s_rdt_head
     rB_base = ring_B_ptr + slot * s_rB_slot + g * s_rB_group
     tl.store(rx_base + c * s_rx_j + offs_p, x_raw, mask=offs_p < tl.where(fits, P, 0))
-    if fits:
-        if pid_p == 0:
-            tl.store(rdt_base + c, dt)
-            if h % HEADS_PER_GROUP == 0:
-                tl.store(rB_base + c * s_rB_j + offs_n, B_raw, mask=mask_n)
+    _append_dt_B(fits, pid_p, h, HEADS_PER_GROUP, rdt_base, rB_base, c, s_rB_j, dt, B_raw, offs_n, mask_n)
 
     # Cursor hand-off (unless CURSOR_KERNEL, where a second launch moves the cursors): the
     # last program of the slot to arrive moves them. The arrival is counted early (its
@@ -277,17 +303,8 @@ def _replay_step_kernel(
             fB = tl.where(is_now[:, None], Bv[None, :], fB.to(tl.float32))
             upd = tl.dot(tl.trans(weight[:, None] * fx), fB, input_precision="ieee")
         else:
-            # Rank-1 FMA updates, unrolled so that all entry loads are issued at once.
-            upd = (dt * x)[:, None] * Bv[None, :]
-            prefix = 0.0
-            for j in tl.static_range(CAP):
-                take = j < c
-                dt_j = tl.where(take, tl.load(rdt_base + j), 0.0)
-                prefix += dt_j
-                w_j = tl.exp(A * (total - prefix)) * dt_j
-                x_j = tl.load(rx_base + j * s_rx_j + offs_p, mask=offs_p < tl.where(take, P, 0), other=0.0)
-                B_j = tl.load(rB_base + j * s_rB_j + offs_n, mask=offs_n < tl.where(take, N, 0), other=0.0)
-                upd += (w_j * x_j.to(tl.float32))[:, None] * B_j.to(tl.float32)[None, :]
+            upd = _fold_unrolled((dt * x)[:, None] * Bv[None, :], c, total, A, rdt_base, rx_base, rB_base,
+                                 s_rx_j, s_rB_j, offs_p, offs_n, P, N, CAP)
         S_new = decay_total * S + upd
         tl.store(ck_ptrs, S_new.to(ckpt_ptr.dtype.element_ty), mask=mask_s)
 
@@ -412,11 +429,7 @@ def replay_step(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at, window
     _replay_step_kernel[grid](
         checkpoint, ring_x, ring_dt, ring_B, committed, flush_at, arrivals,
         x, dt, A, B, C, D_, z_, bias_, idx_, y,
-        int(window), pad_slot_id, lo, hi,
-        checkpoint.stride(0), checkpoint.stride(1), checkpoint.stride(2),
-        ring_x.stride(0), ring_x.stride(1), ring_x.stride(2), ring_dt.stride(0), ring_dt.stride(1),
-        ring_B.stride(0), ring_B.stride(1), ring_B.stride(2),
-        *strides,
+        int(window), pad_slot_id, lo, hi, *_state_strides(checkpoint, ring_x, ring_dt, ring_B), *strides,
         HEADS_PER_GROUP=heads // groups, P=head_dim, N=d_state, CAP=capacity,
         BLOCK_P=cfg.block_p, BLOCK_N=triton.next_power_of_2(d_state),
         BLOCK_J=max(16, triton.next_power_of_2(capacity)),
@@ -425,9 +438,21 @@ def replay_step(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at, window
         num_warps=cfg.num_warps, maxnreg=cfg.max_registers,
     )
     if cfg.cursor_kernel:
-        block = 256
-        _replay_cursor_kernel[(triton.cdiv(batch, block),)](
-            committed, flush_at, idx_, batch, int(window), pad_slot_id,
-            HAS_INDICES=state_indices is not None, BLOCK=block, num_warps=4,
-        )
+        _move_cursors(committed, flush_at, idx_, batch, window, pad_slot_id, state_indices is not None)
     return y
+
+
+def _state_strides(checkpoint, ring_x, ring_dt, ring_B):
+    return (
+        checkpoint.stride(0), checkpoint.stride(1), checkpoint.stride(2),
+        ring_x.stride(0), ring_x.stride(1), ring_x.stride(2), ring_dt.stride(0), ring_dt.stride(1),
+        ring_B.stride(0), ring_B.stride(1), ring_B.stride(2),
+    )
+
+
+def _move_cursors(committed, flush_at, idx, batch, window, pad_slot_id, has_indices):
+    """The second launch of ``cursor_kernel`` configs: ``committed`` / ``flush_at`` of every row."""
+    block = 256
+    _replay_cursor_kernel[(triton.cdiv(batch, block),)](
+        committed, flush_at, idx, batch, int(window), pad_slot_id, HAS_INDICES=has_indices, BLOCK=block, num_warps=4,
+    )

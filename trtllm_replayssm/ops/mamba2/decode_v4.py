@@ -22,7 +22,11 @@ Pipelining (``pipeline``): ``"regs"`` unrolls the tile loop and issues the loads
 ``ahead`` tiles before the current tile's arithmetic (the values wait in registers);
 ``"range"`` is a ``tl.range`` loop that Triton's software pipeliner stages through shared
 memory (``num_stages``). ``p_split`` programs share one head's rows: 1 for large batches
-(fewer, longer programs), 2-4 at batch 1 to fill the SMs.
+(fewer, longer programs), 2-4 at batch 1 to fill the SMs. ``split_flush`` serves the non-flush
+rows (and appends every row's token) in one launch and folds the flush rows in a second, each
+compiled with only its own path: the fold's registers and shared memory then no longer lower
+the occupancy of non-flush steps, at the price of tile loads that wait for ``committed`` and a
+second launch whose non-flush programs exit at once.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .decode import _arrivals, _common, _replay_cursor_kernel, _softplus_clamp
+from .decode import _append_dt_B, _arrivals, _common, _fold_unrolled, _move_cursors, _softplus_clamp, _state_strides
 
 __all__ = ["replay_step_v4"]
 
@@ -57,58 +61,67 @@ def _load_tile(ck_base, rx_base, x_row, z_row, blk, live_rows, s_ck_p, s_rx_j,
 
 
 @triton.jit
+def _fold_tile(S, x, offs_p, offs_n, c, in_ring, w, gamma, total, dt, A, Bv, Cv, rB,
+               ck_base, rdt_base, rx_base, rB_base, rx, s_ck_p, s_rx_j, s_rB_j, tile_rows,
+               P: tl.constexpr, N: tl.constexpr, CAP: tl.constexpr, FOLD: tl.constexpr):
+    """Fold the ring into checkpoint tile ``S``, store it, return its output rows ``S_new C``."""
+    # Rank-1 term of the current token first: its x and B are in registers.
+    upd = gamma * S + (dt * x)[:, None] * Bv[None, :]
+    if FOLD == "fma":
+        # Every entry's loads (L1/L2 hits: the tile loads fetched the same lines) issue at once.
+        upd = _fold_unrolled(upd, c, total, A, rdt_base, rx_base, rB_base, s_rx_j, s_rB_j, offs_p, offs_n, P, N, CAP)
+    elif FOLD == "loop":
+        # The same updates in a rolled loop over the committed entries: fewer registers
+        # (the fold's registers count against every step's occupancy), one latency per entry.
+        prefix = 0.0
+        for j in range(0, tl.minimum(c, CAP)):
+            dt_j = tl.load(rdt_base + j)
+            prefix += dt_j
+            w_j = tl.exp(A * (total - prefix)) * dt_j
+            x_j = tl.load(rx_base + j * s_rx_j + offs_p, mask=offs_p < P, other=0.0)
+            B_j = tl.load(rB_base + j * s_rB_j + offs_n, mask=offs_n < N, other=0.0)
+            upd += (w_j * x_j.to(tl.float32))[:, None] * B_j.to(tl.float32)[None, :]
+    else:
+        xw = tl.where(in_ring[None, :], rx.to(tl.float32), 0.0) * w[None, :]
+        upd = tl.dot(xw, rB, acc=upd, input_precision=FOLD)
+    tl.store(ck_base + offs_p[:, None] * s_ck_p + offs_n[None, :], upd.to(ck_base.dtype.element_ty),
+             mask=(offs_p < tile_rows)[:, None] & (offs_n < N)[None, :])
+    return tl.sum(upd * Cv[None, :], axis=1)
+
+
+@triton.jit
 def _tile_step(S, rx, xb, zb, blk, is_flush, live, c, in_ring, coef, coef_now, w, gamma, total, dt, A, D, Bv, Cv, rB,
-               ck_base, rdt_base, rx_base, rB_base, y_row, s_ck_p, s_rx_j, s_rB_j, live_rows,
+               ck_base, rdt_base, rx_base, rB_base, y_row, s_ck_p, s_rx_j, s_rB_j, tile_rows, y_rows,
                P: tl.constexpr, N: tl.constexpr, CAP: tl.constexpr,
                BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
-               HAS_D: tl.constexpr, HAS_Z: tl.constexpr, FOLD: tl.constexpr):
-    """Output rows of tile ``blk`` and, on a flush, its folded checkpoint."""
+               HAS_D: tl.constexpr, HAS_Z: tl.constexpr, FOLD: tl.constexpr, ROWS: tl.constexpr):
+    """Output rows of tile ``blk`` and, on a flush, its folded checkpoint. ``ROWS`` ("all",
+    "nonflush", "flush") says which rows this launch serves: a launch of one kind compiles
+    only that path."""
     offs_p = blk * BLOCK_P + tl.arange(0, BLOCK_P)
     offs_n = tl.arange(0, BLOCK_N)
     x = xb.to(tl.float32)
     S = S.to(tl.float32)
-    if is_flush:
-        # Rank-1 term of the current token first: its x and B are in registers.
-        upd = gamma * S + (dt * x)[:, None] * Bv[None, :]
-        if FOLD == "fma":
-            # Unrolled rank-1 updates: every entry's loads (L1/L2 hits: the tile loads above
-            # fetched the same lines) issue at once, and the tile keeps its own layout.
-            prefix = 0.0
-            for j in tl.static_range(CAP):
-                take = j < c
-                dt_j = tl.where(take, tl.load(rdt_base + j), 0.0)
-                prefix += dt_j
-                w_j = tl.exp(A * (total - prefix)) * dt_j
-                x_j = tl.load(rx_base + j * s_rx_j + offs_p, mask=offs_p < tl.where(take, P, 0), other=0.0)
-                B_j = tl.load(rB_base + j * s_rB_j + offs_n, mask=offs_n < tl.where(take, N, 0), other=0.0)
-                upd += (w_j * x_j.to(tl.float32))[:, None] * B_j.to(tl.float32)[None, :]
-        elif FOLD == "loop":
-            # The same updates in a rolled loop over the committed entries: fewer registers
-            # (the fold's registers count against every step's occupancy), one latency per entry.
-            prefix = 0.0
-            for j in range(0, tl.minimum(c, CAP)):
-                dt_j = tl.load(rdt_base + j)
-                prefix += dt_j
-                w_j = tl.exp(A * (total - prefix)) * dt_j
-                x_j = tl.load(rx_base + j * s_rx_j + offs_p, mask=offs_p < P, other=0.0)
-                B_j = tl.load(rB_base + j * s_rB_j + offs_n, mask=offs_n < N, other=0.0)
-                upd += (w_j * x_j.to(tl.float32))[:, None] * B_j.to(tl.float32)[None, :]
-        else:
-            xw = tl.where(in_ring[None, :], rx.to(tl.float32), 0.0) * w[None, :]
-            upd = tl.dot(xw, rB, acc=upd, input_precision=FOLD)
-        tl.store(ck_base + offs_p[:, None] * s_ck_p + offs_n[None, :], upd.to(ck_base.dtype.element_ty),
-                 mask=(offs_p < live_rows)[:, None] & (offs_n < N)[None, :])
-        y = tl.sum(upd * Cv[None, :], axis=1)
-    else:
+    if ROWS == "flush":
+        y = _fold_tile(S, x, offs_p, offs_n, c, in_ring, w, gamma, total, dt, A, Bv, Cv, rB, ck_base, rdt_base,
+                       rx_base, rB_base, rx, s_ck_p, s_rx_j, s_rB_j, tile_rows, P, N, CAP, FOLD)
+    elif ROWS == "nonflush":
         ring = tl.sum(tl.where(in_ring[None, :], rx.to(tl.float32), 0.0) * coef[None, :], axis=1)
         y = gamma * tl.sum(S * Cv[None, :], axis=1) + ring + coef_now * x
+    else:
+        if is_flush:
+            y = _fold_tile(S, x, offs_p, offs_n, c, in_ring, w, gamma, total, dt, A, Bv, Cv, rB, ck_base, rdt_base,
+                           rx_base, rB_base, rx, s_ck_p, s_rx_j, s_rB_j, tile_rows, P, N, CAP, FOLD)
+        else:
+            ring = tl.sum(tl.where(in_ring[None, :], rx.to(tl.float32), 0.0) * coef[None, :], axis=1)
+            y = gamma * tl.sum(S * Cv[None, :], axis=1) + ring + coef_now * x
     if HAS_D:
         y += D * x
     if HAS_Z:
         zv = zb.to(tl.float32)
         y = y * zv * tl.sigmoid(zv)
     y = tl.where(live, y, 0.0)
-    tl.store(y_row + offs_p, y.to(y_row.dtype.element_ty), mask=offs_p < P)
+    tl.store(y_row + offs_p, y.to(y_row.dtype.element_ty), mask=offs_p < y_rows)
 
 
 @triton.jit
@@ -124,6 +137,7 @@ def _replay_v4_kernel(
     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_DT_BIAS: tl.constexpr, DT_SOFTPLUS: tl.constexpr,
     HAS_CLAMP: tl.constexpr, HAS_INDICES: tl.constexpr, FOLD: tl.constexpr, PIPELINE: tl.constexpr,
     AHEAD: tl.constexpr, NUM_STAGES: tl.constexpr, CURSOR_KERNEL: tl.constexpr, ROWS_FASTEST: tl.constexpr,
+    ROWS: tl.constexpr,
 ):
     if ROWS_FASTEST:
         row = tl.program_id(0).to(tl.int64)
@@ -154,17 +168,35 @@ def _replay_v4_kernel(
     y_row = y_ptr + row * s_y_row + h * s_y_head
 
     # Loads that do not wait for `committed`, largest first: the first checkpoint tiles, then
-    # the whole ring (entries past `c` are masked after the fact) and the token's inputs.
+    # the whole ring (entries past `c` are masked after the fact) and the token's inputs. A
+    # launch for one kind of rows ("nonflush" / "flush") can only load tiles once `c` tells
+    # which kind its row is.
+    if ROWS == "all":
+        tile_rows = live_rows
+        y_rows = P
+    else:
+        c = tl.where(live, tl.load(committed_ptr + slot), 0)
+        flush_at = tl.load(flush_at_ptr + slot)
+        is_flush = c + 1 >= tl.where(live, flush_at, CAP + 1)
+        # Padded rows get their zero output from the non-flush launch.
+        if ROWS == "flush":
+            tile_rows = tl.where(is_flush, live_rows, 0)
+            y_rows = tl.where(is_flush, P, 0)
+        else:
+            tile_rows = tl.where(is_flush, 0, live_rows)
+            y_rows = tl.where(is_flush, 0, P)
     if PIPELINE == "regs":
-        S0, rx0, x0, z0 = _load_tile(ck_base, rx_base, x_row, z_row, first, live_rows, s_ck_p, s_rx_j,
+        S0, rx0, x0, z0 = _load_tile(ck_base, rx_base, x_row, z_row, first, tile_rows, s_ck_p, s_rx_j,
                                      P, N, CAP, BLOCK_P, BLOCK_N, BLOCK_J, HAS_Z)
         if AHEAD >= 2:
             if BLOCKS > 1:
-                S1, rx1, x1, z1 = _load_tile(ck_base, rx_base, x_row, z_row, first + 1, live_rows, s_ck_p, s_rx_j,
+                S1, rx1, x1, z1 = _load_tile(ck_base, rx_base, x_row, z_row, first + 1, tile_rows, s_ck_p, s_rx_j,
                                              P, N, CAP, BLOCK_P, BLOCK_N, BLOCK_J, HAS_Z)
-    c = tl.where(live, tl.load(committed_ptr + slot), 0)
-    flush_at = tl.load(flush_at_ptr + slot)
-    ring_live = offs_j < tl.where(live, CAP, 0)
+    if ROWS == "all":
+        c = tl.where(live, tl.load(committed_ptr + slot), 0)
+        flush_at = tl.load(flush_at_ptr + slot)
+        is_flush = c + 1 >= tl.where(live, flush_at, CAP + 1)
+    ring_live = offs_j < tl.where(tile_rows > 0, CAP, 0)
     rdt_all = tl.load(rdt_base + offs_j, mask=ring_live, other=0.0)
     rB_all = tl.load(rB_base + offs_j[:, None] * s_rB_j + offs_n[None, :], mask=ring_live[:, None] & mask_n[None, :],
                      other=0.0)
@@ -180,18 +212,15 @@ def _replay_v4_kernel(
     Bv = B_raw.to(tl.float32)
 
     # Append the token at ring position c (entry c is never read back in this launch: other
-    # programs of the slot may not have written it yet).
-    is_flush = c + 1 >= tl.where(live, flush_at, CAP + 1)
-    fits = tl.where(live, c < CAP, False)
-    for i in tl.static_range(BLOCKS):
-        offs_p = (first + i) * BLOCK_P + tl.arange(0, BLOCK_P)
-        xa = tl.load(x_row + offs_p, mask=offs_p < P, other=0.0)
-        tl.store(rx_base + c * s_rx_j + offs_p, xa, mask=offs_p < tl.where(fits, P, 0))
-    if fits:
-        if part == 0:
-            tl.store(rdt_base + c, dt)
-            if h % HEADS_PER_GROUP == 0:
-                tl.store(rB_base + c * s_rB_j + offs_n, B_raw, mask=mask_n)
+    # programs of the slot may not have written it yet). The flush launch of a split step
+    # runs after the non-flush launch has appended it.
+    if ROWS != "flush":
+        fits = tl.where(live, c < CAP, False)
+        for i in tl.static_range(BLOCKS):
+            offs_p = (first + i) * BLOCK_P + tl.arange(0, BLOCK_P)
+            xa = tl.load(x_row + offs_p, mask=offs_p < P, other=0.0)
+            tl.store(rx_base + c * s_rx_j + offs_p, xa, mask=offs_p < tl.where(fits, P, 0))
+        _append_dt_B(fits, part, h, HEADS_PER_GROUP, rdt_base, rB_base, c, s_rB_j, dt, B_raw, offs_n, mask_n)
     if not CURSOR_KERNEL:
         # Counted once every warp has used c and flush_at (the stores above depend on them):
         # the last program of the slot then moves the cursors (see decode.py).
@@ -217,22 +246,22 @@ def _replay_v4_kernel(
                 if i + 1 < BLOCKS:
                     S0, rx0, x0, z0 = S1, rx1, x1, z1
                 if i + 2 < BLOCKS:
-                    S1, rx1, x1, z1 = _load_tile(ck_base, rx_base, x_row, z_row, first + i + 2, live_rows, s_ck_p,
+                    S1, rx1, x1, z1 = _load_tile(ck_base, rx_base, x_row, z_row, first + i + 2, tile_rows, s_ck_p,
                                                  s_rx_j, P, N, CAP, BLOCK_P, BLOCK_N, BLOCK_J, HAS_Z)
             else:
                 if i + 1 < BLOCKS:
-                    S0, rx0, x0, z0 = _load_tile(ck_base, rx_base, x_row, z_row, first + i + 1, live_rows, s_ck_p,
+                    S0, rx0, x0, z0 = _load_tile(ck_base, rx_base, x_row, z_row, first + i + 1, tile_rows, s_ck_p,
                                                  s_rx_j, P, N, CAP, BLOCK_P, BLOCK_N, BLOCK_J, HAS_Z)
             _tile_step(S, rx, xb, zb, first + i, is_flush, live, c, in_ring, coef, coef_now, w, gamma, total, dt, A,
-                       D, Bv, Cv, rB, ck_base, rdt_base, rx_base, rB_base, y_row, s_ck_p, s_rx_j, s_rB_j, live_rows,
-                       P, N, CAP, BLOCK_P, BLOCK_N, HAS_D, HAS_Z, FOLD)
+                       D, Bv, Cv, rB, ck_base, rdt_base, rx_base, rB_base, y_row, s_ck_p, s_rx_j, s_rB_j, tile_rows,
+                       y_rows, P, N, CAP, BLOCK_P, BLOCK_N, HAS_D, HAS_Z, FOLD, ROWS)
     else:
         for i in tl.range(0, BLOCKS, num_stages=NUM_STAGES):
-            S, rx, xb, zb = _load_tile(ck_base, rx_base, x_row, z_row, first + i, live_rows, s_ck_p, s_rx_j,
+            S, rx, xb, zb = _load_tile(ck_base, rx_base, x_row, z_row, first + i, tile_rows, s_ck_p, s_rx_j,
                                        P, N, CAP, BLOCK_P, BLOCK_N, BLOCK_J, HAS_Z)
             _tile_step(S, rx, xb, zb, first + i, is_flush, live, c, in_ring, coef, coef_now, w, gamma, total, dt, A,
-                       D, Bv, Cv, rB, ck_base, rdt_base, rx_base, rB_base, y_row, s_ck_p, s_rx_j, s_rB_j, live_rows,
-                       P, N, CAP, BLOCK_P, BLOCK_N, HAS_D, HAS_Z, FOLD)
+                       D, Bv, Cv, rB, ck_base, rdt_base, rx_base, rB_base, y_row, s_ck_p, s_rx_j, s_rB_j, tile_rows,
+                       y_rows, P, N, CAP, BLOCK_P, BLOCK_N, HAS_D, HAS_Z, FOLD, ROWS)
 
     if not CURSOR_KERNEL:
         if ROWS_FASTEST:
@@ -261,25 +290,20 @@ def replay_step_v4(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at, win
     parts = triton.cdiv(tiles, blocks)  # no program without a tile
     grid = (batch, heads, parts) if cfg.rows_fastest else (parts, heads, batch)
     arrivals = committed if cfg.cursor_kernel else _arrivals(slots, checkpoint.device)
-    _replay_v4_kernel[grid](
-        checkpoint, ring_x, ring_dt, ring_B, committed, flush_at, arrivals,
-        x, dt, A, B, C, D_, z_, bias_, idx_, y,
-        int(window), pad_slot_id, lo, hi,
-        checkpoint.stride(0), checkpoint.stride(1), checkpoint.stride(2),
-        ring_x.stride(0), ring_x.stride(1), ring_x.stride(2), ring_dt.stride(0), ring_dt.stride(1),
-        ring_B.stride(0), ring_B.stride(1), ring_B.stride(2),
-        *strides,
-        HEADS_PER_GROUP=heads // groups, P=head_dim, N=d_state, CAP=capacity,
-        BLOCK_P=cfg.block_p, BLOCK_N=triton.next_power_of_2(d_state),
-        BLOCK_J=max(16, triton.next_power_of_2(capacity)), BLOCKS=blocks,
-        DT_SOFTPLUS=bool(dt_softplus), **flags, FOLD=cfg.fold, PIPELINE=cfg.pipeline, AHEAD=cfg.ahead,
-        NUM_STAGES=cfg.num_stages, CURSOR_KERNEL=cfg.cursor_kernel, ROWS_FASTEST=cfg.rows_fastest,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages, maxnreg=cfg.max_registers,
-    )
-    if cfg.cursor_kernel:
-        block = 256
-        _replay_cursor_kernel[(triton.cdiv(batch, block),)](
-            committed, flush_at, idx_, batch, int(window), pad_slot_id,
-            HAS_INDICES=state_indices is not None, BLOCK=block, num_warps=4,
+    # split_flush: the non-flush rows (and every row's ring append) in one launch, the flush
+    # rows in a second, so that the fold's registers do not lower the non-flush occupancy.
+    for rows in ("nonflush", "flush") if cfg.split_flush else ("all",):
+        _replay_v4_kernel[grid](
+            checkpoint, ring_x, ring_dt, ring_B, committed, flush_at, arrivals,
+            x, dt, A, B, C, D_, z_, bias_, idx_, y,
+            int(window), pad_slot_id, lo, hi, *_state_strides(checkpoint, ring_x, ring_dt, ring_B), *strides,
+            HEADS_PER_GROUP=heads // groups, P=head_dim, N=d_state, CAP=capacity,
+            BLOCK_P=cfg.block_p, BLOCK_N=triton.next_power_of_2(d_state),
+            BLOCK_J=max(16, triton.next_power_of_2(capacity)), BLOCKS=blocks,
+            DT_SOFTPLUS=bool(dt_softplus), **flags, FOLD=cfg.fold, PIPELINE=cfg.pipeline, AHEAD=cfg.ahead,
+            NUM_STAGES=cfg.num_stages, CURSOR_KERNEL=cfg.cursor_kernel, ROWS_FASTEST=cfg.rows_fastest, ROWS=rows,
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages, maxnreg=cfg.max_registers,
         )
+    if cfg.cursor_kernel:
+        _move_cursors(committed, flush_at, idx_, batch, window, pad_slot_id, state_indices is not None)
     return y

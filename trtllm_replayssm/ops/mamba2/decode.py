@@ -82,7 +82,9 @@ def launch_config(kind: str, head_dim: int, d_state: int, batch: int) -> LaunchC
 
     Chosen from the sweep of ``benchmarks/bench_mamba2_decode.py --tune`` on an H200 (Nemotron-H
     dims, see ``benchmarks/NOTES_mamba2.md``) rather than autotuned at run time, so that the
-    first call inside a CUDA-graph capture launches exactly what eager calls launched.
+    first call inside a CUDA-graph capture launches exactly what eager calls launched. The
+    streaming kernel (``kernel="v4"``, ``decode_v4.py``) is selected by passing its config to
+    :func:`replay_step`; it becomes a default here once measured.
     """
     block_n = triton.next_power_of_2(d_state)
     if kind == "standard":

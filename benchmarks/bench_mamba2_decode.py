@@ -423,7 +423,7 @@ def main(argv=None):
     p.add_argument("--variants", action="store_true",
                    help="check and time every replay kernel variant (VARIANTS) at batch 1/128/256, then stop")
     p.add_argument("--variant-rounds", type=int, default=10)
-    p.add_argument("--budget-s", type=float, default=130.0, help="--variants: skip what starts after this many seconds")
+    p.add_argument("--budget-s", type=float, default=120.0, help="--variants: skip what starts after this many seconds")
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv)
     import time

@@ -40,7 +40,7 @@ __all__ = ["replay_step_v4"]
 
 
 @triton.jit
-def _load_tile(ck_base, rx_base, x_row, z_row, blk, live_rows, s_ck_p, s_rx_j,
+def _load_tile(ck_base, rx_base, x_row, z_row, blk, live_rows, y_rows, s_ck_p, s_rx_j,
                P: tl.constexpr, N: tl.constexpr, CAP: tl.constexpr,
                BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_J: tl.constexpr, HAS_Z: tl.constexpr):
     """The loads of checkpoint tile ``blk``: ``S [BLOCK_P, N]``, ring ``x [BLOCK_P, J]`` (every
@@ -52,9 +52,9 @@ def _load_tile(ck_base, rx_base, x_row, z_row, blk, live_rows, s_ck_p, s_rx_j,
     S = tl.load(ck_base + offs_p[:, None] * s_ck_p + offs_n[None, :], mask=rows[:, None] & (offs_n < N)[None, :], other=0.0)
     rx = tl.load(rx_base + offs_j[None, :] * s_rx_j + offs_p[:, None], mask=rows[:, None] & (offs_j < CAP)[None, :],
                  other=0.0)
-    xb = tl.load(x_row + offs_p, mask=offs_p < P, other=0.0)
+    xb = tl.load(x_row + offs_p, mask=offs_p < y_rows, other=0.0)
     if HAS_Z:
-        zb = tl.load(z_row + offs_p, mask=offs_p < P, other=0.0)
+        zb = tl.load(z_row + offs_p, mask=offs_p < y_rows, other=0.0)
     else:
         zb = xb
     return S, rx, xb, zb
@@ -103,7 +103,8 @@ def _tile_step(S, rx, xb, zb, blk, is_flush, live, c, in_ring, coef, coef_now, w
     x = xb.to(tl.float32)
     S = S.to(tl.float32)
     if ROWS == "flush":
-        y = _fold_tile(S, x, offs_p, offs_n, c, in_ring, w, gamma, total, dt, A, Bv, Cv, rB, ck_base, rdt_base,
+        # Rows that do not flush run no fold iterations (their loads are masked off already).
+        y = _fold_tile(S, x, offs_p, offs_n, tl.where(is_flush, c, 0), in_ring, w, gamma, total, dt, A, Bv, Cv, rB, ck_base, rdt_base,
                        rx_base, rB_base, rx, s_ck_p, s_rx_j, s_rB_j, tile_rows, P, N, CAP, FOLD)
     elif ROWS == "nonflush":
         ring = tl.sum(tl.where(in_ring[None, :], rx.to(tl.float32), 0.0) * coef[None, :], axis=1)
@@ -186,12 +187,12 @@ def _replay_v4_kernel(
             tile_rows = tl.where(is_flush, 0, live_rows)
             y_rows = tl.where(is_flush, 0, P)
     if PIPELINE == "regs":
-        S0, rx0, x0, z0 = _load_tile(ck_base, rx_base, x_row, z_row, first, tile_rows, s_ck_p, s_rx_j,
+        S0, rx0, x0, z0 = _load_tile(ck_base, rx_base, x_row, z_row, first, tile_rows, y_rows, s_ck_p, s_rx_j,
                                      P, N, CAP, BLOCK_P, BLOCK_N, BLOCK_J, HAS_Z)
         if AHEAD >= 2:
             if BLOCKS > 1:
-                S1, rx1, x1, z1 = _load_tile(ck_base, rx_base, x_row, z_row, first + 1, tile_rows, s_ck_p, s_rx_j,
-                                             P, N, CAP, BLOCK_P, BLOCK_N, BLOCK_J, HAS_Z)
+                S1, rx1, x1, z1 = _load_tile(ck_base, rx_base, x_row, z_row, first + 1, tile_rows, y_rows, s_ck_p,
+                                             s_rx_j, P, N, CAP, BLOCK_P, BLOCK_N, BLOCK_J, HAS_Z)
     if ROWS == "all":
         c = tl.where(live, tl.load(committed_ptr + slot), 0)
         flush_at = tl.load(flush_at_ptr + slot)
@@ -246,18 +247,18 @@ def _replay_v4_kernel(
                 if i + 1 < BLOCKS:
                     S0, rx0, x0, z0 = S1, rx1, x1, z1
                 if i + 2 < BLOCKS:
-                    S1, rx1, x1, z1 = _load_tile(ck_base, rx_base, x_row, z_row, first + i + 2, tile_rows, s_ck_p,
+                    S1, rx1, x1, z1 = _load_tile(ck_base, rx_base, x_row, z_row, first + i + 2, tile_rows, y_rows, s_ck_p,
                                                  s_rx_j, P, N, CAP, BLOCK_P, BLOCK_N, BLOCK_J, HAS_Z)
             else:
                 if i + 1 < BLOCKS:
-                    S0, rx0, x0, z0 = _load_tile(ck_base, rx_base, x_row, z_row, first + i + 1, tile_rows, s_ck_p,
+                    S0, rx0, x0, z0 = _load_tile(ck_base, rx_base, x_row, z_row, first + i + 1, tile_rows, y_rows, s_ck_p,
                                                  s_rx_j, P, N, CAP, BLOCK_P, BLOCK_N, BLOCK_J, HAS_Z)
             _tile_step(S, rx, xb, zb, first + i, is_flush, live, c, in_ring, coef, coef_now, w, gamma, total, dt, A,
                        D, Bv, Cv, rB, ck_base, rdt_base, rx_base, rB_base, y_row, s_ck_p, s_rx_j, s_rB_j, tile_rows,
                        y_rows, P, N, CAP, BLOCK_P, BLOCK_N, HAS_D, HAS_Z, FOLD, ROWS)
     else:
         for i in tl.range(0, BLOCKS, num_stages=NUM_STAGES):
-            S, rx, xb, zb = _load_tile(ck_base, rx_base, x_row, z_row, first + i, tile_rows, s_ck_p, s_rx_j,
+            S, rx, xb, zb = _load_tile(ck_base, rx_base, x_row, z_row, first + i, tile_rows, y_rows, s_ck_p, s_rx_j,
                                        P, N, CAP, BLOCK_P, BLOCK_N, BLOCK_J, HAS_Z)
             _tile_step(S, rx, xb, zb, first + i, is_flush, live, c, in_ring, coef, coef_now, w, gamma, total, dt, A,
                        D, Bv, Cv, rB, ck_base, rdt_base, rx_base, rB_base, y_row, s_ck_p, s_rx_j, s_rB_j, tile_rows,

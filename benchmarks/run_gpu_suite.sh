@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
-# One call on a GPU machine: GPU tests, then the decode benchmarks, each under its own time limit,
+# One call on a GPU machine: GPU tests and decode benchmarks, each step under its own time limit,
 # logs and JSON under $OUT (or ./gpu-out). Wheels for packages the machine lacks (fla-core,
 # nvidia-modelopt and its pure-Python needs) are installed from ./.whl when that folder exists.
 #
-#   bash benchmarks/run_gpu_suite.sh [tests|bench|all]
+#   bash benchmarks/run_gpu_suite.sh [STEP ...]      steps run in the order given
+#   steps: tests (pytest -m gpu), formats (compiled format device functions), builder (default
+#          build on CUDA), bench (mamba2, gdn, kda decode benchmarks); default: tests formats bench builder
+#   limits (seconds) and extra benchmark arguments come from the environment:
+#   GPU_TESTS_LIMIT GPU_TESTS_ARGS FORMATS_LIMIT BUILDER_LIMIT BENCH_LIMIT
+#   MAMBA2_BENCH_ARGS GDN_BENCH_ARGS KDA_BENCH_ARGS
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -13,7 +18,6 @@ if [ -d .whl ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
     && export PYTHONPATH=$PYTHONPATH:/tmp/site
 fi
-what=${1:-all}
 python3 - <<'PY' | tee "$OUT/versions.txt"
 import torch, triton
 print(f"gpu={torch.cuda.get_device_name()} torch={torch.__version__} cuda={torch.version.cuda} triton={triton.__version__}")
@@ -22,24 +26,27 @@ status=0
 step() {  # step NAME SECONDS CMD...: run CMD under a time limit, log to $OUT/NAME.log
   local name=$1 limit=$2; shift 2
   echo "=== $name (limit ${limit}s): $*"
+  local t0=$SECONDS
   timeout "$limit" "$@" 2>&1 | tee "$OUT/$name.log"
   local rc=${PIPESTATUS[0]}
-  echo "=== $name rc=$rc"
+  echo "=== $name rc=$rc in $((SECONDS - t0))s"
   [ "$rc" = 0 ] || status=1
 }
-if [ "$what" = tests ] || [ "$what" = all ]; then
-  step gpu_tests "${GPU_TESTS_LIMIT:-200}" python3 -m pytest -q -m gpu -n 8 -p no:cacheprovider \
-    --deselect tests/test_cli.py::test_default_build_on_the_gpu tests
-  # The format device functions run compiled (not interpreted) where CUDA is present.
-  step gpu_formats "${FORMATS_LIMIT:-60}" python3 -m pytest -q -p no:cacheprovider \
-    tests/test_formats_triton.py tests/test_formats_stochastic.py
-fi
-if [ "$what" = bench ] || [ "$what" = all ]; then
-  step bench_mamba2 "${BENCH_LIMIT:-150}" python3 benchmarks/bench_mamba2_decode.py ${MAMBA2_BENCH_ARGS:-} --json "$OUT/mamba2.json"
-  step bench_gdn "${BENCH_LIMIT:-150}" python3 benchmarks/bench_gdn_decode.py ${GDN_BENCH_ARGS:-} --json "$OUT/gdn.json"
-  step bench_kda "${BENCH_LIMIT:-150}" python3 benchmarks/bench_kda_decode.py ${KDA_BENCH_ARGS:-} --json "$OUT/kda.json"
-fi
-if [ "$what" = tests ] || [ "$what" = all ]; then
-  step gpu_builder "${BUILDER_LIMIT:-120}" python3 -m pytest -q -p no:cacheprovider tests/test_cli.py::test_default_build_on_the_gpu
-fi
+[ $# -gt 0 ] || set -- tests formats bench builder
+for what in "$@"; do
+  case $what in
+    tests) step gpu_tests "${GPU_TESTS_LIMIT:-200}" python3 -m pytest -q -m gpu -n 8 -p no:cacheprovider \
+             --deselect tests/test_cli.py::test_default_build_on_the_gpu ${GPU_TESTS_ARGS:-tests} ;;
+    # The format device functions run compiled (not interpreted) where CUDA is present.
+    formats) step gpu_formats "${FORMATS_LIMIT:-60}" python3 -m pytest -q -p no:cacheprovider \
+               tests/test_formats_triton.py tests/test_formats_stochastic.py ;;
+    builder) step gpu_builder "${BUILDER_LIMIT:-120}" python3 -m pytest -q -p no:cacheprovider \
+               tests/test_cli.py::test_default_build_on_the_gpu ;;
+    bench)
+      step bench_mamba2 "${BENCH_LIMIT:-150}" python3 benchmarks/bench_mamba2_decode.py ${MAMBA2_BENCH_ARGS:-} --json "$OUT/mamba2.json"
+      step bench_gdn "${BENCH_LIMIT:-150}" python3 benchmarks/bench_gdn_decode.py ${GDN_BENCH_ARGS:-} --json "$OUT/gdn.json"
+      step bench_kda "${BENCH_LIMIT:-150}" python3 benchmarks/bench_kda_decode.py ${KDA_BENCH_ARGS:-} --json "$OUT/kda.json" ;;
+    *) echo "unknown step $what (expected tests, formats, builder, bench)"; exit 2 ;;
+  esac
+done
 exit $status

@@ -80,11 +80,9 @@ class LaunchConfig:
 def launch_config(kind: str, head_dim: int, d_state: int, batch: int) -> LaunchConfig:
     """The default launch configuration for ``kind`` in ``{"standard", "replay"}``.
 
-    Chosen from the sweep of ``benchmarks/bench_mamba2_decode.py --tune`` on an H200 (Nemotron-H
-    dims, see ``benchmarks/NOTES_mamba2.md``) rather than autotuned at run time, so that the
-    first call inside a CUDA-graph capture launches exactly what eager calls launched. The
-    streaming kernel (``kernel="v4"``, ``decode_v4.py``) is selected by passing its config to
-    :func:`replay_step`; it becomes a default here once measured.
+    Chosen from ``benchmarks/bench_mamba2_decode.py --variants`` on an H200 (Nemotron-H dims;
+    table and command in ``benchmarks/RESULTS.md``) rather than autotuned at run time, so that
+    the first call inside a CUDA-graph capture launches exactly what eager calls launched.
     """
     block_n = triton.next_power_of_2(d_state)
     if kind == "standard":
@@ -92,16 +90,18 @@ def launch_config(kind: str, head_dim: int, d_state: int, batch: int) -> LaunchC
         # batch 256, 4.2 TB/s; 7.7 us at batch 1).
         return LaunchConfig(block_p=8 if block_n <= 128 else 4, num_warps=2)
     if batch < 16:
-        # Latency-bound: 512 programs at Nemotron-H dims, one arrival counter per slot.
-        return LaunchConfig(block_p=16, num_warps=4)
-    # Bandwidth-bound: 32-row tiles capped at 128 registers (4 programs per SM), rows first in
-    # the grid and the cursors moved by a second launch (464 us non-flush at batch 256,
-    # against 531 us with counters and 629 us without the register cap).
+        # Latency-bound: four programs per head (512 at Nemotron-H dims) with arrival counters
+        # instead of a second launch; the tf32x3 fold keeps the flush short (8.7 us amortized
+        # against 9.5 us for one program per tile).
+        return LaunchConfig(block_p=16, num_warps=4, kernel="v4", p_split=4, fold="tf32x3")
+    # Bandwidth-bound: one program per head streaming 32-row tiles with the next one in flight,
+    # capped at 128 registers, rows first in the grid, cursors moved by a second launch, rolled
+    # FMA fold (batch 256: non-flush 376 us against 464 us for one program per tile).
     block_p = max(16, min(32, 4096 // block_n))
-    # A block that divides head_dim (80 = 5 x 16) wastes no lanes on masked rows.
-    while block_p > 16 and head_dim % block_p:
-        block_p //= 2
-    return LaunchConfig(block_p=block_p, num_warps=4, max_registers=128, cursor_kernel=True, rows_fastest=True)
+    return LaunchConfig(
+        block_p=block_p, num_warps=4, max_registers=128, cursor_kernel=True, rows_fastest=True,
+        kernel="v4", p_split=1, fold="loop",
+    )
 
 
 @triton.jit

@@ -102,12 +102,13 @@ def relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
     return ((actual - expected).abs().max() / expected.abs().max()).item()
 
 
-def run_against_hf(module, hf_config, ours_cls, mode: str, config: ReplaySSMConfig, seed: int) -> None:
+def run_against_hf(module, hf_config, ours_cls, mode: str, config: ReplaySSMConfig, seed: int,
+                   backend: str = "reference") -> None:
     """Two sequences (ours in slots 2 and 0 of 3, with a padded row between) against one HF
     batch of two with its own cache."""
     gen = torch.Generator().manual_seed(seed)
     hidden = torch.randn(2, PROMPT + DECODE, HIDDEN, generator=gen)
-    mixer = ours_cls.from_hf(module, config, slots=3, mode=mode)
+    mixer = ours_cls.from_hf(module, config, slots=3, mode=mode, backend=backend)
     idx = torch.tensor([2, -1, 0], dtype=torch.int32)
 
     def with_pad_row(h):
@@ -145,6 +146,16 @@ def test_decode_matches_hf(hf_torch_path, model, mode, window):
     module, hf_config = factory()
     randomize(module, seed=len(model))
     run_against_hf(module, hf_config, ours_cls, mode, ReplaySSMConfig(window=window), seed=window)
+
+
+@pytest.mark.parametrize("model", sorted(MODELS))
+@pytest.mark.parametrize("mode", ["replay", "standard"])
+def test_decode_through_the_registered_ops_matches_hf(hf_torch_path, model, mode):
+    """The ``triton`` backend: torch.ops.replayssm (Triton on CUDA, the reference here)."""
+    factory, ours_cls = MODELS[model]
+    module, hf_config = factory()
+    randomize(module, seed=len(model))
+    run_against_hf(module, hf_config, ours_cls, mode, ReplaySSMConfig(window=4), seed=7, backend="triton")
 
 
 @pytest.mark.parametrize("model", ["qwen3_5", "qwen3_next"])

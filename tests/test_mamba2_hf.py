@@ -115,11 +115,14 @@ CONFIGS = {
 }
 
 
-@pytest.mark.parametrize("name", list(CONFIGS))
-def test_mixer_matches_hf_prompt_then_decode(hf_run, name):
+@pytest.mark.parametrize(
+    "name, backend", [(name, "reference") for name in CONFIGS] + [("replay-L5-no-stagger", "triton"), ("standard", "triton")]
+)
+def test_mixer_matches_hf_prompt_then_decode(hf_run, name, backend):
+    """``backend="triton"``: through torch.ops.replayssm (Triton on CUDA, the reference here)."""
     hf_mixer, captured, (hf_conv_state, hf_ssm_state) = hf_run
     mode, config = CONFIGS[name]
-    ours = ReplayMamba2Mixer.from_hf(hf_mixer, config, slots=SLOTS, mode=mode)
+    ours = ReplayMamba2Mixer.from_hf(hf_mixer, config, slots=SLOTS, mode=mode, backend=backend)
     slots = torch.tensor(SLOT_OF_ROW, dtype=torch.int32)
 
     prompt_in, prompt_out = captured[0]

@@ -32,8 +32,9 @@ __all__ = ["DeltaRuleMixer", "ReplayGatedDeltaNet", "DELTA_RULE_BACKENDS"]
 
 #: Op backends per kind: modules that define the ``gdn_*`` / ``kda_*`` functions of ops/README.md.
 DELTA_RULE_BACKENDS = {
-    "gdn": {"reference": "trtllm_replayssm.ops.gdn.reference"},
-    "kda": {"reference": "trtllm_replayssm.ops.kda.reference"},
+    # "triton": the replayssm:: custom ops (Triton kernels on CUDA, the reference on the CPU)
+    "gdn": {"reference": "trtllm_replayssm.ops.gdn.reference", "triton": "trtllm_replayssm.ops.gdn"},
+    "kda": {"reference": "trtllm_replayssm.ops.kda.reference", "triton": "trtllm_replayssm.ops.kda"},
 }
 _GATES = {"silu": F.silu, "swish": F.silu, "sigmoid": torch.sigmoid}
 

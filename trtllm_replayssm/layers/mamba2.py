@@ -31,7 +31,11 @@ from .norm import gated_rms_norm
 __all__ = ["ReplayMamba2Mixer", "MAMBA2_BACKENDS"]
 
 #: Op backends by name: modules that define the ``mamba2_*`` functions of ops/README.md.
-MAMBA2_BACKENDS = {"reference": "trtllm_replayssm.ops.mamba2.reference"}
+MAMBA2_BACKENDS = {
+    "reference": "trtllm_replayssm.ops.mamba2.reference",
+    # the replayssm:: custom ops: Triton kernels on CUDA, the reference on the CPU
+    "triton": "trtllm_replayssm.ops.mamba2",
+}
 
 
 class ReplayMamba2Mixer(SlotStateMixin, nn.Module):

@@ -19,7 +19,9 @@ from ..registry import gdn as _registry  # noqa: F401  (registers torch.ops.repl
 from . import _wrappers
 from .state import DeltaRuleReplayState
 
-__all__ = ["DeltaRuleReplayState", "gdn_replay_step", "gdn_standard_step"]
+from .reference import gdn_replay_materialize  # plain torch on any device: no kernel needed
+
+__all__ = ["DeltaRuleReplayState", "gdn_replay_step", "gdn_standard_step", "gdn_replay_materialize"]
 
 
 def gdn_standard_step(ssm_state: torch.Tensor, q, k, v, a, b, A_log, dt_bias=None, state_indices=None,

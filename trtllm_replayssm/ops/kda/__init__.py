@@ -14,7 +14,9 @@ from ..gdn.state import DeltaRuleReplayState
 from ..registry import kda as _registry  # noqa: F401  (registers torch.ops.replayssm.kda_*)
 from .state import KDAReplayState, allocate
 
-__all__ = ["KDAReplayState", "allocate", "kda_replay_step", "kda_standard_step"]
+from .reference import kda_replay_materialize  # plain torch on any device: no kernel needed
+
+__all__ = ["KDAReplayState", "allocate", "kda_replay_step", "kda_standard_step", "kda_replay_materialize"]
 
 
 def kda_standard_step(ssm_state: torch.Tensor, q, k, v, a, b, A_log, dt_bias=None, state_indices=None,

@@ -19,7 +19,9 @@ from .. import registry  # noqa: F401  (registers torch.ops.replayssm.*)
 from .reference import _check_inputs, _check_ring_dtypes, _shape_error, _state_dims
 from .state import Mamba2ReplayState
 
-__all__ = ["Mamba2ReplayState", "mamba2_replay_step", "mamba2_standard_step"]
+from .reference import mamba2_replay_materialize  # plain torch on any device: no kernel needed
+
+__all__ = ["Mamba2ReplayState", "mamba2_replay_step", "mamba2_standard_step", "mamba2_replay_materialize"]
 
 #: Checkpoint dtypes the kernels read and write (lower precisions keep this layout).
 KERNEL_STATE_DTYPES = (torch.float32, torch.float16, torch.bfloat16)

@@ -13,6 +13,13 @@ if not HAS_CUDA:
     # The CPU tests run many tiny ops; intra-op threads only add contention on a 2-core CI box.
     torch.set_num_threads(1)
 
+else:
+    # GPU tests compare against the float64 reference on the CPU; pytest-xdist workers each
+    # taking every core oversubscribe the machine many times over, so share the cores out.
+    _workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if _workers > 1:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // _workers))
+
 torch.set_default_dtype(torch.float32)
 
 

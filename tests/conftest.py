@@ -12,7 +12,6 @@ if not HAS_CUDA:
     os.environ.setdefault("TRITON_INTERPRET", "1")
     # The CPU tests run many tiny ops; intra-op threads only add contention on a 2-core CI box.
     torch.set_num_threads(1)
-
 else:
     # GPU tests compare against the float64 reference on the CPU; pytest-xdist workers each
     # taking every core oversubscribe the machine many times over, so share the cores out.

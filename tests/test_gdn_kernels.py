@@ -372,19 +372,7 @@ def test_matches_fla_fused_recurrent_gpu():
         use_gate_in_kernel=True, use_qk_l2norm_in_kernel=True, use_beta_sigmoid_in_kernel=True,
         output_final_state=True, state_v_first=True,
     )
-    state = layer.state(batch, ReplaySSMConfig(window=16))
-    plain = torch.zeros(batch, 32, 128, 128, device=DEV)
-    for t in range(T):
-        token = {n: x[:, t] for n, x in seq.items()}
-        o_rep = decode.delta_replay_step(
-            state.checkpoint, state.ring_k, state.ring_v, state.ring_beta, state.ring_g, state.ring_u,
-            state.committed, state.flush_at, state.window, **token, **layer.params(DEV),
-            state_indices=None, pad_slot_id=-1, scale=None, refold=True)
-        o_std = decode.delta_standard_step(plain, **token, **layer.params(DEV), state_indices=None,
-                                           pad_slot_id=-1, scale=None)
-        torch.testing.assert_close(o_rep, o_fla[:, t], rtol=2e-4, atol=2e-4)
-        torch.testing.assert_close(o_std, o_fla[:, t], rtol=2e-4, atol=2e-4)
-    torch.testing.assert_close(plain, S_fla, rtol=2e-4, atol=2e-4)
+    assert_decode_matches_fla(layer, seq, o_fla, S_fla)
 
 
 @pytest.mark.gpu
@@ -413,3 +401,23 @@ def test_cuda_graph_capture_gpu(variant, monkeypatch):
         torch.testing.assert_close(out, want, rtol=0, atol=0)
     for name, t in eager.tensors().items():
         assert torch.equal(t, getattr(graphed, name)), name
+
+
+def assert_decode_matches_fla(layer, seq, o_fla, S_fla):
+    """Token by token through our ReplaySSM and standard kernels (fp32, batch of ``seq``):
+    outputs equal fla's ``o_fla [batch, T, HV, d_v]``, the standard state fla's final
+    ``S_fla [batch, HV, d_v, d_k]`` (``state_v_first``)."""
+    batch, T = seq["q"].shape[:2]
+    state = layer.state(batch, ReplaySSMConfig(window=16))
+    plain = torch.zeros_like(S_fla)
+    for t in range(T):
+        token = {n: x[:, t] for n, x in seq.items()}
+        o_rep = decode.delta_replay_step(
+            state.checkpoint, state.ring_k, state.ring_v, state.ring_beta, state.ring_g, state.ring_u,
+            state.committed, state.flush_at, state.window, **token, **layer.params(DEV),
+            state_indices=None, pad_slot_id=-1, scale=None, refold=True)
+        o_std = decode.delta_standard_step(plain, **token, **layer.params(DEV), state_indices=None,
+                                           pad_slot_id=-1, scale=None)
+        torch.testing.assert_close(o_rep, o_fla[:, t], rtol=2e-4, atol=2e-4)
+        torch.testing.assert_close(o_std, o_fla[:, t], rtol=2e-4, atol=2e-4)
+    torch.testing.assert_close(plain, S_fla, rtol=2e-4, atol=2e-4)

@@ -6,10 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from test_gdn_kernels import (CHUNKED_GPU, DEV, DTYPES, Layer, check_chunked_cpu, check_chunked_gpu, dims_id, drive,
-                              fla_naive_check, standard_check)
-from trtllm_replayssm.config import ReplaySSMConfig
-from trtllm_replayssm.ops.gdn import decode
+from test_gdn_kernels import (CHUNKED_GPU, DEV, DTYPES, Layer, assert_decode_matches_fla, check_chunked_cpu,
+                              check_chunked_gpu, dims_id, drive, fla_naive_check, standard_check)
 from trtllm_replayssm.ops.gdn.decode_chunked import ChunkedVariant
 
 
@@ -86,19 +84,7 @@ def test_matches_fla_fused_recurrent_kda_gpu():
         initial_state=h0, output_final_state=True, use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True,
         use_beta_sigmoid_in_kernel=True, state_v_first=True,
     )
-    state = layer.state(batch, ReplaySSMConfig(window=16))
-    plain = torch.zeros(batch, 32, 128, 128, device=DEV)
-    for t in range(T):
-        token = {n: x[:, t] for n, x in seq.items()}
-        o_rep = decode.delta_replay_step(
-            state.checkpoint, state.ring_k, state.ring_v, state.ring_beta, state.ring_g, state.ring_u,
-            state.committed, state.flush_at, state.window, **token, **layer.params(DEV),
-            state_indices=None, pad_slot_id=-1, scale=None, refold=True)
-        o_std = decode.delta_standard_step(plain, **token, **layer.params(DEV), state_indices=None,
-                                           pad_slot_id=-1, scale=None)
-        torch.testing.assert_close(o_rep, o_fla[:, t], rtol=2e-4, atol=2e-4)
-        torch.testing.assert_close(o_std, o_fla[:, t], rtol=2e-4, atol=2e-4)
-    torch.testing.assert_close(plain, S_fla, rtol=2e-4, atol=2e-4)
+    assert_decode_matches_fla(layer, seq, o_fla, S_fla)
 
 
 def test_replay_kernel_row_blocks_cpu():

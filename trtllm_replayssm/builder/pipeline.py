@@ -48,6 +48,11 @@ def build(options: BuildOptions, *, progress: bool = True, stream=None) -> dict:
     """
     stream = stream or sys.stderr
     started = time.time()
+    if not progress:
+        # transformers draws its own bars (e.g. while writing shards); --quiet means none at all
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
     resolved = resolve_options(options)
     calib_lines = _calibration_lines(resolved) if resolved.quantization != "none" else []
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One call on a GPU machine: GPU tests and decode benchmarks, each step under its own time limit,
 # logs and JSON under $OUT (or ./gpu-out). Wheels for packages the machine lacks (fla-core,
-# nvidia-modelopt and its pure-Python needs) are installed from ./.whl when that folder exists.
+# nvidia-modelopt and its pure-Python needs) are installed from ./.whl when that folder exists
+# (benchmarks/fetch_wheels.sh fills it; name .whl in the device call's carry list).
 #
 #   bash benchmarks/run_gpu_suite.sh [STEP ...]      steps run in the order given
 #   steps: tests (pytest -m gpu), formats (compiled format device functions), builder (default

@@ -45,18 +45,7 @@ def check_against_fla_naive(layer: Layer, batch: int = 2, T: int = 21) -> None:
         o_fla, S_fla = fla_recurrent(q.repeat_interleave(share, 2), k.repeat_interleave(share, 2), seq["v"],
                                      beta, g, initial_state=initial.transpose(-1, -2), output_final_state=True)
 
-    all_rows = indices(range(batch))
-    plain = initial.clone()
-    state = layer.replay_state(batch, ReplaySSMConfig(window=4))
-    state.checkpoint.copy_(initial)
-    for t in range(T):
-        token = {name: x[:, t] for name, x in seq.items()}
-        expected = o_fla[:, t].to(F64)
-        torch.testing.assert_close(layer.standard(plain, token, all_rows), expected, rtol=FLA_TOL, atol=FLA_TOL)
-        torch.testing.assert_close(layer.step(state, token, all_rows), expected, rtol=FLA_TOL, atol=FLA_TOL)
-    final = S_fla.transpose(-1, -2).to(F64)
-    torch.testing.assert_close(plain, final, rtol=FLA_TOL, atol=FLA_TOL)
-    torch.testing.assert_close(layer.kind.materialize(state, all_rows), final, rtol=FLA_TOL, atol=FLA_TOL)
+    _decode_against(layer, seq, initial, o_fla, final=S_fla.transpose(-1, -2))
 
 
 def check_against_fla_fused_recurrent(layer: Layer, batch: int = 2, T: int = 6) -> None:
@@ -77,6 +66,14 @@ def check_against_fla_fused_recurrent(layer: Layer, batch: int = 2, T: int = 6) 
         dt_bias=layer.dt_bias.float(), initial_state=initial.float(), output_final_state=True,
         use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True, state_v_first=True,
     )
+    _decode_against(layer, seq, initial, o_fla, final=S_fla)
+
+
+def _decode_against(layer: Layer, seq: dict, initial: torch.Tensor, o_fla: torch.Tensor, final: torch.Tensor) -> None:
+    """Our standard steps and ReplaySSM decode (window 4) from ``initial [batch, HV, d_v, d_k]``
+    over ``seq``: every output equals ``o_fla [batch, T, HV, d_v]``, and the standard state and
+    the materialized replay state equal ``final [batch, HV, d_v, d_k]``."""
+    batch, T = seq["q"].shape[:2]
     all_rows = indices(range(batch))
     plain = initial.clone()
     state = layer.replay_state(batch, ReplaySSMConfig(window=4))
@@ -86,4 +83,6 @@ def check_against_fla_fused_recurrent(layer: Layer, batch: int = 2, T: int = 6) 
         expected = o_fla[:, t].to(F64)
         torch.testing.assert_close(layer.standard(plain, token, all_rows), expected, rtol=FLA_TOL, atol=FLA_TOL)
         torch.testing.assert_close(layer.step(state, token, all_rows), expected, rtol=FLA_TOL, atol=FLA_TOL)
-    torch.testing.assert_close(plain, S_fla.to(F64), rtol=FLA_TOL, atol=FLA_TOL)
+    final = final.to(F64)
+    torch.testing.assert_close(plain, final, rtol=FLA_TOL, atol=FLA_TOL)
+    torch.testing.assert_close(layer.kind.materialize(state, all_rows), final, rtol=FLA_TOL, atol=FLA_TOL)

@@ -43,7 +43,9 @@ __all__ = ["REPLAY_VARIANT", "delta_standard_step", "delta_replay_step", "launch
 
 #: The ReplaySSM kernel the ops launch: None (or "rowwise") for :func:`_replay_step_kernel`
 #: (row-wise refold), "chunked" for ``decode_chunked.py`` with its default
-#: :class:`~trtllm_replayssm.ops.gdn.decode_chunked.ChunkedVariant`, or such a variant.
+#: :class:`~trtllm_replayssm.ops.gdn.decode_chunked.ChunkedVariant`, or such a variant;
+#: "staged" (or a :class:`~trtllm_replayssm.ops.gdn.decode_staged.StagedVariant`) for the
+#: two-launch step of ``decode_staged.py``.
 REPLAY_VARIANT = None
 
 
@@ -357,7 +359,8 @@ def delta_replay_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, com
     instead of recomputing it (equal in exact arithmetic; only right when outputs read the
     recurrence checkpoint itself). ``variant``: ``"chunked"`` or a
     :class:`~trtllm_replayssm.ops.gdn.decode_chunked.ChunkedVariant` runs the chunked kernel,
-    ``"rowwise"`` this module's; default :data:`REPLAY_VARIANT`.
+    ``"staged"`` or a :class:`~trtllm_replayssm.ops.gdn.decode_staged.StagedVariant` the
+    two-launch step, ``"rowwise"`` this module's; default :data:`REPLAY_VARIANT`.
     """
     variant = REPLAY_VARIANT if variant is None else variant
     if variant is None and q.shape[0] < 16 and ring_g.dim() == 3 and block_v is None and split is None:
@@ -369,11 +372,18 @@ def delta_replay_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, com
         variant = ChunkedVariant(num_warps=2)
     if variant is not None and variant != "rowwise":
         from .decode_chunked import ChunkedVariant, delta_replay_chunked_step
+        from .decode_staged import StagedVariant, delta_replay_staged_step
 
+        if variant == "staged" or isinstance(variant, StagedVariant):
+            return delta_replay_staged_step(
+                checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, committed, flush_at, window,
+                q, k, v, a, b, A_log, dt_bias, state_indices, pad_slot_id, scale, refold,
+                StagedVariant() if variant == "staged" else variant)
         if variant == "chunked":
             variant = ChunkedVariant()
         elif not isinstance(variant, ChunkedVariant):
-            raise ValueError(f"variant: expected None, 'rowwise', 'chunked' or a ChunkedVariant, got {variant!r}")
+            raise ValueError(f"variant: expected None, 'rowwise', 'chunked', 'staged', a ChunkedVariant or a "
+                             f"StagedVariant, got {variant!r}")
         return delta_replay_chunked_step(
             checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, committed, flush_at, window,
             q, k, v, a, b, A_log, dt_bias, state_indices, pad_slot_id, scale, refold, variant)

@@ -1,0 +1,284 @@
+"""The two-launch ReplaySSM step of delta-rule layers (``variant="staged"`` / :class:`StagedVariant`).
+
+In the one-launch kernels (``decode.py``, ``decode_chunked.py``) every program that streams
+checkpoint rows first does the ring work of its head: normalise ``q, k``, take the gates, load
+the ring's ``k [J, d_k]`` and decays, form the decayed ring-key dot products. That work is small
+in bytes but long in dependent latency, and while a program does it none of its checkpoint bytes
+are in flight: the non-flush step stayed at 69% of copy bandwidth on an H200 (KDA 58%) while the
+standard kernel, whose programs only load a tile, update it and store it, reaches ~100%.
+
+Here the ring work is a launch of its own and the checkpoint stream is as plain as the standard
+kernel's:
+
+1. ``_ring_kernel``, one program per (batch row, key head), covering the key head's value heads:
+   reads the row's slot and cursors, computes the token's normalised ``q, k`` and gates as
+   ``decode._load_token`` does, reads the ring's ``k`` (once per key head) and ``g`` (entries
+   ``j < c``), and writes per (row, value head) one fp32 line of scratch. Non-flush rows (and
+   flush rows folding the cached ``u``): ``e^{D_t} * q``, ``e^{D_t} * k`` ``[d_k]`` each, the ring
+   coefficients ``a_j = (k_j * e^{D_t - D_j}) . q`` and ``b_j = (k_j * e^{D_t - D_j}) . k``
+   ``[CAP]`` (zero from ``c`` on), ``beta_t`` and ``k . q``. Refolding flush rows: ``q`` and
+   ``beta_t``. Per row it writes ``c`` and the flush flag (int32 scratch). It appends the
+   token's ``k`` (key head), ``beta`` and ``g`` at ring position ``c``, flush rows included, so
+   that the refold reads the whole window ``0..c`` from the ring.
+2. ``_stream_kernel``, one program per (row, value head, ``BV``-row tile of ``d_v``), as the
+   standard kernel: the checkpoint tile is the first load after the slot; ``c`` and the flush
+   flag come from the scratch. Non-flush:
+
+       P q = S_c (e^{D_t} q) + sum_j u_j a_j,    P k = S_c (e^{D_t} k) + sum_j u_j b_j
+       u_t = beta_t (v_t - P k),                 o_t = P q + u_t (k . q)
+
+   then ``u_t`` and the tile's ``v_t`` are appended at ring position ``c``. Flush (uniform per
+   program): the window is refolded into the fp32 tile from the raw ring ``k, v, beta, g``
+   (math.md section 4; ``fold="u"`` folds the cached ``u`` instead, for comparison), stored,
+   and ``o_t = S q``. The first program of each live row moves the row's cursors: no program of
+   this launch reads ``committed``, and launch 1, which does, has finished.
+
+Padded rows (``pad_slot_id``) get a zero output and touch nothing. The scratch is allocated per
+call (``torch.empty``: fine under CUDA-graph capture).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from .decode import _delta_update, _load_token, _strides, launch_config
+
+__all__ = ["StagedVariant", "delta_replay_staged_step", "staged_config"]
+
+_FOLDS = ("refold", "u")
+
+
+@dataclass(frozen=True)
+class StagedVariant:
+    """Launch choices of the two-launch step; ``None`` fields take :func:`staged_config`'s.
+
+    ``block_v``: rows of ``S`` per streaming program; ``num_warps`` / ``max_registers``: the
+    streaming kernel's warps and ptxas ``.maxnreg``; ``ring_warps``: the ring kernel's warps.
+    ``fold``: how a flush folds the window, "refold" (from the raw ring, whatever ``refold``
+    says when ``refold=True``; ``refold=False`` always folds the cached ``u``) or "u" (fold the
+    cached ``u`` even when ``refold=True``: exact only while the outputs read the recurrence
+    checkpoint itself, as this state's do; a measurement of the refold's cost).
+    """
+
+    block_v: int | None = None
+    num_warps: int | None = None
+    ring_warps: int | None = None
+    max_registers: int | None = None
+    fold: str = "refold"
+
+    def __post_init__(self):
+        if self.fold not in _FOLDS:
+            raise ValueError(f"fold: expected one of {_FOLDS}, got {self.fold!r}")
+        if self.block_v is not None and (self.block_v < 1 or self.block_v & (self.block_v - 1)):
+            raise ValueError(f"block_v: expected None or a power of two, got {self.block_v}")
+        for name in ("num_warps", "ring_warps"):
+            w = getattr(self, name)
+            if w is not None and w not in (1, 2, 4, 8, 16):
+                raise ValueError(f"{name}: expected None or one of 1, 2, 4, 8, 16, got {w}")
+
+
+@triton.jit
+def _ring_kernel(
+    q, k, a, b, A_log, dt_bias, ring_k, ring_beta, ring_g, committed, flush_at, state_indices, pad_slot_id, scale,
+    scratch, row_info,
+    stride_q, stride_qh, stride_k, stride_kh, stride_a, stride_b,
+    HV: tl.constexpr, H: tl.constexpr, K: tl.constexpr, CAP: tl.constexpr, BC: tl.constexpr, W: tl.constexpr,
+    PER_CHANNEL: tl.constexpr, REFOLD: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_INDICES: tl.constexpr,
+):
+    G: tl.constexpr = HV // H
+    pid = tl.program_id(0)
+    i_h = pid % H
+    i_b = pid // H
+    o_k = tl.arange(0, K)
+    o_c = tl.arange(0, BC)
+    slot = i_b.to(tl.int64)
+    if HAS_INDICES:
+        slot = tl.load(state_indices + i_b).to(tl.int64)
+    if slot == pad_slot_id:
+        return
+    c = tl.load(committed + slot)
+    flush = c + 1 >= tl.load(flush_at + slot)
+    fits = c < CAP
+    if i_h == 0:
+        tl.store(row_info + i_b * 2, c)
+        tl.store(row_info + i_b * 2 + 1, flush.to(tl.int32))
+    m_prev = o_c < c
+    p_rk = ring_k + (slot * H + i_h) * CAP * K
+    Kr = tl.load(p_rk + o_c[:, None] * K + o_k[None, :], mask=m_prev[:, None], other=0.0).to(tl.float32)
+    for g in tl.static_range(G):
+        i_hv = i_h * G + g
+        b_q, b_k, b_g, b_beta = _load_token(
+            q, k, a, b, A_log, dt_bias, i_b, i_h, i_hv, o_k, scale,
+            stride_q, stride_qh, stride_k, stride_kh, stride_a, stride_b,
+            ring_k.dtype.element_ty, K, PER_CHANNEL, HAS_BIAS,
+        )
+        sh = slot * HV + i_hv
+        p_w = scratch + (i_b * HV + i_hv) * W
+        if flush & REFOLD:
+            tl.store(p_w + o_k, b_q)
+        else:
+            if PER_CHANNEL:
+                p_rg = ring_g + sh * CAP * K
+                b_G = tl.load(p_rg + o_c[:, None] * K + o_k[None, :], mask=m_prev[:, None], other=0.0)
+                D_t = tl.sum(b_G, axis=0) + b_g
+                Kd = Kr * tl.exp(D_t[None, :] - tl.cumsum(b_G, axis=0))
+                b_a = tl.sum(Kd * b_q[None, :], axis=1)
+                b_bk = tl.sum(Kd * b_k[None, :], axis=1)
+            else:
+                b_G = tl.load(ring_g + sh * CAP + o_c, mask=m_prev, other=0.0)
+                D_t = tl.sum(b_G) + b_g
+                w = tl.exp(D_t - tl.cumsum(b_G, axis=0))
+                b_a = tl.sum(Kr * b_q[None, :], axis=1) * w
+                b_bk = tl.sum(Kr * b_k[None, :], axis=1) * w
+            e_t = tl.exp(D_t)
+            tl.store(p_w + o_k, e_t * b_q)
+            tl.store(p_w + K + o_k, e_t * b_k)
+            # Entries from c on are zero (masked loads), so the streaming kernel needs no mask.
+            tl.store(p_w + 2 * K + o_c, b_a)
+            tl.store(p_w + 2 * K + BC + o_c, b_bk)
+            tl.store(p_w + 2 * K + 2 * BC + 1, tl.sum(b_k * b_q))
+        tl.store(p_w + 2 * K + 2 * BC, b_beta)
+        if fits:
+            tl.store(ring_beta + sh * CAP + c, b_beta)
+            if PER_CHANNEL:
+                tl.store(ring_g + (sh * CAP + c) * K + o_k, b_g)
+            else:
+                tl.store(ring_g + sh * CAP + c, b_g)
+            if g == 0:
+                tl.store(p_rk + c * K + o_k, b_k.to(ring_k.dtype.element_ty))
+
+
+@triton.jit
+def _stream_kernel(
+    v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, committed, flush_at, state_indices, pad_slot_id,
+    window, scratch, row_info, stride_v, stride_vh, stride_o, stride_oh,
+    HV: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, CAP: tl.constexpr,
+    BC: tl.constexpr, W: tl.constexpr, PER_CHANNEL: tl.constexpr, REFOLD: tl.constexpr,
+    HAS_INDICES: tl.constexpr,
+):
+    NVB: tl.constexpr = V // BV
+    pid = tl.program_id(0)
+    i_v = pid % NVB
+    i_hv = (pid // NVB) % HV
+    i_b = pid // (NVB * HV)
+    i_h = i_hv // (HV // H)
+    o_k = tl.arange(0, K)
+    o_c = tl.arange(0, BC)
+    o_v = i_v * BV + tl.arange(0, BV)
+    p_o = out + i_b * stride_o + i_hv * stride_oh + o_v
+    slot = i_b.to(tl.int64)
+    if HAS_INDICES:
+        slot = tl.load(state_indices + i_b).to(tl.int64)
+    if slot == pad_slot_id:
+        tl.store(p_o, tl.zeros([BV], dtype=tl.float32).to(out.dtype.element_ty))
+        return
+    sh = slot * HV + i_hv
+    p_s = checkpoint + sh * V * K + o_v[:, None] * K + o_k[None, :]
+    S = tl.load(p_s).to(tl.float32)
+    c = tl.load(row_info + i_b * 2)
+    flush = tl.load(row_info + i_b * 2 + 1) != 0
+    p_w = scratch + (i_b * HV + i_hv) * W
+    p_rk = ring_k + (slot * H + i_h) * CAP * K
+    p_rv = ring_v + sh * CAP * V
+    p_ru = ring_u + sh * CAP * V
+    b_v = tl.load(v + i_b * stride_v + i_hv * stride_vh + o_v).to(ring_v.dtype.element_ty).to(tl.float32)
+    b_beta = tl.load(p_w + 2 * K + 2 * BC)
+    if flush & REFOLD:
+        # The window 0..c from the raw ring (launch 1 wrote the token's k, beta, g at c), in fp32.
+        for j in tl.range(0, c):
+            if PER_CHANNEL:
+                b_gj = tl.load(ring_g + (sh * CAP + j) * K + o_k)
+            else:
+                b_gj = tl.load(ring_g + sh * CAP + j)
+            S = _delta_update(S, tl.load(p_rk + j * K + o_k).to(tl.float32), tl.load(p_rv + j * V + o_v).to(tl.float32),
+                              b_gj, tl.load(ring_beta + sh * CAP + j), PER_CHANNEL)
+        if PER_CHANNEL:
+            b_g = tl.load(ring_g + (sh * CAP + c) * K + o_k)
+        else:
+            b_g = tl.load(ring_g + sh * CAP + c)
+        S = _delta_update(S, tl.load(p_rk + c * K + o_k).to(tl.float32), b_v, b_g, b_beta, PER_CHANNEL)
+        tl.store(p_s, S.to(checkpoint.dtype.element_ty))
+        b_q = tl.load(p_w + o_k)
+        tl.store(p_o, tl.sum(S * b_q[None, :], axis=1).to(out.dtype.element_ty))
+    else:
+        # The whole ring tile is requested (no dependence on c) and masked in registers.
+        U = tl.load(p_ru + o_c[:, None] * V + o_v[None, :], mask=(o_c < CAP)[:, None], other=0.0)
+        U = tl.where((o_c < c)[:, None], U, 0.0)
+        x_q = tl.load(p_w + o_k)
+        x_k = tl.load(p_w + K + o_k)
+        b_a = tl.load(p_w + 2 * K + o_c)
+        b_bk = tl.load(p_w + 2 * K + BC + o_c)
+        kq = tl.load(p_w + 2 * K + 2 * BC + 1)
+        b_u = b_beta * (b_v - tl.sum(S * x_k[None, :], axis=1) - tl.sum(b_bk[:, None] * U, axis=0))
+        b_o = tl.sum(S * x_q[None, :], axis=1) + tl.sum(b_a[:, None] * U, axis=0) + b_u * kq
+        tl.store(p_o, b_o.to(out.dtype.element_ty))
+        if flush:
+            # Fold the cached u's as they are, S = S Diag(e^{g_j}) + u_j k_j^T in order, then u_t.
+            for j in tl.range(0, c + 1):
+                if PER_CHANNEL:
+                    S = S * tl.exp(tl.load(ring_g + (sh * CAP + j) * K + o_k))[None, :]
+                else:
+                    S = S * tl.exp(tl.load(ring_g + sh * CAP + j))
+                # Position c of ring_u is stale: the current u_t comes from registers.
+                b_uj = tl.where(j == c, b_u, tl.load(p_ru + j * V + o_v))
+                S += b_uj[:, None] * tl.load(p_rk + j * K + o_k).to(tl.float32)[None, :]
+            tl.store(p_s, S.to(checkpoint.dtype.element_ty))
+        else:
+            tl.store(p_ru + c * V + o_v, b_u)
+            tl.store(p_rv + c * V + o_v, b_v.to(ring_v.dtype.element_ty))
+    if (i_hv == 0) & (i_v == 0):
+        tl.store(committed + slot, tl.where(flush, 0, c + 1))
+        if flush:
+            tl.store(flush_at + slot, window)
+
+
+def staged_config(rows: int, v_heads: int, d_k: int, d_v: int, variant: StagedVariant) -> tuple[int, int, int]:
+    """``(BV, num_warps, ring_warps)``: the streaming kernel tiles ``S`` as the standard step
+    (:func:`decode.launch_config`); the ring kernel's tile is ``[CAP, d_k]``."""
+    bv, warps = launch_config(rows, v_heads, d_k, d_v)
+    bv = min(variant.block_v or bv, d_v)
+    if variant.block_v is not None and variant.num_warps is None:
+        warps = 4 if bv * d_k >= 4096 else 2
+    return bv, variant.num_warps or warps, variant.ring_warps or (4 if d_k >= 128 else 2)
+
+
+def delta_replay_staged_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, committed, flush_at, window,
+                             q, k, v, a, b, A_log, dt_bias, state_indices, pad_slot_id, scale, refold,
+                             variant: StagedVariant):
+    """Launch one ReplaySSM step as two kernels; arguments as
+    :func:`trtllm_replayssm.ops.gdn.decode.delta_replay_step` (already checked).
+    Returns ``o [batch, HV, d_v]`` in ``v.dtype``."""
+    batch, H, K = q.shape
+    HV, V = v.shape[1], v.shape[2]
+    cap = ring_k.shape[2]
+    bc = max(triton.next_power_of_2(cap), 2)
+    # One line per (row, value head): 2 vectors [d_k], 2 coefficient vectors [BC], beta, k.q
+    # (rounded up to 16 bytes).
+    width = 2 * K + 2 * bc + 4
+    scratch = torch.empty(batch * HV * width, dtype=torch.float32, device=q.device)
+    row_info = torch.empty(batch * 2, dtype=torch.int32, device=q.device)
+    out = v.new_empty(v.shape)
+    if batch == 0:
+        return out
+    bv, warps, ring_warps = staged_config(batch, HV, K, V, variant)
+    per_channel, do_refold = a.dim() == 3, refold and variant.fold == "refold"
+    has_indices = state_indices is not None
+    scale = K ** -0.5 if scale is None else scale
+    sq, sqh, sk, skh, sv, svh, sa, sb, so, soh = _strides(q, k, v, a, b, out)
+    _ring_kernel[(batch * H,)](
+        q, k, a, b, A_log, A_log if dt_bias is None else dt_bias, ring_k, ring_beta, ring_g, committed, flush_at,
+        state_indices, pad_slot_id, scale, scratch, row_info, sq, sqh, sk, skh, sa, sb,
+        HV=HV, H=H, K=K, CAP=cap, BC=bc, W=width, PER_CHANNEL=per_channel, REFOLD=do_refold,
+        HAS_BIAS=dt_bias is not None, HAS_INDICES=has_indices, num_warps=ring_warps,
+    )
+    _stream_kernel[(batch * HV * (V // bv),)](
+        v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, committed, flush_at, state_indices,
+        pad_slot_id, window, scratch, row_info, sv, svh, so, soh,
+        HV=HV, H=H, K=K, V=V, BV=bv, CAP=cap, BC=bc, W=width, PER_CHANNEL=per_channel, REFOLD=do_refold,
+        HAS_INDICES=has_indices, num_warps=warps, maxnreg=variant.max_registers,
+    )
+    return out

@@ -18,6 +18,7 @@ from trtllm_replayssm.config import ReplaySSMConfig
 from trtllm_replayssm.ops.gdn import decode
 from trtllm_replayssm.ops.gdn import reference as gdn_ref
 from trtllm_replayssm.ops.gdn.decode_chunked import ChunkedVariant
+from trtllm_replayssm.ops.gdn.decode_staged import StagedVariant
 from trtllm_replayssm.ops.gdn.state import DeltaRuleReplayState
 from trtllm_replayssm.ops.kda import reference as kda_ref
 
@@ -255,15 +256,17 @@ CHUNKED_CPU = [
 
 def test_chunked_kernel_wide_ring_cpu():
     """A ring wider than the window (speculative decoding, 20 entries): 32-row window tiles."""
-    check_chunked_cpu(False, 2, 1, 16, 16, 16, True, ChunkedVariant(), drafts=4)
+    check_variant_cpu(False, 2, 1, 16, 16, 16, True, ChunkedVariant(), drafts=4)
 
 
 @pytest.mark.parametrize("per_channel,HV,H,d_k,d_v,window,refold,variant", CHUNKED_CPU)
 def test_chunked_kernel_matches_reference_cpu(per_channel, HV, H, d_k, d_v, window, refold, variant):
-    check_chunked_cpu(per_channel, HV, H, d_k, d_v, window, refold, variant)
+    check_variant_cpu(per_channel, HV, H, d_k, d_v, window, refold, variant)
 
 
-def check_chunked_cpu(per_channel, HV, H, d_k, d_v, window, refold, variant, drafts=0):
+def check_variant_cpu(per_channel, HV, H, d_k, d_v, window, refold, variant, drafts=0):
+    """A replay ``variant`` against the float64 reference in the interpreter: 3+ windows per
+    live slot, staggered flush phases, a padded row; the fp32 checkpoint within 1e-5."""
     layer = Layer(per_channel, HV, H, d_k, d_v, seed=window + 10 * HV + d_v)
     batch = 3 if window < 16 else 2
     slots = batch + 1
@@ -271,6 +274,35 @@ def check_chunked_cpu(per_channel, HV, H, d_k, d_v, window, refold, variant, dra
                                 drafts=drafts, variant=variant)
     assert flushes >= 3 * (batch - 1), f"expected 3+ windows per live slot, saw {flushes} flushes"
     assert worst_c < 1e-5, f"checkpoint error {worst_c:.2e}"
+
+
+# ------------------------------------------------------------------ staged kernels (CPU) -----
+# decode_staged.py: a ring launch per (row, key head), then standard-sized streaming programs.
+# Same checks as the chunked cases (3+ windows, staggered flushes, a padded row); the KDA cases
+# are in test_kda_kernels.py.
+STAGED_CPU = [
+    # HV, H, d_k, d_v, window, refold, variant, drafts
+    pytest.param(4, 2, 16, 8, 4, True, "staged", 0, id="share2-refold-dv8"),
+    pytest.param(2, 2, 16, 32, 4, False, StagedVariant(block_v=8, num_warps=1), 0, id="share1-foldu-4tiles"),
+    pytest.param(4, 1, 32, 16, 4, True, StagedVariant(block_v=8, fold="u", ring_warps=1), 0, id="share4-fold-u"),
+    pytest.param(2, 1, 16, 16, 4, True, StagedVariant(max_registers=96), 3, id="share2-wide-ring"),
+]
+
+
+@pytest.mark.parametrize("HV,H,d_k,d_v,window,refold,variant,drafts", STAGED_CPU)
+def test_staged_kernel_matches_reference_cpu(HV, H, d_k, d_v, window, refold, variant, drafts):
+    check_variant_cpu(False, HV, H, d_k, d_v, window, refold, variant, drafts=drafts)
+
+
+def test_staged_variant_rejects_bad_options():
+    with pytest.raises(ValueError, match="^fold:"):
+        StagedVariant(fold="chunked")
+    with pytest.raises(ValueError, match="^block_v:"):
+        StagedVariant(block_v=12)
+    with pytest.raises(ValueError, match="^num_warps:"):
+        StagedVariant(num_warps=3)
+    with pytest.raises(ValueError, match="^ring_warps:"):
+        StagedVariant(ring_warps=0)
 
 
 def test_chunked_variant_rejects_bad_options():
@@ -341,10 +373,13 @@ CHUNKED_GPU = [
 ]
 
 
-def check_chunked_gpu(per_channel, dims, dtype, batch, variant, monkeypatch):
+def check_variant_gpu(per_channel, dims, dtype, batch, variant, monkeypatch, refold=True):
+    """A replay ``variant`` through the public op (``REPLAY_VARIANT`` switched) against the
+    float64 reference: 52 steps at L=16, a padded row; the checkpoint within 1e-5 (fp32)."""
     monkeypatch.setattr(decode, "REPLAY_VARIANT", variant)
     layer = Layer(per_channel, *dims, dtype=DTYPES[dtype], seed=batch + 40)
-    _, worst_c, flushes = drive(layer, batch, slots=batch + 2, steps=52, window=16, use_wrapper=True)
+    _, worst_c, flushes = drive(layer, batch, slots=batch + 2, steps=52, window=16, refold=refold, use_wrapper=True,
+                                oracle_device="cuda" if batch > 3 else "cpu")
     assert flushes >= 3 * (batch - (batch > 1))
     assert worst_c < (1e-5 if dtype == "fp32" else 5e-3), f"checkpoint error {worst_c:.2e}"
 
@@ -356,7 +391,27 @@ def check_chunked_gpu(per_channel, dims, dtype, batch, variant, monkeypatch):
 def test_chunked_kernel_gpu(dims, dtype, variant, batch, monkeypatch):
     if dims != GPU_DIMS[0] and (batch == 1 or variant != ChunkedVariant()):
         pytest.skip("other dims: batch 3, default variant (device time)")
-    check_chunked_gpu(False, dims, dtype, batch, variant, monkeypatch)
+    check_variant_gpu(False, dims, dtype, batch, variant, monkeypatch)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dims", GPU_DIMS, ids=dims_id)
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("batch", [1, 3, 64])
+def test_staged_kernel_gpu(dims, dtype, batch, monkeypatch):
+    if dims != GPU_DIMS[0] and (batch == 64 or dtype == "fp16"):
+        pytest.skip("batch 64 and fp16 run at the model dims only (device time)")
+    check_variant_gpu(False, dims, dtype, batch, "staged", monkeypatch)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant,refold", [
+    pytest.param(StagedVariant(block_v=8, num_warps=1), True, id="bv8-1warp"),
+    pytest.param(StagedVariant(fold="u"), True, id="fold-u"),
+    pytest.param(StagedVariant(block_v=16, max_registers=64), False, id="bv16-max64-refold-false"),
+])
+def test_staged_variants_gpu(variant, refold, monkeypatch):
+    check_variant_gpu(False, GPU_DIMS[0], "fp32", 3, variant, monkeypatch, refold=refold)
 
 
 @pytest.mark.gpu
@@ -376,7 +431,7 @@ def test_matches_fla_fused_recurrent_gpu():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("variant", [None, "chunked"], ids=["rowwise", "chunked"])
+@pytest.mark.parametrize("variant", [None, "chunked", "staged"], ids=["rowwise", "chunked", "staged"])
 def test_cuda_graph_capture_gpu(variant, monkeypatch):
     """A captured replay step, replayed 40 times, walks the same states as eager calls."""
     monkeypatch.setattr(decode, "REPLAY_VARIANT", variant)

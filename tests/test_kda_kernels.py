@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from test_gdn_kernels import (CHUNKED_GPU, DEV, DTYPES, Layer, assert_decode_matches_fla, check_chunked_cpu,
-                              check_chunked_gpu, dims_id, drive, fla_naive_check, standard_check)
+from test_gdn_kernels import (CHUNKED_GPU, DEV, DTYPES, Layer, assert_decode_matches_fla, check_variant_cpu,
+                              check_variant_gpu, dims_id, drive, fla_naive_check, standard_check)
 from trtllm_replayssm.ops.gdn.decode_chunked import ChunkedVariant
+from trtllm_replayssm.ops.gdn.decode_staged import StagedVariant
 
 
 @pytest.mark.parametrize("refold", [True, False])
@@ -37,7 +38,16 @@ KIMI = (32, 32, 128, 128)
     pytest.param(1, 1, 16, 16, 16, True, "chunked", id="window16"),
 ])
 def test_chunked_kernel_matches_reference_cpu(HV, H, d_k, d_v, window, refold, variant):
-    check_chunked_cpu(True, HV, H, d_k, d_v, window, refold, variant)
+    check_variant_cpu(True, HV, H, d_k, d_v, window, refold, variant)
+
+
+@pytest.mark.parametrize("HV,H,d_k,d_v,refold,variant", [
+    pytest.param(4, 2, 16, 8, True, "staged", id="share2-refold-dv8"),
+    pytest.param(2, 2, 16, 32, False, StagedVariant(block_v=8), id="share1-foldu-4tiles"),
+    pytest.param(4, 1, 32, 16, True, StagedVariant(block_v=8, fold="u"), id="share4-fold-u"),
+])
+def test_staged_kernel_matches_reference_cpu(HV, H, d_k, d_v, refold, variant):
+    check_variant_cpu(True, HV, H, d_k, d_v, 4, refold, variant)
 
 
 @pytest.mark.gpu
@@ -62,7 +72,23 @@ def test_replay_kernel_gpu(dims, dtype, batch):
 @pytest.mark.parametrize("dtype,variant", CHUNKED_GPU)
 @pytest.mark.parametrize("batch", [1, 3])
 def test_chunked_kernel_gpu(dtype, variant, batch, monkeypatch):
-    check_chunked_gpu(True, KIMI, dtype, batch, variant, monkeypatch)
+    check_variant_gpu(True, KIMI, dtype, batch, variant, monkeypatch)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
+@pytest.mark.parametrize("batch", [1, 3, 64])
+def test_staged_kernel_gpu(dtype, batch, monkeypatch):
+    check_variant_gpu(True, KIMI, dtype, batch, "staged", monkeypatch)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant,refold", [
+    pytest.param(StagedVariant(fold="u"), True, id="fold-u"),
+    pytest.param(StagedVariant(block_v=8, num_warps=1), False, id="bv8-1warp-refold-false"),
+])
+def test_staged_variants_gpu(variant, refold, monkeypatch):
+    check_variant_gpu(True, KIMI, "fp32", 3, variant, monkeypatch, refold=refold)
 
 
 @pytest.mark.gpu

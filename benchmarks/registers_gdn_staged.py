@@ -1,0 +1,103 @@
+"""Compile the two-launch delta-rule kernels (``ops/gdn/decode_staged.py``) for sm_90 without a
+GPU and print ptxas's registers, spills and shared memory per kernel and launch choice.
+
+Triton 3.9's ``triton.compile`` with a ``GPUTarget`` builds PTX on the CPU; ``ptxas -v`` then
+reports the resources. Pointers and the row strides carry the 16-byte divisibility that the
+launch-time specialisation gives them on the device. Must run without ``TRITON_INTERPRET``.
+
+    python benchmarks/registers_gdn_staged.py            # GDN and KDA, the --variants configs
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+
+from trtllm_replayssm.ops.gdn import decode_staged as staged  # noqa: E402
+
+TARGET = GPUTarget("cuda", 90, 32)
+# The ptxas Triton itself uses for sm_90+ (it accepts the PTX version Triton emits).
+PTXAS = os.environ.get("PTXAS", os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas-blackwell"))
+
+
+def _compile(fn, types: dict[str, str], constexprs: dict[str, object], num_warps: int, maxnreg=None) -> str:
+    names = fn.arg_names
+    signature = {n: types.get(n, "constexpr") for n in names}
+    # Launch-time specialisation: pointers and strides divisible by 16 (as the real tensors are).
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n, t in types.items()
+             if t.startswith("*") or n.startswith("stride")}
+    src = ASTSource(fn, signature, constexprs=constexprs, attrs=attrs)
+    options = {"num_warps": num_warps}
+    if maxnreg:
+        options["maxnreg"] = maxnreg
+    ptx = triton.compile(src, target=TARGET, options=options).asm["ptx"]
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
+        f.write(ptx)
+    try:
+        run = subprocess.run([PTXAS, "-arch=sm_90a", "-v", f.name, "-o", os.devnull], capture_output=True, text=True)
+        if run.returncode:
+            raise RuntimeError(f"ptxas failed on {fn.__name__}: {run.stderr[-2000:]}")
+        res = run.stderr
+    finally:
+        os.unlink(f.name)
+    regs = re.search(r"Used (\d+) registers", res)
+    spill = re.search(r"(\d+) bytes spill stores", res)
+    smem = re.search(r"(\d+) bytes smem", res)
+    return (f"{regs.group(1) if regs else '?'} registers, {spill.group(1) if spill else '?'} B spilled, "
+            f"{smem.group(1) if smem else '0'} B smem")
+
+
+def resources(per_channel: bool, act: str, HV: int, H: int, K: int, V: int, cap: int, variant: staged.StagedVariant,
+              rows: int = 256) -> dict[str, str]:
+    """ptxas's resource line of each of the two kernels for one launch choice."""
+    bv, warps, ring_warps = staged.staged_config(rows, HV, K, V, variant)
+    bc = max(triton.next_power_of_2(cap), 2)
+    width = 2 * K + 2 * bc + 4
+    refold = variant.fold == "refold"
+    ring_types = {
+        "q": f"*{act}", "k": f"*{act}", "a": f"*{act}", "b": f"*{act}", "A_log": "*fp32", "dt_bias": "*fp32",
+        "ring_k": f"*{act}", "ring_beta": "*fp32", "ring_g": "*fp32", "committed": "*i32", "flush_at": "*i32",
+        "state_indices": "*i32", "pad_slot_id": "i32", "scale": "fp32", "scratch": "*fp32", "row_info": "*i32",
+        **{s: "i32" for s in ("stride_q", "stride_qh", "stride_k", "stride_kh", "stride_a", "stride_b")},
+    }
+    ring = _compile(staged._ring_kernel, ring_types, dict(
+        HV=HV, H=H, K=K, CAP=cap, BC=bc, W=width, PER_CHANNEL=per_channel, REFOLD=refold, HAS_BIAS=True,
+        HAS_INDICES=True), ring_warps)
+    stream_types = {
+        "v": f"*{act}", "out": f"*{act}", "checkpoint": "*fp32", "ring_k": f"*{act}", "ring_v": f"*{act}",
+        "ring_beta": "*fp32", "ring_g": "*fp32", "ring_u": "*fp32", "committed": "*i32", "flush_at": "*i32",
+        "state_indices": "*i32", "pad_slot_id": "i32", "window": "i32", "scratch": "*fp32", "row_info": "*i32",
+        **{s: "i32" for s in ("stride_v", "stride_vh", "stride_o", "stride_oh")},
+    }
+    stream = _compile(staged._stream_kernel, stream_types, dict(
+        HV=HV, H=H, K=K, V=V, BV=bv, CAP=cap, BC=bc, W=width, PER_CHANNEL=per_channel, REFOLD=refold,
+        HAS_INDICES=True), warps, variant.max_registers)
+    return {"launch": f"BV={bv} warps={warps} ring_warps={ring_warps}", "ring": ring, "stream": stream}
+
+
+def main():
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        raise SystemExit("unset TRITON_INTERPRET: the interpreter does not compile")
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from bench_gdn_decode import VARIANTS
+
+    for kind, dims in (("gdn", (32, 16, 128, 128)), ("kda", (32, 32, 128, 128))):
+        for name, variant, batches in VARIANTS:
+            if not isinstance(variant, staged.StagedVariant):
+                continue
+            for rows in batches or (1, 256):
+                r = resources(kind == "kda", "bf16", *dims, 16, variant, rows)
+                print(f"{kind} {name} (batch {rows}) {r['launch']}: ring {r['ring']}; stream {r['stream']}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -60,9 +60,9 @@ def resources(per_channel: bool, act: str, HV: int, H: int, K: int, V: int, cap:
               rows: int = 256) -> dict[str, str]:
     """ptxas's resource line of each of the two kernels for one launch choice."""
     bv, warps, ring_warps = staged.staged_config(rows, HV, K, V, variant)
-    bc = max(triton.next_power_of_2(cap), 2)
-    width = 2 * K + 2 * bc + 4
-    refold = variant.fold == "refold"
+    refold, wy = variant.fold != "u", variant.fold == "wy"
+    bc = max(triton.next_power_of_2(cap), 16 if wy else 2)
+    width = 2 * K + 2 * bc + 4 + (bc * bc if wy else 0)
     ring_types = {
         "q": f"*{act}", "k": f"*{act}", "a": f"*{act}", "b": f"*{act}", "A_log": "*fp32", "dt_bias": "*fp32",
         "ring_k": f"*{act}", "ring_beta": "*fp32", "ring_g": "*fp32", "committed": "*i32", "flush_at": "*i32",
@@ -70,7 +70,7 @@ def resources(per_channel: bool, act: str, HV: int, H: int, K: int, V: int, cap:
         **{s: "i32" for s in ("stride_q", "stride_qh", "stride_k", "stride_kh", "stride_a", "stride_b")},
     }
     ring = _compile(staged._ring_kernel, ring_types, dict(
-        HV=HV, H=H, K=K, CAP=cap, BC=bc, W=width, PER_CHANNEL=per_channel, REFOLD=refold, HAS_BIAS=True,
+        HV=HV, H=H, K=K, CAP=cap, BC=bc, W=width, PER_CHANNEL=per_channel, REFOLD=refold, WY=wy, HAS_BIAS=True,
         HAS_INDICES=True), ring_warps)
     stream_types = {
         "v": f"*{act}", "out": f"*{act}", "checkpoint": "*fp32", "ring_k": f"*{act}", "ring_v": f"*{act}",
@@ -80,7 +80,7 @@ def resources(per_channel: bool, act: str, HV: int, H: int, K: int, V: int, cap:
     }
     stream = _compile(staged._stream_kernel, stream_types, dict(
         HV=HV, H=H, K=K, V=V, BV=bv, CAP=cap, BC=bc, W=width, PER_CHANNEL=per_channel, REFOLD=refold,
-        HAS_INDICES=True), warps, variant.max_registers)
+        WY=wy, HAS_INDICES=True), warps, variant.max_registers)
     return {"launch": f"BV={bv} warps={warps} ring_warps={ring_warps}", "ring": ring, "stream": stream}
 
 

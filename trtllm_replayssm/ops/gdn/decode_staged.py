@@ -46,10 +46,11 @@ import triton
 import triton.language as tl
 
 from .decode import _delta_update, _load_token, _strides, launch_config
+from .decode_chunked import _coupling, _unit_lower_inverse
 
 __all__ = ["StagedVariant", "delta_replay_staged_step", "staged_config"]
 
-_FOLDS = ("refold", "u")
+_FOLDS = ("refold", "wy", "u")
 
 
 @dataclass(frozen=True)
@@ -58,10 +59,14 @@ class StagedVariant:
 
     ``block_v``: rows of ``S`` per streaming program; ``num_warps`` / ``max_registers``: the
     streaming kernel's warps and ptxas ``.maxnreg``; ``ring_warps``: the ring kernel's warps.
-    ``fold``: how a flush folds the window, "refold" (from the raw ring, whatever ``refold``
-    says when ``refold=True``; ``refold=False`` always folds the cached ``u``) or "u" (fold the
-    cached ``u`` even when ``refold=True``: exact only while the outputs read the recurrence
-    checkpoint itself, as this state's do; a measurement of the refold's cost).
+    ``fold``: how a flush folds the window when ``refold=True`` (``refold=False`` always folds
+    the cached ``u``): "refold", ``c + 1`` dependent exact updates of the tile from the raw ring;
+    "wy", the same refold in the chunked form (``decode_chunked.py``): launch 1 solves the
+    window's ``(I + M)^{-1}`` per (row, value head) (fp32 FMA, no tensor cores), the tile then
+    takes ``c + 1`` independent reductions ``S_c Kg_j`` and ``c + 1`` rank-1 updates with no
+    reduction between them; or "u", fold the cached ``u`` even when ``refold=True`` (exact only
+    while the outputs read the recurrence checkpoint itself, as this state's do; it measures
+    the refold's cost).
     """
 
     block_v: int | None = None
@@ -87,7 +92,8 @@ def _ring_kernel(
     scratch, row_info,
     stride_q, stride_qh, stride_k, stride_kh, stride_a, stride_b,
     HV: tl.constexpr, H: tl.constexpr, K: tl.constexpr, CAP: tl.constexpr, BC: tl.constexpr, W: tl.constexpr,
-    PER_CHANNEL: tl.constexpr, REFOLD: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_INDICES: tl.constexpr,
+    PER_CHANNEL: tl.constexpr, REFOLD: tl.constexpr, WY: tl.constexpr, HAS_BIAS: tl.constexpr,
+    HAS_INDICES: tl.constexpr,
 ):
     G: tl.constexpr = HV // H
     pid = tl.program_id(0)
@@ -120,6 +126,20 @@ def _ring_kernel(
         p_w = scratch + (i_b * HV + i_hv) * W
         if flush & REFOLD:
             tl.store(p_w + o_k, b_q)
+            if WY:
+                # The window 0..c (the token at c) and its (I + M)^{-1}, row-major after the scalars.
+                is_t = o_c == c
+                Kw = tl.where(is_t[:, None], b_k[None, :], Kr)
+                bw = tl.where(is_t, b_beta, tl.load(ring_beta + sh * CAP + o_c, mask=m_prev, other=0.0))
+                if PER_CHANNEL:
+                    gr = tl.load(ring_g + (sh * CAP + o_c[:, None]) * K + o_k[None, :], mask=m_prev[:, None],
+                                 other=0.0)
+                    Gc = tl.cumsum(tl.where(is_t[:, None], b_g[None, :], gr), axis=0)
+                else:
+                    gr = tl.load(ring_g + sh * CAP + o_c, mask=m_prev, other=0.0)
+                    Gc = tl.cumsum(tl.where(is_t, b_g, gr), axis=0)
+                A = _unit_lower_inverse(_coupling(Kw, Gc, bw, o_c, c + 1, BC, PER_CHANNEL, "ieee"), o_c, c + 1, BC)
+                tl.store(p_w + 2 * K + 2 * BC + 4 + o_c[:, None] * BC + o_c[None, :], A)
         else:
             if PER_CHANNEL:
                 p_rg = ring_g + sh * CAP * K
@@ -157,7 +177,7 @@ def _stream_kernel(
     v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, committed, flush_at, state_indices, pad_slot_id,
     window, scratch, row_info, stride_v, stride_vh, stride_o, stride_oh,
     HV: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, CAP: tl.constexpr,
-    BC: tl.constexpr, W: tl.constexpr, PER_CHANNEL: tl.constexpr, REFOLD: tl.constexpr,
+    BC: tl.constexpr, W: tl.constexpr, PER_CHANNEL: tl.constexpr, REFOLD: tl.constexpr, WY: tl.constexpr,
     HAS_INDICES: tl.constexpr,
 ):
     NVB: tl.constexpr = V // BV
@@ -187,7 +207,42 @@ def _stream_kernel(
     p_ru = ring_u + sh * CAP * V
     b_v = tl.load(v + i_b * stride_v + i_hv * stride_vh + o_v).to(ring_v.dtype.element_ty).to(tl.float32)
     b_beta = tl.load(p_w + 2 * K + 2 * BC)
-    if flush & REFOLD:
+    if flush & WY:
+        # U^T = (beta * (V^T - S_c Kg^T)) A^T, S = S_c Diag(e^{G_c}) + U^T Kd, the window 0..c from
+        # the raw ring (launch 1 wrote the token's k, beta, g at c); G is the running log-decay.
+        R = tl.zeros([BV, BC], dtype=tl.float32)
+        if PER_CHANNEL:
+            G = tl.zeros([K], dtype=tl.float32)
+        else:
+            G = tl.sum(tl.zeros([2], dtype=tl.float32))
+        for j in tl.range(0, c + 1):
+            if PER_CHANNEL:
+                G += tl.load(ring_g + (sh * CAP + j) * K + o_k)
+            else:
+                G += tl.load(ring_g + sh * CAP + j)
+            kg = tl.load(p_rk + j * K + o_k).to(tl.float32) * tl.exp(G)
+            v_j = tl.where(j == c, b_v, tl.load(p_rv + j * V + o_v).to(tl.float32))
+            r_j = tl.load(ring_beta + sh * CAP + j) * (v_j - tl.sum(S * kg[None, :], axis=1))
+            R = tl.where((o_c == j)[None, :], r_j[:, None], R)
+        G_end = G
+        if PER_CHANNEL:
+            S = S * tl.exp(G_end)[None, :]
+            G = tl.zeros([K], dtype=tl.float32)
+        else:
+            S = S * tl.exp(G_end)
+            G = tl.sum(tl.zeros([2], dtype=tl.float32))
+        for i in tl.range(0, c + 1):
+            if PER_CHANNEL:
+                G += tl.load(ring_g + (sh * CAP + i) * K + o_k)
+            else:
+                G += tl.load(ring_g + sh * CAP + i)
+            b_ui = tl.sum(R * tl.load(p_w + 2 * K + 2 * BC + 4 + i * BC + o_c)[None, :], axis=1)
+            kd = tl.load(p_rk + i * K + o_k).to(tl.float32) * tl.exp(G_end - G)
+            S += b_ui[:, None] * kd[None, :]
+        tl.store(p_s, S.to(checkpoint.dtype.element_ty))
+        b_q = tl.load(p_w + o_k)
+        tl.store(p_o, tl.sum(S * b_q[None, :], axis=1).to(out.dtype.element_ty))
+    elif flush & REFOLD:
         # The window 0..c from the raw ring (launch 1 wrote the token's k, beta, g at c), in fp32.
         for j in tl.range(0, c):
             if PER_CHANNEL:
@@ -255,30 +310,33 @@ def delta_replay_staged_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, ring
     batch, H, K = q.shape
     HV, V = v.shape[1], v.shape[2]
     cap = ring_k.shape[2]
-    bc = max(triton.next_power_of_2(cap), 2)
+    wy = variant.fold == "wy"
+    # tl.dot (the window's k_i . k_j in launch 1) takes 16-row tiles.
+    bc = max(triton.next_power_of_2(cap), 16 if wy else 2)
     # One line per (row, value head): 2 vectors [d_k], 2 coefficient vectors [BC], beta, k.q
-    # (rounded up to 16 bytes).
-    width = 2 * K + 2 * bc + 4
+    # (rounded up to 16 bytes), and for "wy" the window's [BC, BC] inverse.
+    width = 2 * K + 2 * bc + 4 + (bc * bc if wy else 0)
     scratch = torch.empty(batch * HV * width, dtype=torch.float32, device=q.device)
     row_info = torch.empty(batch * 2, dtype=torch.int32, device=q.device)
     out = v.new_empty(v.shape)
     if batch == 0:
         return out
     bv, warps, ring_warps = staged_config(batch, HV, K, V, variant)
-    per_channel, do_refold = a.dim() == 3, refold and variant.fold == "refold"
+    per_channel, do_refold = a.dim() == 3, refold and variant.fold != "u"
+    wy = wy and do_refold
     has_indices = state_indices is not None
     scale = K ** -0.5 if scale is None else scale
     sq, sqh, sk, skh, sv, svh, sa, sb, so, soh = _strides(q, k, v, a, b, out)
     _ring_kernel[(batch * H,)](
         q, k, a, b, A_log, A_log if dt_bias is None else dt_bias, ring_k, ring_beta, ring_g, committed, flush_at,
         state_indices, pad_slot_id, scale, scratch, row_info, sq, sqh, sk, skh, sa, sb,
-        HV=HV, H=H, K=K, CAP=cap, BC=bc, W=width, PER_CHANNEL=per_channel, REFOLD=do_refold,
+        HV=HV, H=H, K=K, CAP=cap, BC=bc, W=width, PER_CHANNEL=per_channel, REFOLD=do_refold, WY=wy,
         HAS_BIAS=dt_bias is not None, HAS_INDICES=has_indices, num_warps=ring_warps,
     )
     _stream_kernel[(batch * HV * (V // bv),)](
         v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, committed, flush_at, state_indices,
         pad_slot_id, window, scratch, row_info, sv, svh, so, soh,
         HV=HV, H=H, K=K, V=V, BV=bv, CAP=cap, BC=bc, W=width, PER_CHANNEL=per_channel, REFOLD=do_refold,
-        HAS_INDICES=has_indices, num_warps=warps, maxnreg=variant.max_registers,
+        WY=wy, HAS_INDICES=has_indices, num_warps=warps, maxnreg=variant.max_registers,
     )
     return out

@@ -17,8 +17,9 @@ The cursors are set before each replay, outside the timed region, so the same gr
 every phase. GB/s counts the bytes each step must move; ``% copy`` is against a device-to-device
 copy measured in the same run. Prints a table and writes JSON (``--json``).
 
-``--variants`` instead checks every replay kernel variant of ``VARIANTS`` against the row-wise
-replay kernel and the standard kernel on the GPU (WRONG and no timing on a mismatch), then
+``--variants`` instead checks every replay kernel variant of ``VARIANTS`` (row-wise, chunked,
+the two-launch ``staged`` step) against the row-wise replay kernel and the standard kernel on
+the GPU (WRONG and no timing on a mismatch), then
 times each one's non-flush, flush, amortized and staggered steps beside fla and the standard
 kernel, at batches 1, 128, 256 (a short run: about one compile per variant and launch config).
 
@@ -48,6 +49,7 @@ from _timing import L2Flusher, capture_graph, copy_bandwidth_gbps, device_info, 
 from trtllm_replayssm.config import ReplaySSMConfig  # noqa: E402
 from trtllm_replayssm.ops.gdn import decode  # noqa: E402
 from trtllm_replayssm.ops.gdn.decode_chunked import ChunkedVariant, chunked_config  # noqa: E402
+from trtllm_replayssm.ops.gdn.decode_staged import StagedVariant, staged_config  # noqa: E402
 from trtllm_replayssm.ops.gdn.state import DeltaRuleReplayState  # noqa: E402
 
 BATCHES = (1, 32, 128, 256, 512)
@@ -213,17 +215,24 @@ def warmup_only(layer, batches):
 
 # -- --variants: every replay kernel variant, checked then timed, in one short run -------------
 #: (name, ``variant`` of decode.delta_replay_step, batches it runs at or None for all). Each
-#: distinct launch config is one Triton compile (~1-4 s): per kind at batches 1/128/256, 9
-#: replay kernels + 2 standard + fla's + the copy kernel.
+#: distinct launch config is one Triton compile (~1-4 s; a staged variant is two kernels): per
+#: kind at batches 1/128/256, 13 replay launch configs + 2 standard + fla's + the copy kernel.
+#: The chunked variants that lost to the row-wise kernel everywhere (RESULTS.md, 2026-11-30)
+#: are out of the sweep. Registers of the staged streaming kernel for sm_90 at Qwen3.5-4B dims,
+#: bf16 (benchmarks/registers_gdn_staged.py; no spills): BV=32 / 4 warps 96 (KDA fold u 117),
+#: BV=16 / 4 warps 56 (wy 72, KDA wy 80), BV=32 / 8 warps 48 (KDA 63; wy 76, KDA wy 80),
+#: BV=8 / 2 warps 56 (KDA 64); the ring kernel 48 (KDA 72; wy 72, KDA wy 80).
 VARIANTS = (
     ("rowwise", "rowwise", None),
-    ("chunked", ChunkedVariant(), None),
-    ("chunked stages=2", ChunkedVariant(stages=2), (128, 256, 512)),
-    ("chunked max 96 registers", ChunkedVariant(max_registers=96), (128, 256, 512)),
-    ("chunked k_chunk=16", ChunkedVariant(k_chunk=16), (256,)),
-    ("chunked ieee", ChunkedVariant(precision="ieee"), (256,)),
-    ("chunked late loads", ChunkedVariant(loads_ahead=False), (1,)),
     ("chunked 2 warps", ChunkedVariant(num_warps=2), (1, 32)),
+    ("staged", StagedVariant(), None),
+    ("staged wy BV=16 4 warps", StagedVariant(block_v=16, num_warps=4, fold="wy"), None),
+    ("staged BV=16 4 warps", StagedVariant(block_v=16, num_warps=4), (128, 256, 512)),
+    ("staged BV=32 8 warps", StagedVariant(block_v=32, num_warps=8), (128, 256, 512)),
+    ("staged wy BV=32 8 warps", StagedVariant(block_v=32, num_warps=8, fold="wy"), (128, 256, 512)),
+    ("staged BV=8", StagedVariant(block_v=8), (128, 256, 512)),
+    ("staged fold u", StagedVariant(fold="u"), (128, 256, 512)),
+    ("staged ring 2 warps", StagedVariant(ring_warps=2), (256,)),
 )
 
 
@@ -285,6 +294,9 @@ def check_variant(layer, batch, variant):
 
 
 def launch_text(layer, batch, variant):
+    if isinstance(variant, StagedVariant):
+        bv, warps, ring_warps = staged_config(batch, layer.HV, layer.d_k, layer.d_v, variant)
+        return f"BV={bv} warps={warps} ring warps={ring_warps}"
     if variant == "rowwise":
         bv, split, warps = decode.replay_config(batch, layer.HV, layer.d_k, layer.d_v)
     else:
@@ -379,7 +391,10 @@ def launch_plan(layer, batches, names):
         for name, variant, only in VARIANTS:
             if (names and name not in names) or (only is not None and batch not in only):
                 continue
-            if variant == "rowwise":
+            if isinstance(variant, StagedVariant):
+                bv, warps, _ = staged_config(batch, layer.HV, layer.d_k, layer.d_v, variant)
+                split = None
+            elif variant == "rowwise":
                 bv, split, warps = decode.replay_config(batch, layer.HV, layer.d_k, layer.d_v)
             else:
                 bv, split, warps = chunked_config(batch, layer.HV, layer.d_k, layer.d_v, variant)
@@ -407,8 +422,8 @@ def compile_one(kind, dims, dtype, window, entry):
             state_indices=idx, pad_slot_id=-1, scale=None, refold=True, variant="rowwise", block_v=bv, split=split,
             num_warps=warps)
     else:
-        variant_step(layer, dataclasses.replace(variant, block_v=bv, split=split, num_warps=warps), layer.state(1),
-                     x, idx)
+        fixed = dict(block_v=bv, num_warps=warps) if split is None else dict(block_v=bv, split=split, num_warps=warps)
+        variant_step(layer, dataclasses.replace(variant, **fixed), layer.state(1), x, idx)
     torch.cuda.synchronize()
     return name
 

@@ -401,8 +401,8 @@ def test_chunked_kernel_gpu(dims, dtype, variant, batch, monkeypatch):
 @pytest.mark.parametrize("dtype", list(DTYPES))
 @pytest.mark.parametrize("batch", [1, 3, 64])
 def test_staged_kernel_gpu(dims, dtype, batch, monkeypatch):
-    if dims != GPU_DIMS[0] and (batch == 64 or dtype == "fp16"):
-        pytest.skip("batch 64 and fp16 run at the model dims only (device time)")
+    if dims != GPU_DIMS[0] and (batch != 3 or dtype == "fp16"):
+        pytest.skip("other dims: batch 3, bf16 and fp32 (device time)")
     check_variant_gpu(False, dims, dtype, batch, "staged", monkeypatch)
 
 

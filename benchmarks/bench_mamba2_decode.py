@@ -241,41 +241,37 @@ def _pick(configs, batch, head_dim):
 
 _FAST = dict(kernel="v4", cursor_kernel=True, rows_fastest=True)  # bandwidth-bound: no counters
 _B1 = dict(kernel="v4")  # latency-bound: arrival counters, no second launch
+_STAGED = dict(kernel="staged")  # a per-row ring launch, then one program per checkpoint tile
 VARIANTS = [  # keyword arguments of decode.LaunchConfig; each set compiles once (~1-3 s).
-    # Comments: registers per thread from ptxas for sm_90 (no spills unless noted); the fold's
-    # registers count against every step's occupancy, hence the rolled "loop" fold in most.
-    # the one-program-per-tile kernel (v3) as it was the default for batch >= 16, for comparison
-    dict(block_p=32, num_warps=4, max_registers=128, cursor_kernel=True, rows_fastest=True),
-    # large batches: one program per head streaming its tiles
-    dict(block_p=32, num_warps=8, fold="loop", **_FAST),  # 109: 2 programs/SM, a head's 32 KB at once
-    dict(block_p=64, num_warps=8, fold="loop", **_FAST),  # 119: the head as one tile
-    dict(block_p=16, num_warps=4, fold="loop", pipeline="range", num_stages=3, **_FAST),  # 94: 5/SM
-    dict(block_p=32, num_warps=8, fold="loop", pipeline="range", num_stages=2, **_FAST),  # 128
-    dict(block_p=16, num_warps=4, fold="loop", **_FAST),  # 123: 4/SM
-    dict(block_p=32, num_warps=4, fold="loop", max_registers=128, **_FAST),  # 160 B spilled
-    dict(block_p=32, num_warps=4, fold="fma", **_FAST),  # 255 + spills: the unrolled fold
-    dict(block_p=16, num_warps=4, fold="tf32x3", pipeline="range", num_stages=3, **_FAST),  # 177
-    dict(block_p=32, num_warps=8, fold="ieee", **_FAST),  # 247
-    dict(block_p=32, num_warps=8, fold="loop", kernel="v4", rows_fastest=True),  # arrival counters
-    # non-flush and flush rows in two launches (registers: non-flush / flush kernel)
-    dict(block_p=32, num_warps=8, fold="loop", split_flush=True, **_FAST),  # 59 / 117: 4 programs/SM
-    dict(block_p=16, num_warps=4, fold="loop", pipeline="range", num_stages=3, split_flush=True, **_FAST),  # 48 / 85
-    dict(block_p=64, num_warps=8, fold="loop", split_flush=True, **_FAST),  # 80 / 113
-    dict(block_p=16, num_warps=4, fold="loop", split_flush=True, **_FAST),  # 78 / 111
-    dict(block_p=32, num_warps=8, fold="tf32x3", split_flush=True, **_FAST),  # 59 / 147
+    # Comments: registers per thread from ptxas for sm_90 (Triton 3.9, no spills unless noted).
+    # one-launch, one program per head streaming its tiles (the default below batch 128 before)
+    dict(block_p=32, num_warps=4, fold="loop", max_registers=128, **_FAST),
+    # staged: the stream kernel is as plain as the standard one (standard bp8 w2: 56 registers)
+    dict(block_p=8, num_warps=2, fold="loop", **_STAGED),  # 64 (non-flush path alone: 56)
+    dict(block_p=8, num_warps=2, fold="loop", max_registers=56, **_STAGED),  # 56, no spills
+    dict(block_p=8, num_warps=2, fold="loop", max_registers=56, ring_prefetch=True, **_STAGED),
+    dict(block_p=8, num_warps=2, fold="loop", ring_prefetch=True, **_STAGED),
+    dict(block_p=8, num_warps=2, fold="pipe", **_STAGED),  # 64
+    dict(block_p=8, num_warps=2, fold="chunk", max_registers=64, **_STAGED),  # 64 + 1176 B spilled
+    dict(block_p=8, num_warps=2, fold="fma", max_registers=64, **_STAGED),  # 64 + 1016 B spilled
+    dict(block_p=16, num_warps=4, fold="loop", **_STAGED),  # 95 (non-flush alone: 78)
+    dict(block_p=16, num_warps=4, fold="chunk", **_STAGED),  # 128
+    dict(block_p=16, num_warps=2, fold="tf32x3", **_STAGED),  # 127
+    dict(block_p=16, num_warps=2, fold="tf32x3", max_registers=96, **_STAGED),
+    dict(block_p=16, num_warps=2, fold="ieee", **_STAGED),
     # batch 1: head_dim split over 2-8 programs to fill 132 SMs
-    dict(block_p=16, num_warps=4, p_split=4, fold="loop", **_B1),  # 69
-    dict(block_p=16, num_warps=4, p_split=2, fold="loop", **_B1),  # 105
-    dict(block_p=32, num_warps=8, p_split=2, fold="loop", **_B1),  # 66
-    dict(block_p=8, num_warps=2, p_split=8, fold="loop", **_B1),  # 112
     dict(block_p=16, num_warps=4, p_split=4, fold="tf32x3", **_B1),  # 93
-    dict(block_p=16, num_warps=4, p_split=4, fold="loop", cursor_kernel=True, **_B1),
+    dict(block_p=32, num_warps=8, p_split=2, fold="loop", **_B1),  # 66
 ]
 VARIANT_BATCHES = (256, 1, 128)  # most important first: the first pass compiles every variant
 
 
 def short(cfg) -> str:
     """A LaunchConfig in a table column: the fields that differ from the defaults."""
+    if cfg.kernel == "staged":
+        return f"staged bp{cfg.block_p} w{cfg.num_warps} {cfg.fold}" + (f" r{cfg.max_registers}" if cfg.max_registers else "") + (
+            f" rw{cfg.ring_warps}" if cfg.ring_warps != 4 else "") + (" rows" if cfg.rows_fastest else "") + (
+            " pf" if cfg.ring_prefetch else "")
     if cfg.kernel == "v3":
         return f"v3 bp{cfg.block_p} w{cfg.num_warps}" + (f" r{cfg.max_registers}" if cfg.max_registers else "") + (
             " cur" if cfg.cursor_kernel else "") + (" rows" if cfg.rows_fastest else "")

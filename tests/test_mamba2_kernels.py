@@ -138,7 +138,8 @@ def test_replay_kernel_interpreter(dims, fold_dot, prefetch, cursor_kernel, rows
 @pytest.mark.skipif(HAS_CUDA, reason="interpreter test; the GPU grid covers it on CUDA")
 @pytest.mark.parametrize("batch", [1, 17])
 def test_replay_kernel_interpreter_default_configs(batch):
-    # batch 1 and >= 16 take different default launch configurations (decode.launch_config)
+    # batch 1 and 16-127 take different default launch configurations (decode.launch_config);
+    # the staged kernel of batch >= 128 is covered by test_replay_staged_kernel_interpreter
     check_replay((2, 16, 16, 1), torch.float32, batch, 4, 13, "cpu", run=_kernel_replay(None))
 
 
@@ -172,15 +173,46 @@ def test_replay_v4_kernel_interpreter(dims, params):
     check_replay(dims, torch.float32, 3, 4, 13, "cpu", run=_kernel_replay(cfg), stagger=True)
 
 
+STAGED_INTERPRETER = [
+    # (dims, LaunchConfig keywords): every fold; head_dim 80 in 16-row tiles, 20 in a masked
+    # 32-row tile; d_state 24 masks columns; 3 heads per group (a masked head lane in the ring
+    # launch); both grid orders.
+    ((3, 80, 16, 1), dict(block_p=16, fold="fma")),
+    ((6, 20, 24, 2), dict(block_p=32, fold="loop", rows_fastest=True)),
+    ((2, 80, 24, 2), dict(block_p=16, fold="ieee", ring_warps=2)),
+    ((4, 32, 16, 2), dict(block_p=16, fold="tf32x3", rows_fastest=True)),
+    ((4, 64, 16, 2), dict(block_p=8, fold="fma", num_warps=2)),
+    ((3, 80, 24, 1), dict(block_p=16, fold="pipe", num_warps=2)),
+    ((6, 20, 16, 2), dict(block_p=8, fold="chunk", num_warps=2, rows_fastest=True, ring_prefetch=True)),
+]
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="interpreter test; the GPU grid covers it on CUDA")
+@pytest.mark.parametrize("dims,params", STAGED_INTERPRETER, ids=lambda v: str(v).replace(" ", ""))
+def test_replay_staged_kernel_interpreter(dims, params):
+    # As the v4 test: window 4 over 13 steps, staggered first flushes, a padded row, 3+ windows.
+    cfg = decode.LaunchConfig(**{"num_warps": 4, "kernel": "staged", **params})
+    check_replay(dims, torch.float32, 3, 4, 13, "cpu", run=_kernel_replay(cfg), stagger=True)
+
+
 @pytest.mark.skipif(HAS_CUDA, reason="interpreter test; the GPU grid covers it on CUDA")
 def test_replay_v4_kernel_interpreter_batch1_in_phase():
     cfg = decode.LaunchConfig(16, 4, kernel="v4", fold="loop", p_split=2)
     check_replay((2, 32, 16, 1), torch.float32, 1, 4, 13, "cpu", run=_kernel_replay(cfg))
 
 
+def test_launch_config_default_kernels_by_batch():
+    kernels = [decode.launch_config("replay", 64, 128, b).kernel for b in (1, 15, 16, 127, 128, 512)]
+    assert kernels == ["v4", "v4", "v4", "v4", "staged", "staged"]
+    # head_dim 80 (Nemotron-3-Nano) must tile exactly; d_state 256 halves the tile rows
+    assert 80 % decode.launch_config("replay", 80, 128, 256).block_p == 0
+    assert decode.launch_config("replay", 64, 256, 256).block_p == 4
+
+
 def test_launch_config_rejects_unknown_options():
     for bad in (dict(kernel="v5"), dict(fold="tf32"), dict(pipeline="async"), dict(ahead=3), dict(p_split=0),
-                dict(block_p=24), dict(kernel="v4", fold="ieee", block_p=8), dict(kernel="v4", split_flush=True)):
+                dict(block_p=24), dict(kernel="v4", fold="ieee", block_p=8), dict(kernel="v4", split_flush=True),
+                dict(kernel="v4", fold="chunk")):
         with pytest.raises(ValueError, match="LaunchConfig"):
             decode.LaunchConfig(**bad)
 
@@ -238,6 +270,31 @@ def test_replay_v4_gpu(dims, dtype, batch, params):
 def test_replay_v4_nemotron_dims_four_windows_gpu(fold):
     # The accuracy target for every fold of the v4 kernel: fp32 checkpoint within 1e-5 of float64, L=16.
     run = _kernel_replay(decode.LaunchConfig(32, 4, kernel="v4", fold=fold))
+    check_replay((128, 64, 128, 8), torch.bfloat16, 3, 16, 66, "cuda", run=run, ckpt_tol=1e-5)
+
+
+STAGED_GPU_CONFIGS = [
+    dict(block_p=8, num_warps=2, fold="loop"),
+    dict(block_p=16, num_warps=4, fold="tf32x3", rows_fastest=True),
+    dict(block_p=32, num_warps=8, fold="fma"),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("params", STAGED_GPU_CONFIGS, ids=lambda p: "-".join(f"{k}={v}" for k, v in p.items()))
+@pytest.mark.parametrize("batch", [1, 3, 64])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("dims", [(8, 64, 128, 2), (8, 80, 128, 8)])
+def test_replay_staged_gpu(dims, dtype, batch, params):
+    run = _kernel_replay(decode.LaunchConfig(kernel="staged", **params))
+    check_replay(dims, dtype, batch, window=8, steps=26, device="cuda", run=run, stagger=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fold", ["fma", "loop", "ieee", "tf32x3"])
+def test_replay_staged_nemotron_dims_four_windows_gpu(fold):
+    # The accuracy target for every fold of the staged kernel: fp32 checkpoint within 1e-5 of float64, L=16.
+    run = _kernel_replay(decode.LaunchConfig(16, 4, kernel="staged", fold=fold))
     check_replay((128, 64, 128, 8), torch.bfloat16, 3, 16, 66, "cuda", run=run, ckpt_tol=1e-5)
 
 

@@ -29,10 +29,14 @@ import torch
 import triton
 import triton.language as tl
 
-__all__ = ["FOLDS", "PIPELINES", "LaunchConfig", "launch_config", "replay_step", "standard_step"]
+__all__ = ["FOLDS", "KERNELS", "PIPELINES", "LaunchConfig", "launch_config", "replay_step", "standard_step"]
 
-#: Flush fold of the "v4" kernel: unrolled rank-1 FMAs, or an fp32 ``tl.dot`` at this precision.
-FOLDS = ("fma", "loop", "ieee", "tf32x3")
+#: Flush fold of the "v4" and "staged" kernels: unrolled rank-1 FMAs, a rolled loop, or an fp32
+#: ``tl.dot`` at this precision; "staged" also pipelines the loop ("pipe") or takes four entries
+#: per step ("chunk").
+FOLDS = ("fma", "loop", "ieee", "tf32x3", "pipe", "chunk")
+#: Replay kernels: one program per tile (v3), per head part (v4), ring launch + tiles (staged).
+KERNELS = ("v3", "v4", "staged")
 #: Tile pipelining of the "v4" kernel (decode_v4.py).
 PIPELINES = ("regs", "range")
 
@@ -49,7 +53,9 @@ class LaunchConfig:
     cursor_kernel: bool = False  # move the cursors in a second launch instead of arrival counters
     rows_fastest: bool = False  # grid order: rows first (programs in flight span many slots)
     # Replay kernel: "v3" one program per checkpoint tile (this module), "v4" one program per
-    # head part streaming its tiles (decode_v4.py). The fields below apply to "v4" only.
+    # head part streaming its tiles (decode_v4.py), "staged" a per-row ring launch then one
+    # program per checkpoint tile (decode_staged.py). The fields below apply to "v4" ("fold"
+    # also to "staged").
     kernel: str = "v3"
     p_split: int = 1  # programs per head (each streams head_dim / p_split rows)
     fold: str = "fma"  # flush fold: FMAs unrolled ("fma") or rolled ("loop"), or tl.dot "ieee" / "tf32x3"
@@ -57,10 +63,13 @@ class LaunchConfig:
     ahead: int = 1  # tiles loaded ahead of the one being computed ("regs"; 1 or 2)
     num_stages: int = 2  # software-pipeline stages ("range")
     split_flush: bool = False  # non-flush and flush rows in two launches (needs cursor_kernel)
+    ring_warps: int = 4  # "staged": warps of the per-row ring launch
 
     def __post_init__(self):
-        if self.kernel not in ("v3", "v4"):
-            raise ValueError(f"LaunchConfig.kernel: expected 'v3' or 'v4', got {self.kernel!r}")
+        if self.kernel not in KERNELS:
+            raise ValueError(f"LaunchConfig.kernel: expected one of {KERNELS}, got {self.kernel!r}")
+        if self.fold in ("pipe", "chunk") and self.kernel != "staged":
+            raise ValueError(f"LaunchConfig.fold: {self.fold!r} is a fold of kernel='staged' only")
         if self.fold not in FOLDS:
             raise ValueError(f"LaunchConfig.fold: expected one of {FOLDS}, got {self.fold!r}")
         if self.pipeline not in PIPELINES:
@@ -73,7 +82,7 @@ class LaunchConfig:
             raise ValueError(f"LaunchConfig: expected p_split >= 1 and num_stages >= 1, got {self.p_split}, {self.num_stages}")
         if self.block_p < 1 or self.block_p & (self.block_p - 1):
             raise ValueError(f"LaunchConfig.block_p: expected a power of two, got {self.block_p}")
-        if self.kernel == "v4" and self.fold in ("ieee", "tf32x3") and self.block_p < 16:
+        if self.kernel in ("v4", "staged") and self.fold in ("ieee", "tf32x3") and self.block_p < 16:
             raise ValueError(f"LaunchConfig.block_p: a tl.dot fold needs block_p >= 16, got {self.block_p}")
 
 
@@ -94,14 +103,46 @@ def launch_config(kind: str, head_dim: int, d_state: int, batch: int) -> LaunchC
         # instead of a second launch; the tf32x3 fold keeps the flush short (8.7 us amortized
         # against 9.5 us for one program per tile).
         return LaunchConfig(block_p=16, num_warps=4, kernel="v4", p_split=4, fold="tf32x3")
-    # Bandwidth-bound: one program per head streaming 32-row tiles with the next one in flight,
-    # capped at 128 registers, rows first in the grid, cursors moved by a second launch, rolled
-    # FMA fold (batch 256: non-flush 376 us against 464 us for one program per tile).
-    block_p = max(16, min(32, 4096 // block_n))
-    return LaunchConfig(
-        block_p=block_p, num_warps=4, max_registers=128, cursor_kernel=True, rows_fastest=True,
-        kernel="v4", p_split=1, fold="loop",
-    )
+    if batch < 128:
+        # One program per head streaming 32-row tiles with the next one in flight, capped at 128
+        # registers, rows first in the grid, cursors moved by a second launch, rolled FMA fold
+        # (batch 128: amortized 213 us, the staged kernel 216 us).
+        block_p = max(16, min(32, 4096 // block_n))
+        return LaunchConfig(
+            block_p=block_p, num_warps=4, max_registers=128, cursor_kernel=True, rows_fastest=True,
+            kernel="v4", p_split=1, fold="loop",
+        )
+    # Bandwidth-bound: the per-row ring launch, then standard-sized tiles (batch 256: non-flush
+    # 344 us = 80% of copy against 376 us for the one-launch kernel; Nemotron-3-Nano dims
+    # amortized 1.29x standard against 1.02x).
+    return LaunchConfig(block_p=8 if block_n <= 128 else 4, num_warps=2, kernel="staged", fold="loop")
+
+
+@triton.jit
+def _program_ids(ROWS_FASTEST: tl.constexpr):
+    """``(row, head, part)`` of this program. ``ROWS_FASTEST`` walks rows first, so the programs
+    running at one time belong to many slots."""
+    if ROWS_FASTEST:
+        row = tl.program_id(0).to(tl.int64)
+        h = tl.program_id(1)
+        part = tl.program_id(2)
+    else:
+        part = tl.program_id(0)
+        h = tl.program_id(1)
+        row = tl.program_id(2).to(tl.int64)
+    return row, h, part
+
+
+@triton.jit
+def _slot_of(idx_ptr, row, pad_slot_id, HAS_INDICES: tl.constexpr):
+    """``(slot, live)`` of batch row ``row``; a padded row addresses slot 0 (a valid address)
+    and is masked by ``live`` from there on."""
+    if HAS_INDICES:
+        slot = tl.load(idx_ptr + row).to(tl.int64)
+    else:
+        slot = row
+    live = slot != pad_slot_id
+    return tl.where(live, slot, 0), live
 
 
 @triton.jit
@@ -162,12 +203,7 @@ def _standard_step_kernel(
     offs_n = tl.arange(0, BLOCK_N)
     mask_p = offs_p < P
     mask_n = offs_n < N
-    if HAS_INDICES:
-        slot = tl.load(idx_ptr + row).to(tl.int64)
-    else:
-        slot = row
-    live = slot != pad_slot_id
-    slot = tl.where(live, slot, 0)
+    slot, live = _slot_of(idx_ptr, row, pad_slot_id, HAS_INDICES)
     # Liveness enters masks through comparisons only (no scalar & vector), which every
     # backend, the interpreter included, types as a boolean mask.
     mask_live_p = offs_p < tl.where(live, P, 0)
@@ -209,27 +245,14 @@ def _replay_step_kernel(
     HAS_CLAMP: tl.constexpr, HAS_INDICES: tl.constexpr, FOLD_DOT: tl.constexpr, RING_PREFETCH: tl.constexpr,
     CURSOR_KERNEL: tl.constexpr, ROWS_FASTEST: tl.constexpr,
 ):
-    # ROWS_FASTEST walks rows first, so the programs running at one time belong to many slots.
-    if ROWS_FASTEST:
-        row = tl.program_id(0).to(tl.int64)
-        h = tl.program_id(1)
-        pid_p = tl.program_id(2)
-    else:
-        pid_p = tl.program_id(0)
-        h = tl.program_id(1)
-        row = tl.program_id(2).to(tl.int64)
+    row, h, pid_p = _program_ids(ROWS_FASTEST)
     g = h // HEADS_PER_GROUP
     offs_p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
     offs_n = tl.arange(0, BLOCK_N)
     offs_j = tl.arange(0, BLOCK_J)
     mask_p = offs_p < P
     mask_n = offs_n < N
-    if HAS_INDICES:
-        slot = tl.load(idx_ptr + row).to(tl.int64)
-    else:
-        slot = row
-    live = slot != pad_slot_id
-    slot = tl.where(live, slot, 0)
+    slot, live = _slot_of(idx_ptr, row, pad_slot_id, HAS_INDICES)
     # Liveness enters masks through comparisons only (no scalar & vector), which every
     # backend, the interpreter included, types as a boolean mask.
     mask_live_p = offs_p < tl.where(live, P, 0)
@@ -418,6 +441,12 @@ def replay_step(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at, window
     if batch == 0:
         return y
     cfg = config or launch_config("replay", head_dim, d_state, batch)
+    if cfg.kernel == "staged":
+        from .decode_staged import replay_step_staged
+
+        return replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at, window,
+                                  x, dt, A, B, C, D, z, dt_bias, dt_softplus, dt_min, dt_max, state_indices,
+                                  pad_slot_id, y, cfg)
     if cfg.kernel == "v4":
         from .decode_v4 import replay_step_v4
 

@@ -34,7 +34,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from .decode import _append_dt_B, _arrivals, _common, _fold_unrolled, _move_cursors, _softplus_clamp, _state_strides
+from .decode import (_append_dt_B, _arrivals, _common, _fold_unrolled, _move_cursors, _program_ids, _slot_of,
+                     _softplus_clamp, _state_strides)
 
 __all__ = ["replay_step_v4"]
 
@@ -140,25 +141,13 @@ def _replay_v4_kernel(
     AHEAD: tl.constexpr, NUM_STAGES: tl.constexpr, CURSOR_KERNEL: tl.constexpr, ROWS_FASTEST: tl.constexpr,
     ROWS: tl.constexpr,
 ):
-    if ROWS_FASTEST:
-        row = tl.program_id(0).to(tl.int64)
-        h = tl.program_id(1)
-        part = tl.program_id(2)
-    else:
-        part = tl.program_id(0)
-        h = tl.program_id(1)
-        row = tl.program_id(2).to(tl.int64)
+    row, h, part = _program_ids(ROWS_FASTEST)
     g = h // HEADS_PER_GROUP
     first = part * BLOCKS  # this program's tiles: first .. first + BLOCKS - 1 (past P: masked)
     offs_n = tl.arange(0, BLOCK_N)
     offs_j = tl.arange(0, BLOCK_J)
     mask_n = offs_n < N
-    if HAS_INDICES:
-        slot = tl.load(idx_ptr + row).to(tl.int64)
-    else:
-        slot = row
-    live = slot != pad_slot_id
-    slot = tl.where(live, slot, 0)
+    slot, live = _slot_of(idx_ptr, row, pad_slot_id, HAS_INDICES)
     live_rows = tl.where(live, P, 0)  # rows below this bound are read and written
     ck_base = ckpt_ptr + slot * s_ck_slot + h * s_ck_head
     rx_base = ring_x_ptr + slot * s_rx_slot + h * s_rx_head

@@ -1,0 +1,250 @@
+"""The two-launch ReplaySSM step for Mamba-2 (``LaunchConfig(kernel="staged")``).
+
+The one-launch kernels (``decode.py``, ``decode_v4.py``) make every program that streams
+checkpoint rows also do the ring work of its head: load the ring's ``dt`` and ``B [J, d_state]``,
+reduce ``B_j . C``, take the cumulative decays. That work is small in bytes but long in
+dependent latency, and while a program does it no checkpoint bytes of its own are in flight;
+``B`` is also re-read by each of the group's heads. Measured on an H200 that kept the non-flush
+step at ~73% of copy bandwidth while the standard kernel, whose programs only load a tile,
+update it and store it, reaches ~100% (benchmarks/NOTES_mamba2.md).
+
+Here the ring work is a launch of its own and the checkpoint stream is as plain as the standard
+kernel:
+
+1. ``_ring_kernel``, one program per batch row: reads the cursors, computes for every head
+   ``G = cumulative dt A``, ``Gamma = exp(A G_t)`` and the ring weights
+   ``w_j = exp(A (G_t - G_j)) dt_j`` (``j < c``), the scores ``B_j . C_t`` once per group, and
+   writes per ``(row, head)`` a ``[CAP + 2]`` fp32 line: non-flush rows
+   ``coef_j = w_j (B_j . C_t)``, ``Gamma``, ``dt_t (B_t . C_t)``; flush rows ``w_j``, ``Gamma``,
+   ``dt_t``. It appends ``dt_t`` and ``B_t`` at ring position ``c`` and moves the row's cursors
+   (one program per slot: no counters, no second cursor launch).
+2. ``_stream_kernel``, one program per ``(head_dim tile, head, row)`` as the standard kernel:
+   the checkpoint tile is the first load; non-flush
+   ``y = Gamma S_c C + x_ring^T coef + coef_now x_t`` (plus ``D x`` and the ``z`` gate) and the
+   tile's slice of ``x_t`` is appended at ring position ``c``; flush (uniform per program)
+   ``S = Gamma S_c + dt_t x_t B_t^T + sum_j w_j x_j B_j^T`` in fp32 (``fold``: unrolled FMAs,
+   a rolled loop with the next entry prefetched (``loop``) or software-pipelined (``pipe``),
+   four entries per step (``chunk``), or ``tl.dot`` at ``ieee`` / ``tf32x3`` precision; never
+   through a 16-bit type), stored, and ``y = S C``.
+
+The stream kernel reads the row's ``c`` and flush flag from launch 1's scratch, not from
+``committed``, which launch 1 has already moved.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .decode import _common, _program_ids, _slot_of, _softplus_clamp, _state_strides
+
+__all__ = ["replay_step_staged"]
+
+
+@triton.jit
+def _ring_kernel(
+    ring_dt_ptr, ring_B_ptr, committed_ptr, flush_at_ptr,
+    dt_ptr, A_ptr, B_ptr, C_ptr, dt_bias_ptr, idx_ptr, coef_ptr, info_ptr,
+    window, pad_slot_id, dt_min, dt_max,
+    s_rdt_slot, s_rdt_head, s_rB_slot, s_rB_group, s_rB_j,
+    s_dt_row, s_B_row, s_B_group, s_C_row, s_C_group,
+    GROUPS: tl.constexpr, HEADS_PER_GROUP: tl.constexpr, N: tl.constexpr, CAP: tl.constexpr,
+    BLOCK_HG: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_J: tl.constexpr,
+    HAS_DT_BIAS: tl.constexpr, DT_SOFTPLUS: tl.constexpr, HAS_CLAMP: tl.constexpr, HAS_INDICES: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    slot, live = _slot_of(idx_ptr, row, pad_slot_id, HAS_INDICES)
+    c = tl.where(live, tl.load(committed_ptr + slot), 0)
+    flush_at = tl.load(flush_at_ptr + slot)
+    is_flush = c + 1 >= tl.where(live, flush_at, CAP + 1)
+    fits = tl.where(live, c < CAP, False)
+    offs_hg = tl.arange(0, BLOCK_HG)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_j = tl.arange(0, BLOCK_J)
+    mask_hg = offs_hg < HEADS_PER_GROUP
+    mask_n = offs_n < N
+    in_ring = offs_j < c
+    LINE: tl.constexpr = CAP + 2
+    for g in range(GROUPS):
+        # Lanes past the group's heads repeat its first head (every load stays in bounds; their stores are masked).
+        heads = g * HEADS_PER_GROUP + tl.where(mask_hg, offs_hg, 0)
+        rB = tl.load(ring_B_ptr + slot * s_rB_slot + g * s_rB_group + offs_j[:, None] * s_rB_j + offs_n[None, :],
+                     mask=in_ring[:, None] & mask_n[None, :], other=0.0).to(tl.float32)
+        B_raw = tl.load(B_ptr + row * s_B_row + g * s_B_group + offs_n, mask=mask_n, other=0.0)
+        Cv = tl.load(C_ptr + row * s_C_row + g * s_C_group + offs_n, mask=mask_n, other=0.0).to(tl.float32)
+        rdt = tl.load(ring_dt_ptr + slot * s_rdt_slot + heads[:, None] * s_rdt_head + offs_j[None, :],
+                      mask=mask_hg[:, None] & in_ring[None, :], other=0.0)
+        dt = tl.load(dt_ptr + row * s_dt_row + heads, mask=mask_hg, other=0.0).to(tl.float32)
+        dt = _softplus_clamp(dt, heads, HAS_DT_BIAS, dt_bias_ptr, DT_SOFTPLUS, HAS_CLAMP, dt_min, dt_max)
+        A = tl.load(A_ptr + heads, mask=mask_hg, other=0.0).to(tl.float32)
+        score = tl.sum(rB * Cv[None, :], axis=1)  # [J]: B_j . C_t, shared by the group's heads
+        score_now = tl.sum(B_raw.to(tl.float32) * Cv, axis=0)
+        total = tl.sum(rdt, axis=1) + dt  # [heads]
+        w = tl.where(in_ring[None, :], tl.exp(A[:, None] * (total[:, None] - tl.cumsum(rdt, axis=1))) * rdt, 0.0)
+        gamma = tl.exp(A * total)
+        line = coef_ptr + (row * GROUPS * HEADS_PER_GROUP + heads) * LINE
+        lead = tl.where(is_flush, w, w * score[None, :])
+        tl.store(line[:, None] + offs_j[None, :], lead, mask=mask_hg[:, None] & (offs_j < CAP)[None, :])
+        tl.store(line + CAP, gamma, mask=mask_hg)
+        tl.store(line + CAP + 1, tl.where(is_flush, dt, dt * score_now), mask=mask_hg)
+        # The token's ring entry (entry c is not read by this step).
+        tl.store(ring_dt_ptr + slot * s_rdt_slot + heads * s_rdt_head + c, dt, mask=offs_hg < tl.where(fits, HEADS_PER_GROUP, 0))
+        tl.store(ring_B_ptr + slot * s_rB_slot + g * s_rB_group + c * s_rB_j + offs_n, B_raw,
+                 mask=offs_n < tl.where(fits, N, 0))
+    tl.store(info_ptr + 2 * row, c)
+    tl.store(info_ptr + 2 * row + 1, tl.where(is_flush, 1, 0))
+    if live:
+        tl.store(committed_ptr + slot, tl.where(is_flush, 0, c + 1))
+        if is_flush:
+            tl.store(flush_at_ptr + slot, window)
+
+
+@triton.jit
+def _stream_kernel(
+    ckpt_ptr, ring_x_ptr, ring_B_ptr, coef_ptr, info_ptr,
+    x_ptr, B_ptr, C_ptr, D_ptr, z_ptr, idx_ptr, y_ptr,
+    pad_slot_id,
+    s_ck_slot, s_ck_head, s_ck_p, s_rx_slot, s_rx_head, s_rx_j, s_rB_slot, s_rB_group, s_rB_j,
+    s_x_row, s_x_head, s_B_row, s_B_group, s_C_row, s_C_group, s_z_row, s_z_head, s_y_row, s_y_head,
+    HEADS: tl.constexpr, HEADS_PER_GROUP: tl.constexpr, P: tl.constexpr, N: tl.constexpr, CAP: tl.constexpr,
+    BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_J: tl.constexpr,
+    HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_INDICES: tl.constexpr, FOLD: tl.constexpr,
+    ROWS_FASTEST: tl.constexpr, RING_PREFETCH: tl.constexpr,
+):
+    row, h, pid_p = _program_ids(ROWS_FASTEST)
+    g = h // HEADS_PER_GROUP
+    offs_p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_j = tl.arange(0, BLOCK_J)
+    mask_p = offs_p < P
+    mask_n = offs_n < N
+    slot, live = _slot_of(idx_ptr, row, pad_slot_id, HAS_INDICES)
+    live_p = offs_p < tl.where(live, P, 0)
+    ck_ptrs = ckpt_ptr + slot * s_ck_slot + h * s_ck_head + offs_p[:, None] * s_ck_p + offs_n[None, :]
+    # The checkpoint tile is the only large transfer: first, so everything else overlaps it.
+    S = tl.load(ck_ptrs, mask=live_p[:, None] & mask_n[None, :], other=0.0).to(tl.float32)
+
+    c = tl.load(info_ptr + 2 * row)
+    is_flush = tl.load(info_ptr + 2 * row + 1) != 0
+    line = coef_ptr + (row * HEADS + h) * (CAP + 2)
+    lead = tl.load(line + offs_j, mask=offs_j < CAP, other=0.0)
+    gamma = tl.load(line + CAP)
+    last = tl.load(line + CAP + 1)
+    x = tl.load(x_ptr + row * s_x_row + h * s_x_head + offs_p, mask=mask_p, other=0.0)
+    Cv = tl.load(C_ptr + row * s_C_row + g * s_C_group + offs_n, mask=mask_n, other=0.0).to(tl.float32)
+    in_ring = offs_j < c
+    rx_base = ring_x_ptr + slot * s_rx_slot + h * s_rx_head
+    rB_base = ring_B_ptr + slot * s_rB_slot + g * s_rB_group
+    if RING_PREFETCH:
+        # Every entry, without waiting for c (one latency less, up to 2x the ring bytes);
+        # entries past c are zeroed after the fact (NaN-safe, unlike a zero coefficient).
+        rx = tl.load(rx_base + offs_j[None, :] * s_rx_j + offs_p[:, None],
+                     mask=live_p[:, None] & (offs_j < CAP)[None, :], other=0.0)
+        rx = tl.where(in_ring[None, :], rx.to(tl.float32), 0.0)
+    else:
+        rx = tl.load(rx_base + offs_j[None, :] * s_rx_j + offs_p[:, None], mask=live_p[:, None] & in_ring[None, :],
+                     other=0.0).to(tl.float32)
+    xf = x.to(tl.float32)
+    if is_flush:
+        Bv = tl.load(B_ptr + row * s_B_row + g * s_B_group + offs_n, mask=mask_n, other=0.0).to(tl.float32)
+        upd = gamma * S + (last * xf)[:, None] * Bv[None, :]
+        if FOLD == "fma":
+            # Every entry's loads (L1/L2 hits: the rx tile fetched the same lines) issue at once.
+            for j in tl.static_range(CAP):
+                take = j < c
+                w_j = tl.load(line + j)
+                x_j = tl.load(rx_base + j * s_rx_j + offs_p, mask=offs_p < tl.where(take, P, 0), other=0.0)
+                B_j = tl.load(rB_base + j * s_rB_j + offs_n, mask=offs_n < tl.where(take, N, 0), other=0.0)
+                upd += (w_j * x_j.to(tl.float32))[:, None] * B_j.to(tl.float32)[None, :]
+        elif FOLD == "loop":
+            # Rolled (few registers), with the next entry's loads in flight during this one's FMAs.
+            w_j = tl.load(line)
+            x_j = tl.load(rx_base + offs_p, mask=offs_p < tl.where(c > 0, P, 0), other=0.0)
+            B_j = tl.load(rB_base + offs_n, mask=offs_n < tl.where(c > 0, N, 0), other=0.0)
+            for j in range(0, c):
+                more = j + 1 < c
+                w_n = tl.load(line + j + 1)
+                x_n = tl.load(rx_base + (j + 1) * s_rx_j + offs_p, mask=offs_p < tl.where(more, P, 0), other=0.0)
+                B_n = tl.load(rB_base + (j + 1) * s_rB_j + offs_n, mask=offs_n < tl.where(more, N, 0), other=0.0)
+                upd += (w_j * x_j.to(tl.float32))[:, None] * B_j.to(tl.float32)[None, :]
+                w_j, x_j, B_j = w_n, x_n, B_n
+        elif FOLD == "pipe":
+            # Rolled, with Triton's software pipeliner keeping later entries' loads in flight.
+            for j in tl.range(0, c, num_stages=3):
+                w_j = tl.load(line + j)
+                x_j = tl.load(rx_base + j * s_rx_j + offs_p, mask=mask_p, other=0.0)
+                B_j = tl.load(rB_base + j * s_rB_j + offs_n, mask=mask_n, other=0.0)
+                upd += (w_j * x_j.to(tl.float32))[:, None] * B_j.to(tl.float32)[None, :]
+        elif FOLD == "chunk":
+            # Four entries per step as a [BLOCK_P, 4, N] product: two 2-D loads per chunk.
+            offs_q = tl.arange(0, 4)
+            for j0 in tl.static_range(0, CAP, 4):
+                in_chunk = j0 + offs_q < c
+                w_q = tl.load(line + j0 + offs_q, mask=in_chunk, other=0.0)
+                x_q = tl.load(rx_base + (j0 + offs_q)[None, :] * s_rx_j + offs_p[:, None],
+                              mask=live_p[:, None] & in_chunk[None, :], other=0.0).to(tl.float32)
+                B_q = tl.load(rB_base + (j0 + offs_q)[:, None] * s_rB_j + offs_n[None, :],
+                              mask=in_chunk[:, None] & mask_n[None, :], other=0.0).to(tl.float32)
+                upd += tl.sum((x_q * w_q[None, :])[:, :, None] * B_q[None, :, :], axis=1)
+        else:
+            rB = tl.load(rB_base + offs_j[:, None] * s_rB_j + offs_n[None, :], mask=in_ring[:, None] & mask_n[None, :],
+                         other=0.0).to(tl.float32)
+            upd = tl.dot(rx * lead[None, :], rB, acc=upd, input_precision=FOLD)
+        tl.store(ck_ptrs, upd.to(ckpt_ptr.dtype.element_ty), mask=live_p[:, None] & mask_n[None, :])
+        y = tl.sum(upd * Cv[None, :], axis=1)
+    else:
+        y = gamma * tl.sum(S * Cv[None, :], axis=1) + tl.sum(rx * lead[None, :], axis=1) + last * xf
+        # The token's ring entry (entry c is not read by this step).
+        tl.store(rx_base + c * s_rx_j + offs_p, x, mask=offs_p < tl.where(live & (c < CAP), P, 0))
+    if HAS_D:
+        y += tl.load(D_ptr + h).to(tl.float32) * xf
+    if HAS_Z:
+        zv = tl.load(z_ptr + row * s_z_row + h * s_z_head + offs_p, mask=mask_p, other=0.0).to(tl.float32)
+        y = y * zv * tl.sigmoid(zv)
+    y = tl.where(live, y, 0.0)
+    tl.store(y_ptr + row * s_y_row + h * s_y_head + offs_p, y.to(y_ptr.dtype.element_ty), mask=mask_p)
+
+
+def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at, window,
+                       x, dt, A, B, C, D, z, dt_bias, dt_softplus, dt_min, dt_max, state_indices, pad_slot_id,
+                       y, cfg):
+    """Launch the two-launch ReplaySSM step (arguments as ``decode.replay_step``, validated
+    there); writes ``y`` ``[batch, heads, head_dim]`` and the state in place.
+
+    Scratch between the launches: ``coef`` ``[batch, heads, capacity + 2]`` fp32 (ring weights,
+    ``Gamma``, current-token term) and ``info`` ``[batch, 2]`` int32 (``c``, flush flag)."""
+    batch, heads, head_dim = x.shape
+    d_state = checkpoint.shape[3]
+    groups, capacity = ring_B.shape[1], ring_B.shape[2]
+    lo, hi, strides, flags, (D_, z_, bias_, idx_) = _common(x, dt, B, C, z, y, dt_bias, dt_min, dt_max, D, state_indices, A)
+    (s_x_row, s_x_head, s_dt_row, s_B_row, s_B_group, s_C_row, s_C_group, s_z_row, s_z_head, s_y_row, s_y_head) = strides
+    (s_ck_slot, s_ck_head, s_ck_p, s_rx_slot, s_rx_head, s_rx_j, s_rdt_slot, s_rdt_head,
+     s_rB_slot, s_rB_group, s_rB_j) = _state_strides(checkpoint, ring_x, ring_dt, ring_B)
+    coef = torch.empty(batch, heads, capacity + 2, dtype=torch.float32, device=x.device)
+    info = torch.empty(batch, 2, dtype=torch.int32, device=x.device)
+    block_j = max(16, triton.next_power_of_2(capacity))
+    block_n = triton.next_power_of_2(d_state)
+    _ring_kernel[(batch,)](
+        ring_dt, ring_B, committed, flush_at, dt, A, B, C, bias_, idx_, coef, info,
+        int(window), pad_slot_id, lo, hi,
+        s_rdt_slot, s_rdt_head, s_rB_slot, s_rB_group, s_rB_j, s_dt_row, s_B_row, s_B_group, s_C_row, s_C_group,
+        GROUPS=groups, HEADS_PER_GROUP=heads // groups, N=d_state, CAP=capacity,
+        BLOCK_HG=triton.next_power_of_2(heads // groups), BLOCK_N=block_n, BLOCK_J=block_j,
+        HAS_DT_BIAS=flags["HAS_DT_BIAS"], DT_SOFTPLUS=bool(dt_softplus), HAS_CLAMP=flags["HAS_CLAMP"],
+        HAS_INDICES=flags["HAS_INDICES"], num_warps=cfg.ring_warps,
+    )
+    tiles = triton.cdiv(head_dim, cfg.block_p)
+    grid = (batch, heads, tiles) if cfg.rows_fastest else (tiles, heads, batch)
+    _stream_kernel[grid](
+        checkpoint, ring_x, ring_B, coef, info, x, B, C, D_, z_, idx_, y,
+        pad_slot_id,
+        s_ck_slot, s_ck_head, s_ck_p, s_rx_slot, s_rx_head, s_rx_j, s_rB_slot, s_rB_group, s_rB_j,
+        s_x_row, s_x_head, s_B_row, s_B_group, s_C_row, s_C_group, s_z_row, s_z_head, s_y_row, s_y_head,
+        HEADS=heads, HEADS_PER_GROUP=heads // groups, P=head_dim, N=d_state, CAP=capacity,
+        BLOCK_P=cfg.block_p, BLOCK_N=block_n, BLOCK_J=block_j,
+        HAS_D=flags["HAS_D"], HAS_Z=flags["HAS_Z"], HAS_INDICES=flags["HAS_INDICES"], FOLD=cfg.fold,
+        ROWS_FASTEST=cfg.rows_fastest, RING_PREFETCH=cfg.ring_prefetch, num_warps=cfg.num_warps,
+        maxnreg=cfg.max_registers,
+    )
+    return y

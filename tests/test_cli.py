@@ -165,6 +165,8 @@ def test_default_build_on_the_gpu(tmp_path, capsys):
     assert report["quantization"]["quant_algo"] == "NVFP4"
     (check,) = report["decode_check"]
     assert check["status"] == "passed", check
+    assert check["backend"] == "triton", check  # the GPU kernels, not the reference ops
+    assert check["tokens"] >= 2 * 16, check  # over more than one window, so flushes ran
 
 
 def test_build_failing_midway_removes_what_it_created(tmp_path, capsys):

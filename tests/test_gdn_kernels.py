@@ -220,7 +220,9 @@ def test_standard_kernel_matches_reference_cpu():
     standard_check(Layer(False, 4, 2, 16, 32, seed=3), batch=3, slots=5)
 
 
-def test_kernels_match_fla_naive_cpu():
+@pytest.mark.parametrize("variant", [None, "staged"], ids=["default", "staged"])
+def test_kernels_match_fla_naive_cpu(variant, monkeypatch):
+    monkeypatch.setattr(decode, "REPLAY_VARIANT", variant)
     fla_naive_check(Layer(False, 4, 2, 16, 16, seed=4))
 
 
@@ -286,7 +288,7 @@ STAGED_CPU = [
     pytest.param(2, 2, 16, 32, 4, False, StagedVariant(block_v=8, num_warps=1), 0, id="share1-foldu-4tiles"),
     pytest.param(4, 1, 32, 16, 4, True, StagedVariant(block_v=8, fold="u", ring_warps=1), 0, id="share4-fold-u"),
     pytest.param(2, 1, 16, 16, 4, True, StagedVariant(max_registers=96), 3, id="share2-wide-ring"),
-    pytest.param(4, 2, 16, 32, 4, True, StagedVariant(fold="wy", block_v=8), 0, id="share2-wy-4tiles"),
+    pytest.param(4, 2, 16, 16, 4, True, StagedVariant(fold="wy", block_v=8), 0, id="share2-wy-2tiles"),
     pytest.param(4, 1, 32, 16, 6, True, StagedVariant(fold="wy"), 2, id="share4-wy-wide-ring"),
 ]
 
@@ -419,10 +421,12 @@ def test_staged_variants_gpu(variant, refold, monkeypatch):
 
 
 @pytest.mark.gpu
-def test_matches_fla_fused_recurrent_gpu():
+@pytest.mark.parametrize("variant", [None, "staged"], ids=["default", "staged"])
+def test_matches_fla_fused_recurrent_gpu(variant, monkeypatch):
     """Our standard and ReplaySSM kernels against fla's fused_recurrent_gated_delta_rule (fp32)."""
     from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule
 
+    monkeypatch.setattr(decode, "REPLAY_VARIANT", variant)
     layer = Layer(False, 32, 16, 128, 128, dtype=torch.float32, seed=12)
     batch, T = 4, 20
     seq = layer.tokens(batch, T)

@@ -8,6 +8,7 @@ import torch
 
 from test_gdn_kernels import (CHUNKED_GPU, DEV, DTYPES, Layer, assert_decode_matches_fla, check_variant_cpu,
                               check_variant_gpu, dims_id, drive, fla_naive_check, standard_check)
+from trtllm_replayssm.ops.gdn import decode
 from trtllm_replayssm.ops.gdn.decode_chunked import ChunkedVariant
 from trtllm_replayssm.ops.gdn.decode_staged import StagedVariant
 
@@ -23,7 +24,9 @@ def test_standard_kernel_matches_reference_cpu():
     standard_check(Layer(True, 2, 2, 16, 16, seed=23), batch=3, slots=4)
 
 
-def test_kernels_match_fla_naive_cpu():
+@pytest.mark.parametrize("variant", [None, "staged"], ids=["default", "staged"])
+def test_kernels_match_fla_naive_cpu(variant, monkeypatch):
+    monkeypatch.setattr(decode, "REPLAY_VARIANT", variant)
     fla_naive_check(Layer(True, 2, 2, 16, 16, seed=24))
 
 
@@ -99,10 +102,12 @@ def test_standard_kernel_gpu():
 
 
 @pytest.mark.gpu
-def test_matches_fla_fused_recurrent_kda_gpu():
+@pytest.mark.parametrize("variant", [None, "staged"], ids=["default", "staged"])
+def test_matches_fla_fused_recurrent_kda_gpu(variant, monkeypatch):
     """Our standard and ReplaySSM kernels against fla's fused_recurrent_kda (fp32, gates in-kernel)."""
     from fla.ops.kda import fused_recurrent_kda
 
+    monkeypatch.setattr(decode, "REPLAY_VARIANT", variant)
     layer = Layer(True, *KIMI, dtype=torch.float32, seed=32)
     batch, T = 4, 20
     seq = layer.tokens(batch, T)

@@ -221,7 +221,8 @@ def warmup_only(layer, batches):
 #: are out of the sweep. Registers of the staged streaming kernel for sm_90 at Qwen3.5-4B dims,
 #: bf16 (benchmarks/registers_gdn_staged.py; no spills): BV=32 / 4 warps 96 (KDA fold u 117),
 #: BV=16 / 4 warps 56 (wy 72, KDA wy 80), BV=32 / 8 warps 48 (KDA 63; wy 76, KDA wy 80),
-#: BV=8 / 2 warps 56 (KDA 64); the ring kernel 48 (KDA 72; wy 72, KDA wy 80).
+#: BV=8 / 2 warps 56 (KDA 64), wy unrolled BV=16 / 4 warps 137 (KDA 134); the ring kernel 48
+#: (KDA 72; wy 72, KDA wy 80).
 VARIANTS = (
     ("rowwise", "rowwise", None),
     ("chunked 2 warps", ChunkedVariant(num_warps=2), (1, 32)),
@@ -232,7 +233,8 @@ VARIANTS = (
     ("staged wy BV=32 8 warps", StagedVariant(block_v=32, num_warps=8, fold="wy"), (128, 256, 512)),
     ("staged BV=8", StagedVariant(block_v=8), (128, 256, 512)),
     ("staged fold u", StagedVariant(fold="u"), (128, 256, 512)),
-    ("staged ring 2 warps", StagedVariant(ring_warps=2), (256,)),
+    ("staged wy unrolled BV=16 4 warps", StagedVariant(block_v=16, num_warps=4, fold="wy", unroll=True),
+     (128, 256, 512)),
 )
 
 

@@ -26,7 +26,8 @@ from trtllm_replayssm.ops.gdn import decode_staged as staged  # noqa: E402
 
 TARGET = GPUTarget("cuda", 90, 32)
 # The ptxas Triton itself uses for sm_90+ (it accepts the PTX version Triton emits).
-PTXAS = os.environ.get("PTXAS", os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas-blackwell"))
+PTXAS = os.environ.get("PTXAS", os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin",
+                                             "ptxas-blackwell"))
 
 
 def _compile(fn, types: dict[str, str], constexprs: dict[str, object], num_warps: int, maxnreg=None) -> str:
@@ -80,7 +81,7 @@ def resources(per_channel: bool, act: str, HV: int, H: int, K: int, V: int, cap:
     }
     stream = _compile(staged._stream_kernel, stream_types, dict(
         HV=HV, H=H, K=K, V=V, BV=bv, CAP=cap, BC=bc, W=width, PER_CHANNEL=per_channel, REFOLD=refold,
-        WY=wy, HAS_INDICES=True), warps, variant.max_registers)
+        WY=wy, STAGES=variant.stages, UNROLL=variant.unroll, HAS_INDICES=True), warps, variant.max_registers)
     return {"launch": f"BV={bv} warps={warps} ring_warps={ring_warps}", "ring": ring, "stream": stream}
 
 

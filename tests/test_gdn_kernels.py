@@ -286,10 +286,11 @@ STAGED_CPU = [
     # HV, H, d_k, d_v, window, refold, variant, drafts
     pytest.param(4, 2, 16, 8, 4, True, "staged", 0, id="share2-refold-dv8"),
     pytest.param(2, 2, 16, 32, 4, False, StagedVariant(block_v=8, num_warps=1), 0, id="share1-foldu-4tiles"),
-    pytest.param(4, 1, 32, 16, 4, True, StagedVariant(block_v=8, fold="u", ring_warps=1), 0, id="share4-fold-u"),
+    pytest.param(4, 1, 32, 16, 4, True, StagedVariant(block_v=8, fold="u", ring_warps=1, stages=1), 0,
+                 id="share4-fold-u"),
     pytest.param(2, 1, 16, 16, 4, True, StagedVariant(max_registers=96), 3, id="share2-wide-ring"),
     pytest.param(4, 2, 16, 16, 4, True, StagedVariant(fold="wy", block_v=8), 0, id="share2-wy-2tiles"),
-    pytest.param(4, 1, 32, 16, 6, True, StagedVariant(fold="wy"), 2, id="share4-wy-wide-ring"),
+    pytest.param(4, 1, 32, 16, 6, True, StagedVariant(fold="wy", unroll=True), 2, id="share4-wy-unrolled-wide-ring"),
 ]
 
 
@@ -307,6 +308,10 @@ def test_staged_variant_rejects_bad_options():
         StagedVariant(num_warps=3)
     with pytest.raises(ValueError, match="^ring_warps:"):
         StagedVariant(ring_warps=0)
+    with pytest.raises(ValueError, match="^stages:"):
+        StagedVariant(stages=0)
+    with pytest.raises(ValueError, match="^unroll:"):
+        StagedVariant(unroll=True)
 
 
 def test_chunked_variant_rejects_bad_options():
@@ -415,6 +420,7 @@ def test_staged_kernel_gpu(dims, dtype, batch, monkeypatch):
     pytest.param(StagedVariant(block_v=16, max_registers=64), False, id="bv16-max64-refold-false"),
     pytest.param(StagedVariant(fold="wy", block_v=16, num_warps=4), True, id="wy-bv16"),
     pytest.param(StagedVariant(fold="wy", block_v=32, num_warps=8), True, id="wy-bv32-8warps"),
+    pytest.param(StagedVariant(fold="wy", block_v=16, num_warps=4, unroll=True), True, id="wy-unrolled-bv16"),
 ])
 def test_staged_variants_gpu(variant, refold, monkeypatch):
     check_variant_gpu(False, GPU_DIMS[0], "fp32", 3, variant, monkeypatch, refold=refold)

@@ -48,7 +48,7 @@ def test_chunked_kernel_matches_reference_cpu(HV, H, d_k, d_v, window, refold, v
     pytest.param(4, 2, 16, 8, True, "staged", id="share2-refold-dv8"),
     pytest.param(2, 2, 16, 32, False, StagedVariant(block_v=8), id="share1-foldu-4tiles"),
     pytest.param(4, 1, 32, 16, True, StagedVariant(block_v=8, fold="u"), id="share4-fold-u"),
-    pytest.param(2, 1, 16, 32, True, StagedVariant(block_v=8, fold="wy"), id="share2-wy-4tiles"),
+    pytest.param(2, 1, 16, 32, True, StagedVariant(block_v=8, fold="wy", unroll=True), id="share2-wy-unrolled-4tiles"),
 ])
 def test_staged_kernel_matches_reference_cpu(HV, H, d_k, d_v, refold, variant):
     check_variant_cpu(True, HV, H, d_k, d_v, 4, refold, variant)
@@ -91,6 +91,7 @@ def test_staged_kernel_gpu(dtype, batch, monkeypatch):
     pytest.param(StagedVariant(fold="u"), True, id="fold-u"),
     pytest.param(StagedVariant(block_v=8, num_warps=1), False, id="bv8-1warp-refold-false"),
     pytest.param(StagedVariant(fold="wy", block_v=16, num_warps=4), True, id="wy-bv16"),
+    pytest.param(StagedVariant(fold="wy", block_v=16, num_warps=4, unroll=True), True, id="wy-unrolled-bv16"),
 ])
 def test_staged_variants_gpu(variant, refold, monkeypatch):
     check_variant_gpu(True, KIMI, "fp32", 3, variant, monkeypatch, refold=refold)

@@ -66,7 +66,10 @@ class StagedVariant:
     takes ``c + 1`` independent reductions ``S_c Kg_j`` and ``c + 1`` rank-1 updates with no
     reduction between them; or "u", fold the cached ``u`` even when ``refold=True`` (exact only
     while the outputs read the recurrence checkpoint itself, as this state's do; it measures
-    the refold's cost).
+    the refold's cost). ``stages``: software-pipelining depth of the flush's loops over the
+    window (``tl.range(num_stages=...)``). ``unroll``: "wy" only, the two loops unrolled over
+    the ring's capacity (entries past ``c`` masked) so that the independent reductions of the
+    window's entries can overlap.
     """
 
     block_v: int | None = None
@@ -74,12 +77,18 @@ class StagedVariant:
     ring_warps: int | None = None
     max_registers: int | None = None
     fold: str = "refold"
+    stages: int = 1
+    unroll: bool = False
 
     def __post_init__(self):
         if self.fold not in _FOLDS:
             raise ValueError(f"fold: expected one of {_FOLDS}, got {self.fold!r}")
         if self.block_v is not None and (self.block_v < 1 or self.block_v & (self.block_v - 1)):
             raise ValueError(f"block_v: expected None or a power of two, got {self.block_v}")
+        if self.unroll and self.fold != "wy":
+            raise ValueError(f"unroll: only with fold='wy', got fold={self.fold!r}")
+        if self.stages < 1:
+            raise ValueError(f"stages: expected >= 1, got {self.stages}")
         for name in ("num_warps", "ring_warps"):
             w = getattr(self, name)
             if w is not None and w not in (1, 2, 4, 8, 16):
@@ -173,12 +182,43 @@ def _ring_kernel(
 
 
 @triton.jit
+def _wy_column(S, R, G, j, c, b_v, p_rk, p_rv, p_rg, p_rb, o_k, o_v, o_c, K: tl.constexpr, V: tl.constexpr,
+               PER_CHANNEL: tl.constexpr):
+    """Column ``j`` of ``R = beta (V - S_c Kg^T)`` and the running log-decay ``G`` through ``j``;
+    an entry past ``c`` (the unrolled loop) adds nothing."""
+    live = j <= c
+    if PER_CHANNEL:
+        G += tl.where(live, tl.load(p_rg + j * K + o_k), 0.0)
+    else:
+        G += tl.where(live, tl.load(p_rg + j), 0.0)
+    kg = tl.load(p_rk + j * K + o_k).to(tl.float32) * tl.exp(G)
+    v_j = tl.where(j == c, b_v, tl.load(p_rv + j * V + o_v).to(tl.float32))
+    r_j = tl.load(p_rb + j) * (v_j - tl.sum(S * kg[None, :], axis=1))
+    return tl.where(((o_c == j) & live)[None, :], r_j[:, None], R), G
+
+
+@triton.jit
+def _wy_update(S, R, G, G_end, i, c, p_rk, p_rg, p_a, o_k, o_c, K: tl.constexpr, BC: tl.constexpr,
+               PER_CHANNEL: tl.constexpr):
+    """``S += u_i (e^{G_end - G_i} * k_i)^T`` with ``u_i = R A_i`` (row ``i`` of the window's
+    inverse); an entry past ``c`` adds nothing."""
+    live = i <= c
+    if PER_CHANNEL:
+        G += tl.where(live, tl.load(p_rg + i * K + o_k), 0.0)
+    else:
+        G += tl.where(live, tl.load(p_rg + i), 0.0)
+    b_ui = tl.where(live, tl.sum(R * tl.load(p_a + i * BC + o_c)[None, :], axis=1), 0.0)
+    kd = tl.where(live, tl.load(p_rk + i * K + o_k).to(tl.float32) * tl.exp(G_end - G), 0.0)
+    return S + b_ui[:, None] * kd[None, :], G
+
+
+@triton.jit
 def _stream_kernel(
     v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, committed, flush_at, state_indices, pad_slot_id,
     window, scratch, row_info, stride_v, stride_vh, stride_o, stride_oh,
     HV: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, CAP: tl.constexpr,
     BC: tl.constexpr, W: tl.constexpr, PER_CHANNEL: tl.constexpr, REFOLD: tl.constexpr, WY: tl.constexpr,
-    HAS_INDICES: tl.constexpr,
+    STAGES: tl.constexpr, UNROLL: tl.constexpr, HAS_INDICES: tl.constexpr,
 ):
     NVB: tl.constexpr = V // BV
     pid = tl.program_id(0)
@@ -215,15 +255,14 @@ def _stream_kernel(
             G = tl.zeros([K], dtype=tl.float32)
         else:
             G = tl.sum(tl.zeros([2], dtype=tl.float32))
-        for j in tl.range(0, c + 1):
-            if PER_CHANNEL:
-                G += tl.load(ring_g + (sh * CAP + j) * K + o_k)
-            else:
-                G += tl.load(ring_g + sh * CAP + j)
-            kg = tl.load(p_rk + j * K + o_k).to(tl.float32) * tl.exp(G)
-            v_j = tl.where(j == c, b_v, tl.load(p_rv + j * V + o_v).to(tl.float32))
-            r_j = tl.load(ring_beta + sh * CAP + j) * (v_j - tl.sum(S * kg[None, :], axis=1))
-            R = tl.where((o_c == j)[None, :], r_j[:, None], R)
+        if UNROLL:
+            for j in tl.static_range(CAP):
+                R, G = _wy_column(S, R, G, j, c, b_v, p_rk, p_rv, ring_g + sh * CAP * (K if PER_CHANNEL else 1),
+                                  ring_beta + sh * CAP, o_k, o_v, o_c, K, V, PER_CHANNEL)
+        else:
+            for j in tl.range(0, c + 1, num_stages=STAGES):
+                R, G = _wy_column(S, R, G, j, c, b_v, p_rk, p_rv, ring_g + sh * CAP * (K if PER_CHANNEL else 1),
+                                  ring_beta + sh * CAP, o_k, o_v, o_c, K, V, PER_CHANNEL)
         G_end = G
         if PER_CHANNEL:
             S = S * tl.exp(G_end)[None, :]
@@ -231,20 +270,20 @@ def _stream_kernel(
         else:
             S = S * tl.exp(G_end)
             G = tl.sum(tl.zeros([2], dtype=tl.float32))
-        for i in tl.range(0, c + 1):
-            if PER_CHANNEL:
-                G += tl.load(ring_g + (sh * CAP + i) * K + o_k)
-            else:
-                G += tl.load(ring_g + sh * CAP + i)
-            b_ui = tl.sum(R * tl.load(p_w + 2 * K + 2 * BC + 4 + i * BC + o_c)[None, :], axis=1)
-            kd = tl.load(p_rk + i * K + o_k).to(tl.float32) * tl.exp(G_end - G)
-            S += b_ui[:, None] * kd[None, :]
+        if UNROLL:
+            for i in tl.static_range(CAP):
+                S, G = _wy_update(S, R, G, G_end, i, c, p_rk, ring_g + sh * CAP * (K if PER_CHANNEL else 1),
+                                  p_w + 2 * K + 2 * BC + 4, o_k, o_c, K, BC, PER_CHANNEL)
+        else:
+            for i in tl.range(0, c + 1, num_stages=STAGES):
+                S, G = _wy_update(S, R, G, G_end, i, c, p_rk, ring_g + sh * CAP * (K if PER_CHANNEL else 1),
+                                  p_w + 2 * K + 2 * BC + 4, o_k, o_c, K, BC, PER_CHANNEL)
         tl.store(p_s, S.to(checkpoint.dtype.element_ty))
         b_q = tl.load(p_w + o_k)
         tl.store(p_o, tl.sum(S * b_q[None, :], axis=1).to(out.dtype.element_ty))
     elif flush & REFOLD:
         # The window 0..c from the raw ring (launch 1 wrote the token's k, beta, g at c), in fp32.
-        for j in tl.range(0, c):
+        for j in tl.range(0, c, num_stages=STAGES):
             if PER_CHANNEL:
                 b_gj = tl.load(ring_g + (sh * CAP + j) * K + o_k)
             else:
@@ -273,7 +312,7 @@ def _stream_kernel(
         tl.store(p_o, b_o.to(out.dtype.element_ty))
         if flush:
             # Fold the cached u's as they are, S = S Diag(e^{g_j}) + u_j k_j^T in order, then u_t.
-            for j in tl.range(0, c + 1):
+            for j in tl.range(0, c + 1, num_stages=STAGES):
                 if PER_CHANNEL:
                     S = S * tl.exp(tl.load(ring_g + (sh * CAP + j) * K + o_k))[None, :]
                 else:
@@ -337,6 +376,7 @@ def delta_replay_staged_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, ring
         v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, committed, flush_at, state_indices,
         pad_slot_id, window, scratch, row_info, sv, svh, so, soh,
         HV=HV, H=H, K=K, V=V, BV=bv, CAP=cap, BC=bc, W=width, PER_CHANNEL=per_channel, REFOLD=do_refold,
-        WY=wy, HAS_INDICES=has_indices, num_warps=warps, maxnreg=variant.max_registers,
+        WY=wy, STAGES=variant.stages, UNROLL=variant.unroll, HAS_INDICES=has_indices, num_warps=warps,
+        maxnreg=variant.max_registers,
     )
     return out

@@ -249,16 +249,15 @@ VARIANTS = [  # keyword arguments of decode.LaunchConfig; each set compiles once
     # staged: the stream kernel is as plain as the standard one (standard bp8 w2: 56 registers)
     dict(block_p=8, num_warps=2, fold="loop", **_STAGED),  # 64 (non-flush path alone: 56)
     dict(block_p=8, num_warps=2, fold="loop", max_registers=56, **_STAGED),  # 56, no spills
-    dict(block_p=8, num_warps=2, fold="loop", max_registers=56, ring_prefetch=True, **_STAGED),
-    dict(block_p=8, num_warps=2, fold="loop", ring_prefetch=True, **_STAGED),
     dict(block_p=8, num_warps=2, fold="pipe", **_STAGED),  # 64
-    dict(block_p=8, num_warps=2, fold="chunk", max_registers=64, **_STAGED),  # 64 + 1176 B spilled
+    dict(block_p=8, num_warps=2, fold="pipe", max_registers=56, **_STAGED),
     dict(block_p=8, num_warps=2, fold="fma", max_registers=64, **_STAGED),  # 64 + 1016 B spilled
     dict(block_p=16, num_warps=4, fold="loop", **_STAGED),  # 95 (non-flush alone: 78)
-    dict(block_p=16, num_warps=4, fold="chunk", **_STAGED),  # 128
     dict(block_p=16, num_warps=2, fold="tf32x3", **_STAGED),  # 127
     dict(block_p=16, num_warps=2, fold="tf32x3", max_registers=96, **_STAGED),
-    dict(block_p=16, num_warps=2, fold="ieee", **_STAGED),
+    dict(block_p=16, num_warps=2, fold="tf32x3", max_registers=80, **_STAGED),
+    dict(block_p=16, num_warps=2, fold="tf32x3", max_registers=88, **_STAGED),
+    dict(block_p=16, num_warps=4, fold="tf32x3", max_registers=64, **_STAGED),
     # batch 1: head_dim split over 2-8 programs to fill 132 SMs
     dict(block_p=16, num_warps=4, p_split=4, fold="tf32x3", **_B1),  # 93
     dict(block_p=32, num_warps=8, p_split=2, fold="loop", **_B1),  # 66

@@ -183,7 +183,7 @@ STAGED_INTERPRETER = [
     ((4, 32, 16, 2), dict(block_p=16, fold="tf32x3", rows_fastest=True)),
     ((4, 64, 16, 2), dict(block_p=8, fold="fma", num_warps=2)),
     ((3, 80, 24, 1), dict(block_p=16, fold="pipe", num_warps=2)),
-    ((6, 20, 16, 2), dict(block_p=8, fold="chunk", num_warps=2, rows_fastest=True, ring_prefetch=True)),
+    ((6, 20, 16, 2), dict(block_p=8, fold="loop", num_warps=2, rows_fastest=True, ring_prefetch=True)),
 ]
 
 
@@ -201,18 +201,25 @@ def test_replay_v4_kernel_interpreter_batch1_in_phase():
     check_replay((2, 32, 16, 1), torch.float32, 1, 4, 13, "cpu", run=_kernel_replay(cfg))
 
 
+def triton_next_pow2(n):
+    return 1 << (n - 1).bit_length()
+
+
 def test_launch_config_default_kernels_by_batch():
     kernels = [decode.launch_config("replay", 64, 128, b).kernel for b in (1, 15, 16, 127, 128, 512)]
     assert kernels == ["v4", "v4", "v4", "v4", "staged", "staged"]
     # head_dim 80 (Nemotron-3-Nano) must tile exactly; d_state 256 halves the tile rows
     assert 80 % decode.launch_config("replay", 80, 128, 256).block_p == 0
     assert decode.launch_config("replay", 64, 256, 256).block_p == 4
+    for head_dim, d_state in ((64, 128), (80, 128), (64, 256), (256, 64)):
+        cfg = decode.launch_config("replay", head_dim, d_state, 256)
+        assert head_dim % cfg.block_p == 0 and cfg.block_p * triton_next_pow2(d_state) <= 2048
 
 
 def test_launch_config_rejects_unknown_options():
     for bad in (dict(kernel="v5"), dict(fold="tf32"), dict(pipeline="async"), dict(ahead=3), dict(p_split=0),
                 dict(block_p=24), dict(kernel="v4", fold="ieee", block_p=8), dict(kernel="v4", split_flush=True),
-                dict(kernel="v4", fold="chunk")):
+                dict(kernel="v4", fold="pipe")):
         with pytest.raises(ValueError, match="LaunchConfig"):
             decode.LaunchConfig(**bad)
 

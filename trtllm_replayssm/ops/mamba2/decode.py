@@ -32,9 +32,8 @@ import triton.language as tl
 __all__ = ["FOLDS", "KERNELS", "PIPELINES", "LaunchConfig", "launch_config", "replay_step", "standard_step"]
 
 #: Flush fold of the "v4" and "staged" kernels: unrolled rank-1 FMAs, a rolled loop, or an fp32
-#: ``tl.dot`` at this precision; "staged" also pipelines the loop ("pipe") or takes four entries
-#: per step ("chunk").
-FOLDS = ("fma", "loop", "ieee", "tf32x3", "pipe", "chunk")
+#: ``tl.dot`` at this precision; "staged" also has the loop software-pipelined ("pipe").
+FOLDS = ("fma", "loop", "ieee", "tf32x3", "pipe")
 #: Replay kernels: one program per tile (v3), per head part (v4), ring launch + tiles (staged).
 KERNELS = ("v3", "v4", "staged")
 #: Tile pipelining of the "v4" kernel (decode_v4.py).
@@ -68,7 +67,7 @@ class LaunchConfig:
     def __post_init__(self):
         if self.kernel not in KERNELS:
             raise ValueError(f"LaunchConfig.kernel: expected one of {KERNELS}, got {self.kernel!r}")
-        if self.fold in ("pipe", "chunk") and self.kernel != "staged":
+        if self.fold == "pipe" and self.kernel != "staged":
             raise ValueError(f"LaunchConfig.fold: {self.fold!r} is a fold of kernel='staged' only")
         if self.fold not in FOLDS:
             raise ValueError(f"LaunchConfig.fold: expected one of {FOLDS}, got {self.fold!r}")
@@ -112,10 +111,13 @@ def launch_config(kind: str, head_dim: int, d_state: int, batch: int) -> LaunchC
             block_p=block_p, num_warps=4, max_registers=128, cursor_kernel=True, rows_fastest=True,
             kernel="v4", p_split=1, fold="loop",
         )
-    # Bandwidth-bound: the per-row ring launch, then standard-sized tiles (batch 256: non-flush
-    # 344 us = 80% of copy against 376 us for the one-launch kernel; Nemotron-3-Nano dims
-    # amortized 1.29x standard against 1.02x).
-    return LaunchConfig(block_p=8 if block_n <= 128 else 4, num_warps=2, kernel="staged", fold="loop")
+    # Bandwidth-bound: the per-row ring launch, then small checkpoint tiles (batch 256: non-flush
+    # 351 us = 79% of copy against 376 us for the one-launch kernel, flush 1.56x standard
+    # with the tf32x3 fold, amortized 1.50x; Nemotron-3-Nano dims 1.34x against 1.02x). The
+    # register cap keeps the fold's registers from lowering the non-flush occupancy.
+    if block_n <= 128:
+        return LaunchConfig(block_p=16, num_warps=2, max_registers=96, kernel="staged", fold="tf32x3")
+    return LaunchConfig(block_p=4, num_warps=2, max_registers=56, kernel="staged", fold="loop")
 
 
 @triton.jit

@@ -23,9 +23,9 @@ kernel:
    ``y = Gamma S_c C + x_ring^T coef + coef_now x_t`` (plus ``D x`` and the ``z`` gate) and the
    tile's slice of ``x_t`` is appended at ring position ``c``; flush (uniform per program)
    ``S = Gamma S_c + dt_t x_t B_t^T + sum_j w_j x_j B_j^T`` in fp32 (``fold``: unrolled FMAs,
-   a rolled loop with the next entry prefetched (``loop``) or software-pipelined (``pipe``),
-   four entries per step (``chunk``), or ``tl.dot`` at ``ieee`` / ``tf32x3`` precision; never
-   through a 16-bit type), stored, and ``y = S C``.
+   a rolled loop with the next entry prefetched (``loop``) or software-pipelined (``pipe``), or
+   ``tl.dot`` at ``ieee`` / ``tf32x3`` precision; never through a 16-bit type), stored, and
+   ``y = S C``.
 
 The stream kernel reads the row's ``c`` and flush flag from launch 1's scratch, not from
 ``committed``, which launch 1 has already moved.
@@ -176,17 +176,6 @@ def _stream_kernel(
                 x_j = tl.load(rx_base + j * s_rx_j + offs_p, mask=mask_p, other=0.0)
                 B_j = tl.load(rB_base + j * s_rB_j + offs_n, mask=mask_n, other=0.0)
                 upd += (w_j * x_j.to(tl.float32))[:, None] * B_j.to(tl.float32)[None, :]
-        elif FOLD == "chunk":
-            # Four entries per step as a [BLOCK_P, 4, N] product: two 2-D loads per chunk.
-            offs_q = tl.arange(0, 4)
-            for j0 in tl.static_range(0, CAP, 4):
-                in_chunk = j0 + offs_q < c
-                w_q = tl.load(line + j0 + offs_q, mask=in_chunk, other=0.0)
-                x_q = tl.load(rx_base + (j0 + offs_q)[None, :] * s_rx_j + offs_p[:, None],
-                              mask=live_p[:, None] & in_chunk[None, :], other=0.0).to(tl.float32)
-                B_q = tl.load(rB_base + (j0 + offs_q)[:, None] * s_rB_j + offs_n[None, :],
-                              mask=in_chunk[:, None] & mask_n[None, :], other=0.0).to(tl.float32)
-                upd += tl.sum((x_q * w_q[None, :])[:, :, None] * B_q[None, :, :], axis=1)
         else:
             rB = tl.load(rB_base + offs_j[:, None] * s_rB_j + offs_n[None, :], mask=in_ring[:, None] & mask_n[None, :],
                          other=0.0).to(tl.float32)

@@ -2,8 +2,11 @@
 
 ``mamba2_standard_step`` is the standard recurrence (vLLM's / TensorRT-LLM's
 ``selective_state_update``: the state is read and written every token), kept as the baseline.
-``mamba2_replay_step`` is the ReplaySSM step: one launch per batch, non-flush rows read the
-checkpoint and append to the ring, rows whose window fills fold the ring into the checkpoint.
+``mamba2_replay_step`` is the ReplaySSM step: non-flush rows read the checkpoint and append to
+the ring, rows whose window fills fold the ring into the checkpoint, all rows of a batch in the
+same launch(es). Large batches take two launches (``decode_staged.py``: a per-row ring launch,
+then one program per checkpoint tile), small ones one (``decode_v4.py``); ``decode.launch_config``
+picks, from measurements on an H200 (benchmarks/RESULTS.md).
 
 Checks here look only at shapes, dtypes, devices and strides (host metadata), so a call never
 synchronises with the GPU and can be captured in a CUDA graph. Slot ids in ``state_indices``

@@ -243,21 +243,22 @@ _FAST = dict(kernel="v4", cursor_kernel=True, rows_fastest=True)  # bandwidth-bo
 _B1 = dict(kernel="v4")  # latency-bound: arrival counters, no second launch
 _STAGED = dict(kernel="staged")  # a per-row ring launch, then one program per checkpoint tile
 VARIANTS = [  # keyword arguments of decode.LaunchConfig; each set compiles once (~1-3 s).
-    # Comments: registers per thread from ptxas for sm_90 (Triton 3.9, no spills unless noted).
+    # Comments: stream-kernel registers per thread for sm_90 from benchmarks/registers_mamba2_staged.py
+    # (Triton 3.9; spills noted; the ring launch takes 72).
     # one-launch, one program per head streaming its tiles (the default below batch 128 before)
     dict(block_p=32, num_warps=4, fold="loop", max_registers=128, **_FAST),
     # staged: the stream kernel is as plain as the standard one (standard bp8 w2: 56 registers)
-    dict(block_p=8, num_warps=2, fold="loop", **_STAGED),  # 64 (non-flush path alone: 56)
-    dict(block_p=8, num_warps=2, fold="loop", max_registers=56, **_STAGED),  # 56, no spills
+    dict(block_p=8, num_warps=2, fold="loop", **_STAGED),  # 71
+    dict(block_p=8, num_warps=2, fold="loop", max_registers=56, **_STAGED),  # 56 + 8 B spilled
     dict(block_p=8, num_warps=2, fold="pipe", **_STAGED),  # 64
-    dict(block_p=8, num_warps=2, fold="pipe", max_registers=56, **_STAGED),
-    dict(block_p=8, num_warps=2, fold="fma", max_registers=64, **_STAGED),  # 64 + 1016 B spilled
-    dict(block_p=16, num_warps=4, fold="loop", **_STAGED),  # 95 (non-flush alone: 78)
-    dict(block_p=16, num_warps=2, fold="tf32x3", **_STAGED),  # 127
-    dict(block_p=16, num_warps=2, fold="tf32x3", max_registers=96, **_STAGED),
-    dict(block_p=16, num_warps=2, fold="tf32x3", max_registers=80, **_STAGED),
-    dict(block_p=16, num_warps=2, fold="tf32x3", max_registers=88, **_STAGED),
-    dict(block_p=16, num_warps=4, fold="tf32x3", max_registers=64, **_STAGED),
+    dict(block_p=8, num_warps=2, fold="pipe", max_registers=56, **_STAGED),  # 56
+    dict(block_p=8, num_warps=2, fold="fma", max_registers=64, **_STAGED),  # 64 + 1026 B spilled
+    dict(block_p=16, num_warps=4, fold="loop", **_STAGED),  # 93
+    dict(block_p=16, num_warps=2, fold="tf32x3", **_STAGED),  # 128
+    dict(block_p=16, num_warps=2, fold="tf32x3", max_registers=96, **_STAGED),  # 96 + 96 B spilled (default)
+    dict(block_p=16, num_warps=2, fold="tf32x3", max_registers=80, **_STAGED),  # 80 + 196 B
+    dict(block_p=16, num_warps=2, fold="tf32x3", max_registers=88, **_STAGED),  # 88 + 140 B
+    dict(block_p=16, num_warps=4, fold="tf32x3", max_registers=64, **_STAGED),  # 64 + 272 B
     # batch 1: head_dim split over 2-8 programs to fill 132 SMs
     dict(block_p=16, num_warps=4, p_split=4, fold="tf32x3", **_B1),  # 93
     dict(block_p=32, num_warps=8, p_split=2, fold="loop", **_B1),  # 66

@@ -1,0 +1,74 @@
+"""Compile the two-launch Mamba-2 kernels (``ops/mamba2/decode_staged.py``) for sm_90 without a
+GPU and print ptxas's registers, spills and shared memory for each staged config of
+``bench_mamba2_decode.VARIANTS`` (the counts quoted in that list's comments).
+
+Same method as ``registers_gdn_staged.py`` (whose ``_compile`` this reuses). Must run without
+``TRITON_INTERPRET``.
+
+    python benchmarks/registers_mamba2_staged.py     # Nemotron-H dims, bf16 activations
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import triton  # noqa: E402
+
+from registers_gdn_staged import _compile  # noqa: E402
+from trtllm_replayssm.ops.mamba2 import decode  # noqa: E402
+from trtllm_replayssm.ops.mamba2 import decode_staged as staged  # noqa: E402
+
+STRIDES = ("s_ck_slot", "s_ck_head", "s_ck_p", "s_rx_slot", "s_rx_head", "s_rx_j", "s_rdt_slot", "s_rdt_head",
+           "s_rB_slot", "s_rB_group", "s_rB_j", "s_x_row", "s_x_head", "s_dt_row", "s_B_row", "s_B_group",
+           "s_C_row", "s_C_group", "s_z_row", "s_z_head", "s_y_row", "s_y_head")
+
+
+def _types(fn, act: str) -> dict[str, str]:
+    """Argument types of ``fn`` as the benchmark launches it (bf16 activations and rings)."""
+    fixed = {"ckpt_ptr": "*fp32", "ring_dt_ptr": "*fp32", "coef_ptr": "*fp32", "A_ptr": "*fp32", "D_ptr": "*fp32",
+             "dt_ptr": "*fp32", "dt_bias_ptr": "*fp32", "committed_ptr": "*i32", "flush_at_ptr": "*i32",
+             "idx_ptr": "*i32", "info_ptr": "*i32", "dt_min": "fp32", "dt_max": "fp32"}
+    out = {}
+    for name in fn.arg_names:
+        if name in fixed:
+            out[name] = fixed[name]
+        elif name.endswith("_ptr"):
+            out[name] = f"*{act}"
+        elif name in STRIDES or name in ("window", "pad_slot_id"):
+            out[name] = "i32"
+    return out
+
+
+def resources(cfg: decode.LaunchConfig, heads=128, head_dim=64, d_state=128, groups=8, cap=16, act="bf16"):
+    block_n = triton.next_power_of_2(d_state)
+    block_j = max(16, triton.next_power_of_2(cap))
+    flags = dict(HAS_INDICES=True)
+    ring = _compile(staged._ring_kernel, _types(staged._ring_kernel, act), dict(
+        GROUPS=groups, HEADS_PER_GROUP=heads // groups, N=d_state, CAP=cap,
+        BLOCK_HG=triton.next_power_of_2(heads // groups), BLOCK_N=block_n, BLOCK_J=block_j,
+        HAS_DT_BIAS=True, DT_SOFTPLUS=True, HAS_CLAMP=True, **flags), cfg.ring_warps)
+    stream = _compile(staged._stream_kernel, _types(staged._stream_kernel, act), dict(
+        HEADS=heads, HEADS_PER_GROUP=heads // groups, P=head_dim, N=d_state, CAP=cap, BLOCK_P=cfg.block_p,
+        BLOCK_N=block_n, BLOCK_J=block_j, HAS_D=True, HAS_Z=True, FOLD=cfg.fold, ROWS_FASTEST=cfg.rows_fastest,
+        RING_PREFETCH=cfg.ring_prefetch, **flags), cfg.num_warps, cfg.max_registers)
+    return ring, stream
+
+
+def main():
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        raise SystemExit("unset TRITON_INTERPRET: the interpreter does not compile")
+    from bench_mamba2_decode import VARIANTS, short
+
+    configs = [decode.launch_config("replay", 64, 128, 256)]
+    configs += [decode.LaunchConfig(**kw) for kw in VARIANTS if kw.get("kernel") == "staged"]
+    for cfg in configs:
+        ring, stream = resources(cfg)
+        print(f"{short(cfg)}: ring {ring}; stream {stream}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

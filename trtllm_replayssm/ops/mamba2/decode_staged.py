@@ -11,13 +11,13 @@ update it and store it, reaches ~100% (benchmarks/NOTES_mamba2.md).
 Here the ring work is a launch of its own and the checkpoint stream is as plain as the standard
 kernel:
 
-1. ``_ring_kernel``, one program per batch row: reads the cursors, computes for every head
+1. ``_ring_kernel``, one program per (batch row, group): reads the cursors, computes for every head
    ``G = cumulative dt A``, ``Gamma = exp(A G_t)`` and the ring weights
    ``w_j = exp(A (G_t - G_j)) dt_j`` (``j < c``), the scores ``B_j . C_t`` once per group, and
    writes per ``(row, head)`` a ``[CAP + 2]`` fp32 line: non-flush rows
    ``coef_j = w_j (B_j . C_t)``, ``Gamma``, ``dt_t (B_t . C_t)``; flush rows ``w_j``, ``Gamma``,
-   ``dt_t``. It appends ``dt_t`` and ``B_t`` at ring position ``c`` and moves the row's cursors
-   (one program per slot: no counters, no second cursor launch).
+   ``dt_t``. It appends ``dt_t`` and ``B_t`` at ring position ``c``. (One program per row looping
+   over the groups took ~18 us at any batch on an H200: latency-bound.)
 2. ``_stream_kernel``, one program per ``(head_dim tile, head, row)`` as the standard kernel:
    the checkpoint tile is the first load; non-flush
    ``y = Gamma S_c C + x_ring^T coef + coef_now x_t`` (plus ``D x`` and the ``z`` gate) and the
@@ -27,8 +27,9 @@ kernel:
    ``tl.dot`` at ``ieee`` / ``tf32x3`` precision; never through a 16-bit type), stored, and
    ``y = S C``.
 
-The stream kernel reads the row's ``c`` and flush flag from launch 1's scratch, not from
-``committed``, which launch 1 has already moved.
+The stream kernel reads the row's ``c`` and flush flag from launch 1's scratch; its first
+program of each row moves the row's cursors (launch 1's programs all read them, launch 2's do
+not): no counters, no third launch.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ def _ring_kernel(
     HAS_DT_BIAS: tl.constexpr, DT_SOFTPLUS: tl.constexpr, HAS_CLAMP: tl.constexpr, HAS_INDICES: tl.constexpr,
 ):
     row = tl.program_id(0).to(tl.int64)
+    g = tl.program_id(1)
     slot, live = _slot_of(idx_ptr, row, pad_slot_id, HAS_INDICES)
     c = tl.where(live, tl.load(committed_ptr + slot), 0)
     flush_at = tl.load(flush_at_ptr + slot)
@@ -66,45 +68,41 @@ def _ring_kernel(
     mask_n = offs_n < N
     in_ring = offs_j < c
     LINE: tl.constexpr = CAP + 2
-    for g in range(GROUPS):
-        # Lanes past the group's heads repeat its first head (every load stays in bounds; their stores are masked).
-        heads = g * HEADS_PER_GROUP + tl.where(mask_hg, offs_hg, 0)
-        rB = tl.load(ring_B_ptr + slot * s_rB_slot + g * s_rB_group + offs_j[:, None] * s_rB_j + offs_n[None, :],
-                     mask=in_ring[:, None] & mask_n[None, :], other=0.0).to(tl.float32)
-        B_raw = tl.load(B_ptr + row * s_B_row + g * s_B_group + offs_n, mask=mask_n, other=0.0)
-        Cv = tl.load(C_ptr + row * s_C_row + g * s_C_group + offs_n, mask=mask_n, other=0.0).to(tl.float32)
-        rdt = tl.load(ring_dt_ptr + slot * s_rdt_slot + heads[:, None] * s_rdt_head + offs_j[None, :],
-                      mask=mask_hg[:, None] & in_ring[None, :], other=0.0)
-        dt = tl.load(dt_ptr + row * s_dt_row + heads, mask=mask_hg, other=0.0).to(tl.float32)
-        dt = _softplus_clamp(dt, heads, HAS_DT_BIAS, dt_bias_ptr, DT_SOFTPLUS, HAS_CLAMP, dt_min, dt_max)
-        A = tl.load(A_ptr + heads, mask=mask_hg, other=0.0).to(tl.float32)
-        score = tl.sum(rB * Cv[None, :], axis=1)  # [J]: B_j . C_t, shared by the group's heads
-        score_now = tl.sum(B_raw.to(tl.float32) * Cv, axis=0)
-        total = tl.sum(rdt, axis=1) + dt  # [heads]
-        w = tl.where(in_ring[None, :], tl.exp(A[:, None] * (total[:, None] - tl.cumsum(rdt, axis=1))) * rdt, 0.0)
-        gamma = tl.exp(A * total)
-        line = coef_ptr + (row * GROUPS * HEADS_PER_GROUP + heads) * LINE
-        lead = tl.where(is_flush, w, w * score[None, :])
-        tl.store(line[:, None] + offs_j[None, :], lead, mask=mask_hg[:, None] & (offs_j < CAP)[None, :])
-        tl.store(line + CAP, gamma, mask=mask_hg)
-        tl.store(line + CAP + 1, tl.where(is_flush, dt, dt * score_now), mask=mask_hg)
-        # The token's ring entry (entry c is not read by this step).
-        tl.store(ring_dt_ptr + slot * s_rdt_slot + heads * s_rdt_head + c, dt, mask=offs_hg < tl.where(fits, HEADS_PER_GROUP, 0))
-        tl.store(ring_B_ptr + slot * s_rB_slot + g * s_rB_group + c * s_rB_j + offs_n, B_raw,
-                 mask=offs_n < tl.where(fits, N, 0))
-    tl.store(info_ptr + 2 * row, c)
-    tl.store(info_ptr + 2 * row + 1, tl.where(is_flush, 1, 0))
-    if live:
-        tl.store(committed_ptr + slot, tl.where(is_flush, 0, c + 1))
-        if is_flush:
-            tl.store(flush_at_ptr + slot, window)
+    # Lanes past the group's heads repeat its first head (every load stays in bounds; their stores are masked).
+    heads = g * HEADS_PER_GROUP + tl.where(mask_hg, offs_hg, 0)
+    rB = tl.load(ring_B_ptr + slot * s_rB_slot + g * s_rB_group + offs_j[:, None] * s_rB_j + offs_n[None, :],
+                 mask=in_ring[:, None] & mask_n[None, :], other=0.0).to(tl.float32)
+    B_raw = tl.load(B_ptr + row * s_B_row + g * s_B_group + offs_n, mask=mask_n, other=0.0)
+    Cv = tl.load(C_ptr + row * s_C_row + g * s_C_group + offs_n, mask=mask_n, other=0.0).to(tl.float32)
+    rdt = tl.load(ring_dt_ptr + slot * s_rdt_slot + heads[:, None] * s_rdt_head + offs_j[None, :],
+                  mask=mask_hg[:, None] & in_ring[None, :], other=0.0)
+    dt = tl.load(dt_ptr + row * s_dt_row + heads, mask=mask_hg, other=0.0).to(tl.float32)
+    dt = _softplus_clamp(dt, heads, HAS_DT_BIAS, dt_bias_ptr, DT_SOFTPLUS, HAS_CLAMP, dt_min, dt_max)
+    A = tl.load(A_ptr + heads, mask=mask_hg, other=0.0).to(tl.float32)
+    score = tl.sum(rB * Cv[None, :], axis=1)  # [J]: B_j . C_t, shared by the group's heads
+    score_now = tl.sum(B_raw.to(tl.float32) * Cv, axis=0)
+    total = tl.sum(rdt, axis=1) + dt  # [heads]
+    w = tl.where(in_ring[None, :], tl.exp(A[:, None] * (total[:, None] - tl.cumsum(rdt, axis=1))) * rdt, 0.0)
+    gamma = tl.exp(A * total)
+    line = coef_ptr + (row * GROUPS * HEADS_PER_GROUP + heads) * LINE
+    lead = tl.where(is_flush, w, w * score[None, :])
+    tl.store(line[:, None] + offs_j[None, :], lead, mask=mask_hg[:, None] & (offs_j < CAP)[None, :])
+    tl.store(line + CAP, gamma, mask=mask_hg)
+    tl.store(line + CAP + 1, tl.where(is_flush, dt, dt * score_now), mask=mask_hg)
+    # The token's ring entry (entry c is not read by this step).
+    tl.store(ring_dt_ptr + slot * s_rdt_slot + heads * s_rdt_head + c, dt, mask=offs_hg < tl.where(fits, HEADS_PER_GROUP, 0))
+    tl.store(ring_B_ptr + slot * s_rB_slot + g * s_rB_group + c * s_rB_j + offs_n, B_raw,
+             mask=offs_n < tl.where(fits, N, 0))
+    if g == 0:
+        tl.store(info_ptr + 2 * row, c)
+        tl.store(info_ptr + 2 * row + 1, tl.where(is_flush, 1, 0))
 
 
 @triton.jit
 def _stream_kernel(
-    ckpt_ptr, ring_x_ptr, ring_B_ptr, coef_ptr, info_ptr,
+    ckpt_ptr, ring_x_ptr, ring_B_ptr, coef_ptr, info_ptr, committed_ptr, flush_at_ptr,
     x_ptr, B_ptr, C_ptr, D_ptr, z_ptr, idx_ptr, y_ptr,
-    pad_slot_id,
+    window, pad_slot_id,
     s_ck_slot, s_ck_head, s_ck_p, s_rx_slot, s_rx_head, s_rx_j, s_rB_slot, s_rB_group, s_rB_j,
     s_x_row, s_x_head, s_B_row, s_B_group, s_C_row, s_C_group, s_z_row, s_z_head, s_y_row, s_y_head,
     HEADS: tl.constexpr, HEADS_PER_GROUP: tl.constexpr, P: tl.constexpr, N: tl.constexpr, CAP: tl.constexpr,
@@ -186,6 +184,11 @@ def _stream_kernel(
         y = gamma * tl.sum(S * Cv[None, :], axis=1) + tl.sum(rx * lead[None, :], axis=1) + last * xf
         # The token's ring entry (entry c is not read by this step).
         tl.store(rx_base + c * s_rx_j + offs_p, x, mask=offs_p < tl.where(live & (c < CAP), P, 0))
+    # The row's cursors: every ring program read `committed`, nothing here does.
+    if live & (h == 0) & (pid_p == 0):
+        tl.store(committed_ptr + slot, tl.where(is_flush, 0, c + 1))
+        if is_flush:
+            tl.store(flush_at_ptr + slot, window)
     if HAS_D:
         y += tl.load(D_ptr + h).to(tl.float32) * xf
     if HAS_Z:
@@ -214,7 +217,7 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
     info = torch.empty(batch, 2, dtype=torch.int32, device=x.device)
     block_j = max(16, triton.next_power_of_2(capacity))
     block_n = triton.next_power_of_2(d_state)
-    _ring_kernel[(batch,)](
+    _ring_kernel[(batch, groups)](
         ring_dt, ring_B, committed, flush_at, dt, A, B, C, bias_, idx_, coef, info,
         int(window), pad_slot_id, lo, hi,
         s_rdt_slot, s_rdt_head, s_rB_slot, s_rB_group, s_rB_j, s_dt_row, s_B_row, s_B_group, s_C_row, s_C_group,
@@ -226,8 +229,8 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
     tiles = triton.cdiv(head_dim, cfg.block_p)
     grid = (batch, heads, tiles) if cfg.rows_fastest else (tiles, heads, batch)
     _stream_kernel[grid](
-        checkpoint, ring_x, ring_B, coef, info, x, B, C, D_, z_, idx_, y,
-        pad_slot_id,
+        checkpoint, ring_x, ring_B, coef, info, committed, flush_at, x, B, C, D_, z_, idx_, y,
+        int(window), pad_slot_id,
         s_ck_slot, s_ck_head, s_ck_p, s_rx_slot, s_rx_head, s_rx_j, s_rB_slot, s_rB_group, s_rB_j,
         s_x_row, s_x_head, s_B_row, s_B_group, s_C_row, s_C_group, s_z_row, s_z_head, s_y_row, s_y_head,
         HEADS=heads, HEADS_PER_GROUP=heads // groups, P=head_dim, N=d_state, CAP=capacity,

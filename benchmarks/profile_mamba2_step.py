@@ -1,0 +1,81 @@
+"""Device time of each kernel launch of one Mamba-2 ReplaySSM step (the staged step's ring and
+stream launches, or a one-launch kernel), non-flush and flush steps apart, from the CUDA
+profiler. Complements ``bench_mamba2_decode.py``, which times whole steps.
+
+    PYTHONPATH=$PWD python3 benchmarks/profile_mamba2_step.py --batch 256
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import defaultdict
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from trtllm_replayssm.config import ReplaySSMConfig
+from trtllm_replayssm.ops.mamba2 import Mamba2ReplayState, decode
+
+WINDOW = 16
+
+
+def kernel_times(fn, steps: int) -> dict[str, float]:
+    """Mean device microseconds per step of every CUDA kernel ``fn`` launches."""
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            fn()
+        torch.cuda.synchronize()
+    out = defaultdict(float)
+    for evt in prof.events():
+        if evt.device_type == torch.autograd.DeviceType.CUDA:
+            out[evt.name] += evt.device_time / steps
+    return dict(out)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--batch", type=int, nargs="+", default=[256])
+    p.add_argument("--dims", type=int, nargs=4, default=[128, 64, 128, 8], metavar=("HEADS", "HEAD_DIM", "D_STATE", "GROUPS"))
+    args = p.parse_args(argv)
+    heads, head_dim, d_state, groups = args.dims
+    for batch in args.batch:
+        state = Mamba2ReplayState.allocate(batch, heads, head_dim, d_state, groups, ReplaySSMConfig(window=WINDOW, flush_stagger=False),
+                                           activation_dtype=torch.bfloat16, device="cuda")
+        state.checkpoint.normal_(0, 0.1)
+        g = torch.Generator(device="cuda").manual_seed(0)
+        x = torch.randn(batch, heads, head_dim, device="cuda", generator=g).to(torch.bfloat16)
+        z = torch.randn_like(x)
+        dt = torch.randn(batch, heads, device="cuda", generator=g)
+        B = (torch.randn(batch, groups, d_state, device="cuda", generator=g) / d_state**0.5).to(torch.bfloat16)
+        C = torch.randn(batch, groups, d_state, device="cuda", generator=g).to(torch.bfloat16)
+        A = -torch.rand(heads, device="cuda", generator=g) - 0.5
+        D, dt_bias = torch.randn(heads, device="cuda"), torch.randn(heads, device="cuda") * 0.5
+        idx = torch.arange(batch, dtype=torch.int32, device="cuda")
+        y = torch.empty_like(x)
+        std = state.checkpoint.clone()
+
+        def step():
+            decode.replay_step(state.checkpoint, state.ring_x, state.ring_dt, state.ring_B, state.committed,
+                               state.flush_at, state.window, x, dt, A, B, C, D, z, dt_bias, True, None, None, idx, -1,
+                               out=y)
+
+        def standard():
+            decode.standard_step(std, x, dt, A, B, C, D, z, dt_bias, True, None, None, idx, -1, out=y)
+
+        for _ in range(2 * WINDOW):  # compile, then leave every slot at ring position 0 (in phase)
+            step()
+        standard()
+        torch.cuda.synchronize()
+        nonflush = kernel_times(step, WINDOW - 1)
+        flush = kernel_times(step, 1)
+        base = kernel_times(standard, 5)
+        cfg = decode.launch_config("replay", head_dim, d_state, batch)
+        print(f"batch {batch}, dims {tuple(args.dims)}, {cfg}")
+        for name in sorted(set(nonflush) | set(flush)):
+            print(f"  {name[:60]:<60} non-flush {nonflush.get(name, 0.0):8.1f} us   flush {flush.get(name, 0.0):8.1f} us")
+        for name, us in base.items():
+            print(f"  standard {name[:51]:<51} {us:8.1f} us")
+
+
+if __name__ == "__main__":
+    main()

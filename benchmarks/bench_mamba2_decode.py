@@ -248,17 +248,20 @@ VARIANTS = [  # keyword arguments of decode.LaunchConfig; each set compiles once
     # one-launch, one program per head streaming its tiles (the default below batch 128 before)
     dict(block_p=32, num_warps=4, fold="loop", max_registers=128, **_FAST),
     # staged: the stream kernel is as plain as the standard one (standard bp8 w2: 56 registers)
-    dict(block_p=8, num_warps=2, fold="loop", **_STAGED),  # 71
     dict(block_p=8, num_warps=2, fold="loop", max_registers=56, **_STAGED),  # 56 + 8 B spilled
-    dict(block_p=8, num_warps=2, fold="pipe", **_STAGED),  # 64
     dict(block_p=8, num_warps=2, fold="pipe", max_registers=56, **_STAGED),  # 56
-    dict(block_p=8, num_warps=2, fold="fma", max_registers=64, **_STAGED),  # 64 + 1026 B spilled
+    # flush rows in a third launch: the stream launch compiles without the fold
+    dict(block_p=16, num_warps=2, fold="tf32x3", flush_launch=True, **_STAGED),
+    dict(block_p=8, num_warps=2, fold="tf32x3", flush_launch=True, **_STAGED),
+    dict(block_p=16, num_warps=2, fold="loop", flush_launch=True, **_STAGED),
+    dict(block_p=16, num_warps=2, fold="tf32x3", flush_launch=True, flush_heads=2, flush_block_p=64,
+         flush_warps=8, **_STAGED),
+    dict(block_p=16, num_warps=2, fold="tf32x3", flush_launch=True, flush_heads=16, **_STAGED),
+    dict(block_p=16, num_warps=2, fold="tf32x3", flush_launch=True, flush_block_p=16, **_STAGED),
+    dict(block_p=16, num_warps=2, fold="loop", flush_launch=True, flush_block_p=16, flush_warps=2, **_STAGED),
     dict(block_p=16, num_warps=4, fold="loop", **_STAGED),  # 93
     dict(block_p=16, num_warps=2, fold="tf32x3", **_STAGED),  # 128
     dict(block_p=16, num_warps=2, fold="tf32x3", max_registers=96, **_STAGED),  # 96 + 96 B spilled (default)
-    dict(block_p=16, num_warps=2, fold="tf32x3", max_registers=80, **_STAGED),  # 80 + 196 B
-    dict(block_p=16, num_warps=2, fold="tf32x3", max_registers=88, **_STAGED),  # 88 + 140 B
-    dict(block_p=16, num_warps=4, fold="tf32x3", max_registers=64, **_STAGED),  # 64 + 272 B
     # batch 1: head_dim split over 2-8 programs to fill 132 SMs
     dict(block_p=16, num_warps=4, p_split=4, fold="tf32x3", **_B1),  # 93
     dict(block_p=32, num_warps=8, p_split=2, fold="loop", **_B1),  # 66
@@ -271,7 +274,8 @@ def short(cfg) -> str:
     if cfg.kernel == "staged":
         return f"staged bp{cfg.block_p} w{cfg.num_warps} {cfg.fold}" + (f" r{cfg.max_registers}" if cfg.max_registers else "") + (
             f" rw{cfg.ring_warps}" if cfg.ring_warps != 4 else "") + (" rows" if cfg.rows_fastest else "") + (
-            " pf" if cfg.ring_prefetch else "")
+            " pf" if cfg.ring_prefetch else "") + (
+            f" +flush bp{cfg.flush_block_p} w{cfg.flush_warps} h{cfg.flush_heads}" if cfg.flush_launch else "")
     if cfg.kernel == "v3":
         return f"v3 bp{cfg.block_p} w{cfg.num_warps}" + (f" r{cfg.max_registers}" if cfg.max_registers else "") + (
             " cur" if cfg.cursor_kernel else "") + (" rows" if cfg.rows_fastest else "")

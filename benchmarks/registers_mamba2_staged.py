@@ -54,8 +54,15 @@ def resources(cfg: decode.LaunchConfig, heads=128, head_dim=64, d_state=128, gro
     stream = _compile(staged._stream_kernel, _types(staged._stream_kernel, act), dict(
         HEADS=heads, HEADS_PER_GROUP=heads // groups, P=head_dim, N=d_state, CAP=cap, BLOCK_P=cfg.block_p,
         BLOCK_N=block_n, BLOCK_J=block_j, HAS_D=True, HAS_Z=True, FOLD=cfg.fold, ROWS_FASTEST=cfg.rows_fastest,
-        RING_PREFETCH=cfg.ring_prefetch, **flags), cfg.num_warps, cfg.max_registers)
-    return ring, stream
+        RING_PREFETCH=cfg.ring_prefetch, FLUSH_HERE=not cfg.flush_launch, **flags), cfg.num_warps, cfg.max_registers)
+    if not cfg.flush_launch:
+        return ring, stream, ""
+    hpg = heads // groups
+    flush = _compile(staged._flush_kernel, _types(staged._flush_kernel, act), dict(
+        HEADS=heads, HEADS_PER_GROUP=hpg, HEADS_PER_PROGRAM=cfg.flush_heads if hpg % cfg.flush_heads == 0 else 1,
+        P=head_dim, N=d_state, CAP=cap, BLOCK_P=cfg.flush_block_p, BLOCK_N=block_n, BLOCK_J=block_j, HAS_D=True,
+        HAS_Z=True, FOLD=cfg.fold, **flags), cfg.flush_warps)
+    return ring, stream, flush
 
 
 def main():
@@ -66,8 +73,8 @@ def main():
     configs = [decode.launch_config("replay", 64, 128, 256)]
     configs += [decode.LaunchConfig(**kw) for kw in VARIANTS if kw.get("kernel") == "staged"]
     for cfg in configs:
-        ring, stream = resources(cfg)
-        print(f"{short(cfg)}: ring {ring}; stream {stream}", flush=True)
+        ring, stream, flush = resources(cfg)
+        print(f"{short(cfg)}: ring {ring}; stream {stream}" + (f"; flush {flush}" if flush else ""), flush=True)
 
 
 if __name__ == "__main__":

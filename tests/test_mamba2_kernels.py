@@ -184,6 +184,10 @@ STAGED_INTERPRETER = [
     ((4, 64, 16, 2), dict(block_p=8, fold="fma", num_warps=2)),
     ((3, 80, 24, 1), dict(block_p=16, fold="pipe", num_warps=2)),
     ((6, 20, 16, 2), dict(block_p=8, fold="loop", num_warps=2, rows_fastest=True, ring_prefetch=True)),
+    # flush rows in their own launch: 2 heads of a group per program, masked last tile, every fold
+    ((4, 80, 24, 1), dict(block_p=8, fold="loop", num_warps=2, flush_launch=True, flush_heads=2, flush_block_p=32)),
+    ((6, 32, 16, 2), dict(block_p=16, fold="tf32x3", num_warps=2, flush_launch=True, flush_heads=2, flush_block_p=16)),
+    ((2, 48, 16, 1), dict(block_p=16, fold="fma", num_warps=2, flush_launch=True, flush_heads=4)),
 ]
 
 
@@ -219,7 +223,8 @@ def test_launch_config_default_kernels_by_batch():
 def test_launch_config_rejects_unknown_options():
     for bad in (dict(kernel="v5"), dict(fold="tf32"), dict(pipeline="async"), dict(ahead=3), dict(p_split=0),
                 dict(block_p=24), dict(kernel="v4", fold="ieee", block_p=8), dict(kernel="v4", split_flush=True),
-                dict(kernel="v4", fold="pipe")):
+                dict(kernel="v4", fold="pipe"), dict(flush_launch=True),
+                dict(kernel="staged", fold="ieee", flush_launch=True, flush_block_p=8)):
         with pytest.raises(ValueError, match="LaunchConfig"):
             decode.LaunchConfig(**bad)
 
@@ -284,6 +289,7 @@ STAGED_GPU_CONFIGS = [
     dict(block_p=8, num_warps=2, fold="loop"),
     dict(block_p=16, num_warps=4, fold="tf32x3", rows_fastest=True),
     dict(block_p=32, num_warps=8, fold="fma"),
+    dict(block_p=16, num_warps=2, fold="tf32x3", flush_launch=True, flush_heads=2),
 ]
 
 
@@ -298,10 +304,11 @@ def test_replay_staged_gpu(dims, dtype, batch, params):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("fold", ["fma", "loop", "ieee", "tf32x3"])
-def test_replay_staged_nemotron_dims_four_windows_gpu(fold):
+@pytest.mark.parametrize("fold,flush_launch", [("fma", False), ("loop", False), ("ieee", False), ("tf32x3", False),
+                                               ("tf32x3", True), ("loop", True)])
+def test_replay_staged_nemotron_dims_four_windows_gpu(fold, flush_launch):
     # The accuracy target for every fold of the staged kernel: fp32 checkpoint within 1e-5 of float64, L=16.
-    run = _kernel_replay(decode.LaunchConfig(16, 4, kernel="staged", fold=fold))
+    run = _kernel_replay(decode.LaunchConfig(16, 4, kernel="staged", fold=fold, flush_launch=flush_launch))
     check_replay((128, 64, 128, 8), torch.bfloat16, 3, 16, 66, "cuda", run=run, ckpt_tol=1e-5)
 
 

@@ -62,7 +62,13 @@ class LaunchConfig:
     ahead: int = 1  # tiles loaded ahead of the one being computed ("regs"; 1 or 2)
     num_stages: int = 2  # software-pipeline stages ("range")
     split_flush: bool = False  # non-flush and flush rows in two launches (needs cursor_kernel)
-    ring_warps: int = 4  # "staged": warps of the per-row ring launch
+    ring_warps: int = 4  # "staged": warps of the ring launch
+    # "staged": flush rows in a third launch (whole heads, `flush_heads` of a group per program,
+    # `flush_block_p`-row tiles), so that the stream launch compiles without the fold.
+    flush_launch: bool = False
+    flush_block_p: int = 32
+    flush_warps: int = 4
+    flush_heads: int = 4
 
     def __post_init__(self):
         if self.kernel not in KERNELS:
@@ -77,11 +83,16 @@ class LaunchConfig:
             raise ValueError(f"LaunchConfig.ahead: expected 1 or 2, got {self.ahead}")
         if self.split_flush and not (self.kernel == "v4" and self.cursor_kernel):
             raise ValueError("LaunchConfig.split_flush: needs kernel='v4' and cursor_kernel=True")
+        if self.flush_launch and self.kernel != "staged":
+            raise ValueError("LaunchConfig.flush_launch: needs kernel='staged'")
+        if self.flush_launch and self.fold in ("ieee", "tf32x3") and self.flush_block_p < 16:
+            raise ValueError(f"LaunchConfig.flush_block_p: a tl.dot fold needs >= 16, got {self.flush_block_p}")
         if self.p_split < 1 or self.num_stages < 1:
             raise ValueError(f"LaunchConfig: expected p_split >= 1 and num_stages >= 1, got {self.p_split}, {self.num_stages}")
         if self.block_p < 1 or self.block_p & (self.block_p - 1):
             raise ValueError(f"LaunchConfig.block_p: expected a power of two, got {self.block_p}")
-        if self.kernel in ("v4", "staged") and self.fold in ("ieee", "tf32x3") and self.block_p < 16:
+        if (self.kernel == "v4" or (self.kernel == "staged" and not self.flush_launch)) and \
+                self.fold in ("ieee", "tf32x3") and self.block_p < 16:
             raise ValueError(f"LaunchConfig.block_p: a tl.dot fold needs block_p >= 16, got {self.block_p}")
 
 

@@ -99,6 +99,45 @@ def _ring_kernel(
 
 
 @triton.jit
+def _fold_ring(upd, c, line, rx, lead, rx_base, rB_base, s_rx_j, s_rB_j, offs_p, offs_n, offs_j, in_ring, mask_p, mask_n,
+               P: tl.constexpr, N: tl.constexpr, CAP: tl.constexpr, FOLD: tl.constexpr):
+    """``upd + sum_{j<c} w_j x_j B_j^T`` in fp32 for one ``[BLOCK_P, d_state]`` tile (``lead`` and
+    ``line`` hold the weights ``w_j``, ``rx`` the tile's ring ``x`` zeroed past ``c``)."""
+    if FOLD == "fma":
+        # Every entry's loads (L1/L2 hits: the rx tile fetched the same lines) issue at once.
+        for j in tl.static_range(CAP):
+            take = j < c
+            w_j = tl.load(line + j)
+            x_j = tl.load(rx_base + j * s_rx_j + offs_p, mask=offs_p < tl.where(take, P, 0), other=0.0)
+            B_j = tl.load(rB_base + j * s_rB_j + offs_n, mask=offs_n < tl.where(take, N, 0), other=0.0)
+            upd += (w_j * x_j.to(tl.float32))[:, None] * B_j.to(tl.float32)[None, :]
+    elif FOLD == "loop":
+        # Rolled (few registers), with the next entry's loads in flight during this one's FMAs.
+        w_j = tl.load(line)
+        x_j = tl.load(rx_base + offs_p, mask=offs_p < tl.where(c > 0, P, 0), other=0.0)
+        B_j = tl.load(rB_base + offs_n, mask=offs_n < tl.where(c > 0, N, 0), other=0.0)
+        for j in range(0, c):
+            more = j + 1 < c
+            w_n = tl.load(line + j + 1)
+            x_n = tl.load(rx_base + (j + 1) * s_rx_j + offs_p, mask=offs_p < tl.where(more, P, 0), other=0.0)
+            B_n = tl.load(rB_base + (j + 1) * s_rB_j + offs_n, mask=offs_n < tl.where(more, N, 0), other=0.0)
+            upd += (w_j * x_j.to(tl.float32))[:, None] * B_j.to(tl.float32)[None, :]
+            w_j, x_j, B_j = w_n, x_n, B_n
+    elif FOLD == "pipe":
+        # Rolled, with Triton's software pipeliner keeping later entries' loads in flight.
+        for j in tl.range(0, c, num_stages=3):
+            w_j = tl.load(line + j)
+            x_j = tl.load(rx_base + j * s_rx_j + offs_p, mask=mask_p, other=0.0)
+            B_j = tl.load(rB_base + j * s_rB_j + offs_n, mask=mask_n, other=0.0)
+            upd += (w_j * x_j.to(tl.float32))[:, None] * B_j.to(tl.float32)[None, :]
+    else:
+        rB = tl.load(rB_base + offs_j[:, None] * s_rB_j + offs_n[None, :], mask=in_ring[:, None] & mask_n[None, :],
+                     other=0.0).to(tl.float32)
+        upd = tl.dot(rx * lead[None, :], rB, acc=upd, input_precision=FOLD)
+    return upd
+
+
+@triton.jit
 def _stream_kernel(
     ckpt_ptr, ring_x_ptr, ring_B_ptr, coef_ptr, info_ptr, committed_ptr, flush_at_ptr,
     x_ptr, B_ptr, C_ptr, D_ptr, z_ptr, idx_ptr, y_ptr,
@@ -108,7 +147,7 @@ def _stream_kernel(
     HEADS: tl.constexpr, HEADS_PER_GROUP: tl.constexpr, P: tl.constexpr, N: tl.constexpr, CAP: tl.constexpr,
     BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_J: tl.constexpr,
     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_INDICES: tl.constexpr, FOLD: tl.constexpr,
-    ROWS_FASTEST: tl.constexpr, RING_PREFETCH: tl.constexpr,
+    ROWS_FASTEST: tl.constexpr, RING_PREFETCH: tl.constexpr, FLUSH_HERE: tl.constexpr,
 ):
     row, h, pid_p = _program_ids(ROWS_FASTEST)
     g = h // HEADS_PER_GROUP
@@ -118,13 +157,22 @@ def _stream_kernel(
     mask_p = offs_p < P
     mask_n = offs_n < N
     slot, live = _slot_of(idx_ptr, row, pad_slot_id, HAS_INDICES)
-    live_p = offs_p < tl.where(live, P, 0)
+    c = tl.load(info_ptr + 2 * row)
+    flag = tl.load(info_ptr + 2 * row + 1)
+    is_flush = flag != 0
+    if FLUSH_HERE:
+        serve = live
+        y_rows = P
+    else:
+        # Flush rows belong to the flush launch. The flag is indexed by row, so its load runs
+        # alongside the slot's and the checkpoint load waits for no extra latency.
+        serve = live & (flag == 0)
+        y_rows = tl.where(live & is_flush, 0, P)
+    live_p = offs_p < tl.where(serve, P, 0)
     ck_ptrs = ckpt_ptr + slot * s_ck_slot + h * s_ck_head + offs_p[:, None] * s_ck_p + offs_n[None, :]
     # The checkpoint tile is the only large transfer: first, so everything else overlaps it.
     S = tl.load(ck_ptrs, mask=live_p[:, None] & mask_n[None, :], other=0.0).to(tl.float32)
 
-    c = tl.load(info_ptr + 2 * row)
-    is_flush = tl.load(info_ptr + 2 * row + 1) != 0
     line = coef_ptr + (row * HEADS + h) * (CAP + 2)
     lead = tl.load(line + offs_j, mask=offs_j < CAP, other=0.0)
     gamma = tl.load(line + CAP)
@@ -144,46 +192,17 @@ def _stream_kernel(
         rx = tl.load(rx_base + offs_j[None, :] * s_rx_j + offs_p[:, None], mask=live_p[:, None] & in_ring[None, :],
                      other=0.0).to(tl.float32)
     xf = x.to(tl.float32)
-    if is_flush:
+    if is_flush & FLUSH_HERE:
         Bv = tl.load(B_ptr + row * s_B_row + g * s_B_group + offs_n, mask=mask_n, other=0.0).to(tl.float32)
         upd = gamma * S + (last * xf)[:, None] * Bv[None, :]
-        if FOLD == "fma":
-            # Every entry's loads (L1/L2 hits: the rx tile fetched the same lines) issue at once.
-            for j in tl.static_range(CAP):
-                take = j < c
-                w_j = tl.load(line + j)
-                x_j = tl.load(rx_base + j * s_rx_j + offs_p, mask=offs_p < tl.where(take, P, 0), other=0.0)
-                B_j = tl.load(rB_base + j * s_rB_j + offs_n, mask=offs_n < tl.where(take, N, 0), other=0.0)
-                upd += (w_j * x_j.to(tl.float32))[:, None] * B_j.to(tl.float32)[None, :]
-        elif FOLD == "loop":
-            # Rolled (few registers), with the next entry's loads in flight during this one's FMAs.
-            w_j = tl.load(line)
-            x_j = tl.load(rx_base + offs_p, mask=offs_p < tl.where(c > 0, P, 0), other=0.0)
-            B_j = tl.load(rB_base + offs_n, mask=offs_n < tl.where(c > 0, N, 0), other=0.0)
-            for j in range(0, c):
-                more = j + 1 < c
-                w_n = tl.load(line + j + 1)
-                x_n = tl.load(rx_base + (j + 1) * s_rx_j + offs_p, mask=offs_p < tl.where(more, P, 0), other=0.0)
-                B_n = tl.load(rB_base + (j + 1) * s_rB_j + offs_n, mask=offs_n < tl.where(more, N, 0), other=0.0)
-                upd += (w_j * x_j.to(tl.float32))[:, None] * B_j.to(tl.float32)[None, :]
-                w_j, x_j, B_j = w_n, x_n, B_n
-        elif FOLD == "pipe":
-            # Rolled, with Triton's software pipeliner keeping later entries' loads in flight.
-            for j in tl.range(0, c, num_stages=3):
-                w_j = tl.load(line + j)
-                x_j = tl.load(rx_base + j * s_rx_j + offs_p, mask=mask_p, other=0.0)
-                B_j = tl.load(rB_base + j * s_rB_j + offs_n, mask=mask_n, other=0.0)
-                upd += (w_j * x_j.to(tl.float32))[:, None] * B_j.to(tl.float32)[None, :]
-        else:
-            rB = tl.load(rB_base + offs_j[:, None] * s_rB_j + offs_n[None, :], mask=in_ring[:, None] & mask_n[None, :],
-                         other=0.0).to(tl.float32)
-            upd = tl.dot(rx * lead[None, :], rB, acc=upd, input_precision=FOLD)
+        upd = _fold_ring(upd, c, line, rx, lead, rx_base, rB_base, s_rx_j, s_rB_j, offs_p, offs_n, offs_j, in_ring,
+                         mask_p, mask_n, P, N, CAP, FOLD)
         tl.store(ck_ptrs, upd.to(ckpt_ptr.dtype.element_ty), mask=live_p[:, None] & mask_n[None, :])
         y = tl.sum(upd * Cv[None, :], axis=1)
     else:
         y = gamma * tl.sum(S * Cv[None, :], axis=1) + tl.sum(rx * lead[None, :], axis=1) + last * xf
         # The token's ring entry (entry c is not read by this step).
-        tl.store(rx_base + c * s_rx_j + offs_p, x, mask=offs_p < tl.where(live & (c < CAP), P, 0))
+        tl.store(rx_base + c * s_rx_j + offs_p, x, mask=offs_p < tl.where(serve & (c < CAP), P, 0))
     # The row's cursors: every ring program read `committed`, nothing here does.
     if live & (h == 0) & (pid_p == 0):
         tl.store(committed_ptr + slot, tl.where(is_flush, 0, c + 1))
@@ -195,7 +214,64 @@ def _stream_kernel(
         zv = tl.load(z_ptr + row * s_z_row + h * s_z_head + offs_p, mask=mask_p, other=0.0).to(tl.float32)
         y = y * zv * tl.sigmoid(zv)
     y = tl.where(live, y, 0.0)
-    tl.store(y_ptr + row * s_y_row + h * s_y_head + offs_p, y.to(y_ptr.dtype.element_ty), mask=mask_p)
+    tl.store(y_ptr + row * s_y_row + h * s_y_head + offs_p, y.to(y_ptr.dtype.element_ty),
+             mask=offs_p < y_rows)
+
+
+@triton.jit
+def _flush_kernel(
+    ckpt_ptr, ring_x_ptr, ring_B_ptr, coef_ptr, info_ptr,
+    x_ptr, B_ptr, C_ptr, D_ptr, z_ptr, idx_ptr, y_ptr,
+    pad_slot_id,
+    s_ck_slot, s_ck_head, s_ck_p, s_rx_slot, s_rx_head, s_rx_j, s_rB_slot, s_rB_group, s_rB_j,
+    s_x_row, s_x_head, s_B_row, s_B_group, s_C_row, s_C_group, s_z_row, s_z_head, s_y_row, s_y_head,
+    HEADS: tl.constexpr, HEADS_PER_GROUP: tl.constexpr, HEADS_PER_PROGRAM: tl.constexpr, P: tl.constexpr,
+    N: tl.constexpr, CAP: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_J: tl.constexpr,
+    HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_INDICES: tl.constexpr, FOLD: tl.constexpr,
+):
+    """The flush rows of a ``flush_launch`` step: ``HEADS_PER_PROGRAM`` heads of one group of one
+    row per program; programs of non-flush rows exit after two loads."""
+    row = tl.program_id(0).to(tl.int64)
+    chunks: tl.constexpr = HEADS_PER_GROUP // HEADS_PER_PROGRAM
+    g = tl.program_id(1) // chunks
+    h0 = g * HEADS_PER_GROUP + (tl.program_id(1) % chunks) * HEADS_PER_PROGRAM
+    slot, live = _slot_of(idx_ptr, row, pad_slot_id, HAS_INDICES)
+    is_flush = tl.load(info_ptr + 2 * row + 1) != 0
+    if live & is_flush:
+        c = tl.load(info_ptr + 2 * row)
+        offs_n = tl.arange(0, BLOCK_N)
+        offs_j = tl.arange(0, BLOCK_J)
+        mask_n = offs_n < N
+        in_ring = offs_j < c
+        rB_base = ring_B_ptr + slot * s_rB_slot + g * s_rB_group
+        Bv = tl.load(B_ptr + row * s_B_row + g * s_B_group + offs_n, mask=mask_n, other=0.0).to(tl.float32)
+        Cv = tl.load(C_ptr + row * s_C_row + g * s_C_group + offs_n, mask=mask_n, other=0.0).to(tl.float32)
+        for hh in range(HEADS_PER_PROGRAM):
+            h = h0 + hh
+            line = coef_ptr + (row * HEADS + h) * (CAP + 2)
+            lead = tl.load(line + offs_j, mask=offs_j < CAP, other=0.0)
+            gamma = tl.load(line + CAP)
+            dt = tl.load(line + CAP + 1)
+            rx_base = ring_x_ptr + slot * s_rx_slot + h * s_rx_head
+            for pt in range(0, P, BLOCK_P):
+                offs_p = pt + tl.arange(0, BLOCK_P)
+                mask_p = offs_p < P
+                ck_ptrs = ckpt_ptr + slot * s_ck_slot + h * s_ck_head + offs_p[:, None] * s_ck_p + offs_n[None, :]
+                S = tl.load(ck_ptrs, mask=mask_p[:, None] & mask_n[None, :], other=0.0).to(tl.float32)
+                rx = tl.load(rx_base + offs_j[None, :] * s_rx_j + offs_p[:, None], mask=mask_p[:, None] & in_ring[None, :],
+                             other=0.0).to(tl.float32)
+                xf = tl.load(x_ptr + row * s_x_row + h * s_x_head + offs_p, mask=mask_p, other=0.0).to(tl.float32)
+                upd = gamma * S + (dt * xf)[:, None] * Bv[None, :]
+                upd = _fold_ring(upd, c, line, rx, lead, rx_base, rB_base, s_rx_j, s_rB_j, offs_p, offs_n, offs_j,
+                                 in_ring, mask_p, mask_n, P, N, CAP, FOLD)
+                tl.store(ck_ptrs, upd.to(ckpt_ptr.dtype.element_ty), mask=mask_p[:, None] & mask_n[None, :])
+                y = tl.sum(upd * Cv[None, :], axis=1)
+                if HAS_D:
+                    y += tl.load(D_ptr + h).to(tl.float32) * xf
+                if HAS_Z:
+                    zv = tl.load(z_ptr + row * s_z_row + h * s_z_head + offs_p, mask=mask_p, other=0.0).to(tl.float32)
+                    y = y * zv * tl.sigmoid(zv)
+                tl.store(y_ptr + row * s_y_row + h * s_y_head + offs_p, y.to(y_ptr.dtype.element_ty), mask=mask_p)
 
 
 def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at, window,
@@ -236,7 +312,19 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
         HEADS=heads, HEADS_PER_GROUP=heads // groups, P=head_dim, N=d_state, CAP=capacity,
         BLOCK_P=cfg.block_p, BLOCK_N=block_n, BLOCK_J=block_j,
         HAS_D=flags["HAS_D"], HAS_Z=flags["HAS_Z"], HAS_INDICES=flags["HAS_INDICES"], FOLD=cfg.fold,
-        ROWS_FASTEST=cfg.rows_fastest, RING_PREFETCH=cfg.ring_prefetch, num_warps=cfg.num_warps,
-        maxnreg=cfg.max_registers,
+        ROWS_FASTEST=cfg.rows_fastest, RING_PREFETCH=cfg.ring_prefetch, FLUSH_HERE=not cfg.flush_launch,
+        num_warps=cfg.num_warps, maxnreg=cfg.max_registers,
     )
+    if cfg.flush_launch:
+        per_program = cfg.flush_heads if (heads // groups) % cfg.flush_heads == 0 else 1
+        _flush_kernel[(batch, heads // per_program)](
+            checkpoint, ring_x, ring_B, coef, info, x, B, C, D_, z_, idx_, y,
+            pad_slot_id,
+            s_ck_slot, s_ck_head, s_ck_p, s_rx_slot, s_rx_head, s_rx_j, s_rB_slot, s_rB_group, s_rB_j,
+            s_x_row, s_x_head, s_B_row, s_B_group, s_C_row, s_C_group, s_z_row, s_z_head, s_y_row, s_y_head,
+            HEADS=heads, HEADS_PER_GROUP=heads // groups, HEADS_PER_PROGRAM=per_program, P=head_dim, N=d_state,
+            CAP=capacity, BLOCK_P=cfg.flush_block_p, BLOCK_N=block_n, BLOCK_J=block_j,
+            HAS_D=flags["HAS_D"], HAS_Z=flags["HAS_Z"], HAS_INDICES=flags["HAS_INDICES"], FOLD=cfg.fold,
+            num_warps=cfg.flush_warps,
+        )
     return y

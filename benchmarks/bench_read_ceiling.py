@@ -1,0 +1,122 @@
+"""How fast can a Triton kernel read the Mamba-2 checkpoint? The read-only half of a ReplaySSM
+non-flush step (``y = S C`` over ``[rows, d_state]`` tiles, no state written) timed in three
+shapes, against the streaming copy of the same run:
+
+- ``plain``: one program per ``[BLOCK_P, d_state]`` tile, pointer loads (the stream launch's shape);
+- ``persistent``: one wave of programs looping over tiles, pointer loads in a ``tl.range``
+  loop with ``num_stages`` (whatever Triton's pipeliner makes of it);
+- ``tma``: the same loop with the tile loaded through a host TMA descriptor, which the
+  pipeliner multi-buffers in shared memory (Hopper and later): bytes in flight are then no
+  longer bounded by registers.
+
+    PYTHONPATH=$PWD python3 benchmarks/bench_read_ceiling.py [--batch 256]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+import triton
+import triton.language as tl
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _timing import L2Flusher, capture_graph, copy_bandwidths_gbps, median, time_replays  # noqa: E402
+
+
+@triton.jit
+def _gemv_plain(S_ptr, C_ptr, y_ptr, TILES_PER_HEAD: tl.constexpr, BLOCK_P: tl.constexpr, N: tl.constexpr):
+    t = tl.program_id(0).to(tl.int64)
+    rows = t * BLOCK_P + tl.arange(0, BLOCK_P)
+    cols = tl.arange(0, N)
+    S = tl.load(S_ptr + rows[:, None] * N + cols[None, :])
+    C = tl.load(C_ptr + (t // TILES_PER_HEAD) * N + cols).to(tl.float32)
+    tl.store(y_ptr + rows, tl.sum(S * C[None, :], axis=1))
+
+
+@triton.jit
+def _gemv_persistent(S_ptr, C_ptr, y_ptr, n_tiles, TILES_PER_HEAD: tl.constexpr, BLOCK_P: tl.constexpr,
+                     N: tl.constexpr, STAGES: tl.constexpr):
+    cols = tl.arange(0, N)
+    for t in tl.range(tl.program_id(0), n_tiles, tl.num_programs(0), num_stages=STAGES):
+        rows = (t * BLOCK_P + tl.arange(0, BLOCK_P)).to(tl.int64)
+        S = tl.load(S_ptr + rows[:, None] * N + cols[None, :])
+        C = tl.load(C_ptr + (t // TILES_PER_HEAD) * N + cols).to(tl.float32)
+        tl.store(y_ptr + rows, tl.sum(S * C[None, :], axis=1))
+
+
+@triton.jit
+def _gemv_tma(S_desc, C_ptr, y_ptr, n_tiles, TILES_PER_HEAD: tl.constexpr, BLOCK_P: tl.constexpr,
+              N: tl.constexpr, STAGES: tl.constexpr):
+    cols = tl.arange(0, N)
+    for t in tl.range(tl.program_id(0), n_tiles, tl.num_programs(0), num_stages=STAGES):
+        S = S_desc.load([t * BLOCK_P, 0])
+        C = tl.load(C_ptr + (t // TILES_PER_HEAD) * N + cols).to(tl.float32)
+        rows = (t * BLOCK_P + tl.arange(0, BLOCK_P)).to(tl.int64)
+        tl.store(y_ptr + rows, tl.sum(S * C[None, :], axis=1))
+
+
+def launches(S, C, y, head_dim, sms):
+    """``{name: zero-argument launch}`` for every kernel shape and launch choice."""
+    rows, n = S.shape
+    out = {}
+    for bp, warps in ((8, 2), (16, 2), (16, 4), (32, 4)):
+        tiles = rows // bp
+        out[f"plain bp{bp} w{warps}"] = (lambda bp=bp, warps=warps, tiles=tiles: _gemv_plain[(tiles,)](
+            S, C, y, TILES_PER_HEAD=head_dim // bp, BLOCK_P=bp, N=n, num_warps=warps))
+    for bp, warps, per_sm, stages in ((16, 4, 8, 3), (32, 4, 4, 3)):
+        tiles = rows // bp
+        out[f"persistent bp{bp} w{warps} x{per_sm} s{stages}"] = (
+            lambda bp=bp, warps=warps, tiles=tiles, per_sm=per_sm, stages=stages: _gemv_persistent[(sms * per_sm,)](
+                S, C, y, tiles, TILES_PER_HEAD=head_dim // bp, BLOCK_P=bp, N=n, STAGES=stages, num_warps=warps))
+    try:
+        from triton.tools.tensor_descriptor import TensorDescriptor
+    except ImportError:
+        return out
+    for bp, warps, per_sm, stages in ((16, 4, 4, 4), (32, 4, 2, 4), (32, 4, 4, 3), (64, 4, 2, 3), (64, 8, 2, 4),
+                                      (32, 8, 2, 6)):
+        tiles = rows // bp
+        desc = TensorDescriptor.from_tensor(S, [bp, n])
+        out[f"tma bp{bp} w{warps} x{per_sm} s{stages}"] = (
+            lambda bp=bp, warps=warps, tiles=tiles, per_sm=per_sm, stages=stages, desc=desc: _gemv_tma[(sms * per_sm,)](
+                desc, C, y, tiles, TILES_PER_HEAD=head_dim // bp, BLOCK_P=bp, N=n, STAGES=stages, num_warps=warps))
+    return out
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--dims", type=int, nargs=3, default=[128, 64, 128], metavar=("HEADS", "HEAD_DIM", "D_STATE"))
+    p.add_argument("--rounds", type=int, default=15)
+    args = p.parse_args(argv)
+    heads, head_dim, d_state = args.dims
+    rows = args.batch * heads * head_dim
+    S = torch.randn(rows, d_state, device="cuda")
+    C = torch.randn(args.batch * heads, d_state, device="cuda").to(torch.bfloat16)
+    y = torch.empty(rows, device="cuda")
+    ref = (S.view(args.batch * heads, head_dim, d_state) * C.float()[:, None, :]).sum(-1).flatten()
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    copy = max(copy_bandwidths_gbps().values())
+    flush = L2Flusher()
+    nbytes = S.numel() * 4 + C.numel() * 2 + y.numel() * 4
+    print(f"# {torch.cuda.get_device_name()}, {sms} SMs, triton {triton.__version__}; copy {copy:.0f} GB/s; "
+          f"batch {args.batch}, dims {tuple(args.dims)}: {S.numel() * 4 / 2**30:.2f} GiB of fp32 state")
+    print(f"{'kernel':<32}{'us':>9}{'GB/s':>8}{'% copy':>8}  check")
+    for name, fn in launches(S, C, y, head_dim, sms).items():
+        try:
+            y.zero_()
+            fn()
+            torch.cuda.synchronize()
+            err = float((y - ref).abs().max() / ref.abs().max())
+            us = median([t[0] for t in time_replays(capture_graph(fn), rounds=args.rounds, flush=flush)])
+            gbps = nbytes / (us * 1e-6) / 1e9
+            print(f"{name:<32}{us:>9.1f}{gbps:>8.0f}{100 * gbps / copy:>7.1f}%  {'ok' if err < 1e-4 else f'WRONG {err:.1e}'}",
+                  flush=True)
+        except Exception as exc:  # one failing shape must not end the run
+            print(f"{name:<32} ERROR {type(exc).__name__}: {str(exc).splitlines()[0][:100] if str(exc) else ''}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -122,12 +122,12 @@ def launch_config(kind: str, head_dim: int, d_state: int, batch: int) -> LaunchC
             block_p=block_p, num_warps=4, max_registers=128, cursor_kernel=True, rows_fastest=True,
             kernel="v4", p_split=1, fold="loop",
         )
-    # Bandwidth-bound: the ring launch, then small checkpoint tiles (batch 256: non-flush 336 us
-    # = 82% of copy against 376 us for the one-launch kernel, flush 1.69x standard with the
-    # tf32x3 fold, amortized 1.40x; Nemotron-3-Nano dims 1.39x against 1.02x). The register
-    # cap keeps the fold's registers from lowering the non-flush occupancy.
+    # Bandwidth-bound: the ring launch, small checkpoint tiles for the non-flush rows (compiled
+    # without the fold: 56 registers), and the flush rows in a launch of their own (batch 256:
+    # non-flush 290 us = 95% of copy against 336 us with the fold in the stream launch,
+    # amortized 1.71x the standard step of that run against 1.54x).
     if block_n <= 128:
-        return LaunchConfig(block_p=16, num_warps=2, max_registers=96, kernel="staged", fold="tf32x3")
+        return LaunchConfig(block_p=16, num_warps=2, kernel="staged", fold="tf32x3", flush_launch=True)
     return LaunchConfig(block_p=4, num_warps=2, max_registers=56, kernel="staged", fold="loop")
 
 

@@ -29,7 +29,14 @@ kernel:
 
 The stream kernel reads the row's ``c`` and flush flag from launch 1's scratch; its first
 program of each row moves the row's cursors (launch 1's programs all read them, launch 2's do
-not): no counters, no third launch.
+not): no counters.
+
+``flush_launch``: the fold's registers (96-153 against 56) halve the stream programs per SM on
+every step, so the flush rows can instead go to a third launch, ``_flush_kernel``: one program
+per (row, group, ``flush_heads`` heads), whole heads in ``flush_block_p``-row tiles, the group's
+ring ``B`` read once per program; programs of non-flush rows exit after two loads. The stream
+launch then serves only the non-flush rows and compiles without the fold (H200, batch 256:
+non-flush 290 us = 95% of copy against 336 us).
 """
 
 from __future__ import annotations

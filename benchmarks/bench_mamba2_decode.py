@@ -251,17 +251,16 @@ VARIANTS = [  # keyword arguments of decode.LaunchConfig; each set compiles once
     dict(block_p=8, num_warps=2, fold="loop", max_registers=56, **_STAGED),  # 56 + 8 B spilled
     dict(block_p=8, num_warps=2, fold="pipe", max_registers=56, **_STAGED),  # 56
     # flush rows in a third launch: the stream launch compiles without the fold
-    dict(block_p=16, num_warps=2, fold="tf32x3", flush_launch=True, **_STAGED),
-    dict(block_p=8, num_warps=2, fold="tf32x3", flush_launch=True, **_STAGED),
+    dict(block_p=16, num_warps=2, fold="tf32x3", flush_launch=True, **_STAGED),  # 56; flush 252 (default)
     dict(block_p=16, num_warps=2, fold="loop", flush_launch=True, **_STAGED),
-    dict(block_p=16, num_warps=2, fold="tf32x3", flush_launch=True, flush_heads=2, flush_block_p=64,
-         flush_warps=8, **_STAGED),
     dict(block_p=16, num_warps=2, fold="tf32x3", flush_launch=True, flush_heads=16, **_STAGED),
-    dict(block_p=16, num_warps=2, fold="tf32x3", flush_launch=True, flush_block_p=16, **_STAGED),
-    dict(block_p=16, num_warps=2, fold="loop", flush_launch=True, flush_block_p=16, flush_warps=2, **_STAGED),
-    dict(block_p=16, num_warps=4, fold="loop", **_STAGED),  # 93
-    dict(block_p=16, num_warps=2, fold="tf32x3", **_STAGED),  # 128
-    dict(block_p=16, num_warps=2, fold="tf32x3", max_registers=96, **_STAGED),  # 96 + 96 B spilled (default)
+    dict(block_p=16, num_warps=2, fold="tf32x3", flush_launch=True, flush_warps=8, **_STAGED),  # flush 231
+    # the rolled fold in small flush programs: 80 registers at [8, 128] / 1 warp (25 programs per SM)
+    dict(block_p=16, num_warps=2, fold="loop", flush_launch=True, flush_block_p=8, flush_warps=1, **_STAGED),
+    dict(block_p=16, num_warps=2, fold="loop", flush_launch=True, flush_block_p=8, flush_warps=1, flush_heads=1,
+         **_STAGED),
+    dict(block_p=16, num_warps=2, fold="loop", flush_launch=True, flush_block_p=8, flush_warps=2, **_STAGED),
+    dict(block_p=16, num_warps=2, fold="tf32x3", max_registers=96, **_STAGED),  # 96 + 96 B spilled (fold in the stream)
     # batch 1: head_dim split over 2-8 programs to fill 132 SMs
     dict(block_p=16, num_warps=4, p_split=4, fold="tf32x3", **_B1),  # 93
     dict(block_p=32, num_warps=8, p_split=2, fold="loop", **_B1),  # 66

@@ -385,7 +385,7 @@ def precompile(dtype, workers, device="cuda"):
     print(f"# precompiled {len(plan)} configs in {time.perf_counter() - start:.0f} s", flush=True)
 
 
-def run_variants(dtype, flush, rounds, copy_gbps, result, json_path, budget_s, start):
+def run_variants(dtype, flush, rounds, copy_gbps, result, json_path, budget_s, start, batches=VARIANT_BATCHES):
     """Check, then time, every variant at Nemotron-H dims (``VARIANT_BATCHES``) and the best two of
     the first batch on Nemotron-3-Nano dims at batch 256; prints a table sorted by amortized
     speedup per dims and batch, and the JSON after every variant.
@@ -431,11 +431,11 @@ def run_variants(dtype, flush, rounds, copy_gbps, result, json_path, budget_s, s
     print(VARIANT_HEADER, flush=True)
     # Batch 256 first (it compiles every variant), then the best two of it on Nemotron-3-Nano
     # dims, then the other batches.
-    batch_pass("nemotron_h", VARIANT_BATCHES[0], candidates)
+    batch_pass("nemotron_h", batches[0], candidates)
     at_first = sorted((r for r in records if "amortized_us" in r and r["variant"] != "default"),
                       key=lambda r: -r["speedup_amortized"])
-    batch_pass("nemotron3_nano", 256, [("default", None)] + [(None, configs[id(r)]) for r in at_first[:2]])
-    for batch in VARIANT_BATCHES[1:]:
+    batch_pass("nemotron3_nano", batches[0], [("default", None)] + [(None, configs[id(r)]) for r in at_first[:2]])
+    for batch in batches[1:]:
         batch_pass("nemotron_h", batch, candidates)
 
     print("\n# sorted by amortized speedup over the standard kernel", flush=True)
@@ -463,6 +463,8 @@ def main(argv=None):
     p.add_argument("--sweep-batches", type=int, nargs="+", default=[1, 32, 256])
     p.add_argument("--variants", action="store_true",
                    help="check and time every replay kernel variant (VARIANTS) at batch 1/128/256, then stop")
+    p.add_argument("--variant-batches", type=int, nargs="+", default=list(VARIANT_BATCHES),
+                   help="--variants: batches at Nemotron-H dims, the first also at Nemotron-3-Nano dims")
     p.add_argument("--variant-rounds", type=int, default=10)
     p.add_argument("--budget-s", type=float, default=120.0, help="--variants: skip what starts after this many seconds")
     p.add_argument("--compile-workers", type=int, default=8,
@@ -484,7 +486,8 @@ def main(argv=None):
     result = {"device": info, "copy_gbps": copy_gbps, "copies_gbps": copies, "window": WINDOW,
               "state_dtype": "float32", "activation": args.dtype, "l2_flush": flush is not None}
     if args.variants:
-        run_variants(dtype, flush, args.variant_rounds, copy_gbps, result, args.json, args.budget_s, start)
+        run_variants(dtype, flush, args.variant_rounds, copy_gbps, result, args.json, args.budget_s, start,
+                     tuple(args.variant_batches))
         return result
     configs = None
     if args.sweep or args.tune:

@@ -188,6 +188,8 @@ STAGED_INTERPRETER = [
     ((4, 80, 24, 1), dict(block_p=8, fold="loop", num_warps=2, flush_launch=True, flush_heads=2, flush_block_p=32)),
     ((6, 32, 16, 2), dict(block_p=16, fold="tf32x3", num_warps=2, flush_launch=True, flush_heads=2, flush_block_p=16)),
     ((2, 48, 16, 1), dict(block_p=16, fold="fma", num_warps=2, flush_launch=True, flush_heads=4)),
+    # the default's shape for d_state 256 (4-row tiles, capped registers)
+    ((2, 16, 32, 1), dict(block_p=4, fold="loop", num_warps=2, max_registers=56)),
 ]
 
 
@@ -249,6 +251,15 @@ GPU_DIMS = [(8, 64, 128, 2), (6, 80, 80, 3), (4, 128, 64, 1), (2, 256, 256, 2), 
 @pytest.mark.parametrize("dims", GPU_DIMS)
 def test_replay_step_gpu(dims, dtype, batch):
     check_replay(dims, dtype, batch, window=8, steps=26, device="cuda")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("dims", [(4, 64, 128, 2), (6, 80, 80, 3), (4, 64, 256, 2), (2, 256, 64, 1)])
+def test_replay_default_large_batch_gpu(dims, dtype):
+    # batch >= 128 takes the staged kernel (with its flush launch where d_state <= 128); the
+    # small-batch grid above does not reach it
+    check_replay(dims, dtype, 130, window=8, steps=20, device="cuda", stagger=True)
 
 
 @pytest.mark.gpu

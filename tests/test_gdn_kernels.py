@@ -291,6 +291,20 @@ STAGED_CPU = [
     pytest.param(2, 1, 16, 16, 4, True, StagedVariant(max_registers=96), 3, id="share2-wide-ring"),
     pytest.param(4, 2, 16, 16, 4, True, StagedVariant(fold="wy", block_v=8), 0, id="share2-wy-2tiles"),
     pytest.param(4, 1, 32, 16, 6, True, StagedVariant(fold="wy", unroll=True), 2, id="share4-wy-unrolled-wide-ring"),
+    # flush_launch: flush rows in a third launch (whole heads per program), the stream launch
+    # without any fold; raw_qk: the stream programs read the raw q and the ring's k at c.
+    pytest.param(4, 2, 16, 8, 4, True, StagedVariant(flush_launch=True), 0, id="flush-launch-share2-refold-dv8"),
+    pytest.param(2, 2, 16, 32, 4, True, StagedVariant(block_v=8, flush_launch=True, raw_qk=True, flush_heads=2,
+                                                      flush_block_v=16), 0, id="flush-launch-rawqk-share1-heads2"),
+    pytest.param(4, 1, 32, 16, 4, True, StagedVariant(block_v=8, fold="u", flush_launch=True, raw_qk=True,
+                                                      flush_heads=4, flush_warps=1), 2, id="flush-launch-rawqk-fold-u"),
+    pytest.param(4, 2, 16, 32, 4, False, StagedVariant(block_v=16, flush_launch=True, flush_heads=3), 0,
+                 id="flush-launch-refold-false-heads-fallback"),
+    pytest.param(4, 2, 16, 16, 4, True, StagedVariant(fold="wy", block_v=8, flush_launch=True, raw_qk=True,
+                                                      flush_heads=2), 0, id="flush-launch-rawqk-wy"),
+    pytest.param(2, 1, 32, 16, 6, True, StagedVariant(fold="wy", unroll=True, flush_launch=True, flush_block_v=8), 2,
+                 id="flush-launch-wy-unrolled-wide-ring"),
+    pytest.param(4, 2, 32, 16, 4, False, StagedVariant(block_v=8, raw_qk=True), 0, id="rawqk-share2-refold-false"),
 ]
 
 
@@ -312,6 +326,14 @@ def test_staged_variant_rejects_bad_options():
         StagedVariant(stages=0)
     with pytest.raises(ValueError, match="^unroll:"):
         StagedVariant(unroll=True)
+    with pytest.raises(ValueError, match="^flush_block_v:"):
+        StagedVariant(flush_launch=True, flush_block_v=24)
+    with pytest.raises(ValueError, match="^flush_heads:"):
+        StagedVariant(flush_launch=True, flush_heads=0)
+    with pytest.raises(ValueError, match="^flush_warps:"):
+        StagedVariant(flush_launch=True, flush_warps=5)
+    with pytest.raises(ValueError, match="only with flush_launch=True"):
+        StagedVariant(flush_heads=2)
 
 
 def test_chunked_variant_rejects_bad_options():

@@ -49,6 +49,14 @@ def test_chunked_kernel_matches_reference_cpu(HV, H, d_k, d_v, window, refold, v
     pytest.param(2, 2, 16, 32, False, StagedVariant(block_v=8), id="share1-foldu-4tiles"),
     pytest.param(4, 1, 32, 16, True, StagedVariant(block_v=8, fold="u"), id="share4-fold-u"),
     pytest.param(2, 1, 16, 32, True, StagedVariant(block_v=8, fold="wy", unroll=True), id="share2-wy-unrolled-4tiles"),
+    # flush_launch (raw_qk is Gated DeltaNet's: KDA keeps its per-channel vectors, same results).
+    pytest.param(4, 2, 16, 8, True, StagedVariant(flush_launch=True, raw_qk=True), id="flush-launch-share2-refold-dv8"),
+    pytest.param(2, 2, 16, 32, False, StagedVariant(block_v=8, flush_launch=True, flush_heads=2, flush_block_v=16),
+                 id="flush-launch-share1-refold-false-heads2"),
+    pytest.param(4, 1, 32, 16, True, StagedVariant(block_v=8, fold="u", flush_launch=True, flush_heads=4),
+                 id="flush-launch-share4-fold-u"),
+    pytest.param(2, 1, 16, 32, True, StagedVariant(block_v=8, fold="wy", flush_launch=True, flush_block_v=16),
+                 id="flush-launch-share2-wy"),
 ])
 def test_staged_kernel_matches_reference_cpu(HV, H, d_k, d_v, refold, variant):
     check_variant_cpu(True, HV, H, d_k, d_v, 4, refold, variant)

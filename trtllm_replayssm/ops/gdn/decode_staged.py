@@ -70,6 +70,15 @@ class StagedVariant:
     window (``tl.range(num_stages=...)``). ``unroll``: "wy" only, the two loops unrolled over
     the ring's capacity (entries past ``c`` masked) so that the independent reductions of the
     window's entries can overlap.
+
+    ``flush_launch``: flush rows go to a third launch, ``_flush_kernel`` (one program per row and
+    ``flush_heads`` value heads, whole heads in ``flush_block_v``-row tiles with ``flush_warps``
+    warps; defaults: the stream launch's ``BV`` and warps); the stream launch then serves only
+    non-flush rows and compiles without any fold. ``flush_heads`` that does not divide the
+    value heads falls back to 1. ``raw_qk`` (Gated DeltaNet; KDA's decay is a ``d_k``-vector per
+    value head, so it keeps the fp32 vectors): the stream programs read the key head's raw
+    ``q`` (activation dtype) and the ring's ``k`` at ``c`` instead of two fp32 ``[d_k]`` vectors
+    per value head, and scale them by scalars of the coefficient line.
     """
 
     block_v: int | None = None
@@ -79,17 +88,28 @@ class StagedVariant:
     fold: str = "refold"
     stages: int = 1
     unroll: bool = False
+    flush_launch: bool = False
+    flush_heads: int = 1
+    flush_block_v: int | None = None
+    flush_warps: int | None = None
+    raw_qk: bool = False
 
     def __post_init__(self):
         if self.fold not in _FOLDS:
             raise ValueError(f"fold: expected one of {_FOLDS}, got {self.fold!r}")
-        if self.block_v is not None and (self.block_v < 1 or self.block_v & (self.block_v - 1)):
-            raise ValueError(f"block_v: expected None or a power of two, got {self.block_v}")
+        for name in ("block_v", "flush_block_v"):
+            bv = getattr(self, name)
+            if bv is not None and (bv < 1 or bv & (bv - 1)):
+                raise ValueError(f"{name}: expected None or a power of two, got {bv}")
+        if self.flush_heads < 1:
+            raise ValueError(f"flush_heads: expected >= 1, got {self.flush_heads}")
+        if not self.flush_launch and (self.flush_heads != 1 or self.flush_block_v or self.flush_warps):
+            raise ValueError("flush_heads, flush_block_v, flush_warps: only with flush_launch=True")
         if self.unroll and self.fold != "wy":
             raise ValueError(f"unroll: only with fold='wy', got fold={self.fold!r}")
         if self.stages < 1:
             raise ValueError(f"stages: expected >= 1, got {self.stages}")
-        for name in ("num_warps", "ring_warps"):
+        for name in ("num_warps", "ring_warps", "flush_warps"):
             w = getattr(self, name)
             if w is not None and w not in (1, 2, 4, 8, 16):
                 raise ValueError(f"{name}: expected None or one of 1, 2, 4, 8, 16, got {w}")
@@ -101,7 +121,7 @@ def _ring_kernel(
     scratch, row_info,
     stride_q, stride_qh, stride_k, stride_kh, stride_a, stride_b,
     HV: tl.constexpr, H: tl.constexpr, K: tl.constexpr, CAP: tl.constexpr, BC: tl.constexpr, W: tl.constexpr,
-    PER_CHANNEL: tl.constexpr, REFOLD: tl.constexpr, WY: tl.constexpr, HAS_BIAS: tl.constexpr,
+    PER_CHANNEL: tl.constexpr, REFOLD: tl.constexpr, WY: tl.constexpr, RAW_QK: tl.constexpr, HAS_BIAS: tl.constexpr,
     HAS_INDICES: tl.constexpr,
 ):
     G: tl.constexpr = HV // H
@@ -124,6 +144,10 @@ def _ring_kernel(
     m_prev = o_c < c
     p_rk = ring_k + (slot * H + i_h) * CAP * K
     Kr = tl.load(p_rk + o_c[:, None] * K + o_k[None, :], mask=m_prev[:, None], other=0.0).to(tl.float32)
+    if RAW_QK:
+        # The stream programs scale the raw q by this (normalisation, softmax scale, e^{D_t}).
+        q_raw = tl.load(q + i_b * stride_q + i_h * stride_qh + o_k).to(tl.float32)
+        q_norm = scale / tl.sqrt(tl.sum(q_raw * q_raw) + 1e-6)
     for g in tl.static_range(G):
         i_hv = i_h * G + g
         b_q, b_k, b_g, b_beta = _load_token(
@@ -164,8 +188,12 @@ def _ring_kernel(
                 b_a = tl.sum(Kr * b_q[None, :], axis=1) * w
                 b_bk = tl.sum(Kr * b_k[None, :], axis=1) * w
             e_t = tl.exp(D_t)
-            tl.store(p_w + o_k, e_t * b_q)
-            tl.store(p_w + K + o_k, e_t * b_k)
+            if RAW_QK:
+                tl.store(p_w + 2 * K + 2 * BC + 2, e_t * q_norm)
+                tl.store(p_w + 2 * K + 2 * BC + 3, e_t)
+            else:
+                tl.store(p_w + o_k, e_t * b_q)
+                tl.store(p_w + K + o_k, e_t * b_k)
             # Entries from c on are zero (masked loads), so the streaming kernel needs no mask.
             tl.store(p_w + 2 * K + o_c, b_a)
             tl.store(p_w + 2 * K + BC + o_c, b_bk)
@@ -213,12 +241,103 @@ def _wy_update(S, R, G, G_end, i, c, p_rk, p_rg, p_a, o_k, o_c, K: tl.constexpr,
 
 
 @triton.jit
+def _tile_wy(S, c, b_v, p_rk, p_rv, p_rg, p_rb, p_a, o_k, o_v, o_c, K: tl.constexpr, V: tl.constexpr,
+             BV: tl.constexpr, BC: tl.constexpr, CAP: tl.constexpr, PER_CHANNEL: tl.constexpr, STAGES: tl.constexpr,
+             UNROLL: tl.constexpr):
+    """The window ``0..c`` folded into an fp32 ``[BV, K]`` tile in the chunked form:
+    ``U^T = (beta * (V^T - S_c Kg^T)) A^T``, ``S = S_c Diag(e^{G_c}) + U^T Kd`` (launch 1 wrote the
+    token's ``k, beta, g`` at ``c`` and the inverse ``A`` at ``p_a``); ``G`` the running log-decay."""
+    R = tl.zeros([BV, BC], dtype=tl.float32)
+    if PER_CHANNEL:
+        G = tl.zeros([K], dtype=tl.float32)
+    else:
+        G = tl.sum(tl.zeros([2], dtype=tl.float32))
+    if UNROLL:
+        for j in tl.static_range(CAP):
+            R, G = _wy_column(S, R, G, j, c, b_v, p_rk, p_rv, p_rg, p_rb, o_k, o_v, o_c, K, V, PER_CHANNEL)
+    else:
+        for j in tl.range(0, c + 1, num_stages=STAGES):
+            R, G = _wy_column(S, R, G, j, c, b_v, p_rk, p_rv, p_rg, p_rb, o_k, o_v, o_c, K, V, PER_CHANNEL)
+    G_end = G
+    if PER_CHANNEL:
+        S = S * tl.exp(G_end)[None, :]
+        G = tl.zeros([K], dtype=tl.float32)
+    else:
+        S = S * tl.exp(G_end)
+        G = tl.sum(tl.zeros([2], dtype=tl.float32))
+    if UNROLL:
+        for i in tl.static_range(CAP):
+            S, G = _wy_update(S, R, G, G_end, i, c, p_rk, p_rg, p_a, o_k, o_c, K, BC, PER_CHANNEL)
+    else:
+        for i in tl.range(0, c + 1, num_stages=STAGES):
+            S, G = _wy_update(S, R, G, G_end, i, c, p_rk, p_rg, p_a, o_k, o_c, K, BC, PER_CHANNEL)
+    return S
+
+
+@triton.jit
+def _tile_refold(S, c, b_v, b_beta, p_rk, p_rv, p_rg, p_rb, o_k, o_v, K: tl.constexpr, V: tl.constexpr,
+                 PER_CHANNEL: tl.constexpr, STAGES: tl.constexpr):
+    """The window ``0..c`` from the raw ring (launch 1 wrote the token's ``k, beta, g`` at ``c``)
+    as ``c + 1`` exact updates of an fp32 tile; the token's ``v`` is ``b_v``."""
+    for j in tl.range(0, c, num_stages=STAGES):
+        if PER_CHANNEL:
+            b_gj = tl.load(p_rg + j * K + o_k)
+        else:
+            b_gj = tl.load(p_rg + j)
+        S = _delta_update(S, tl.load(p_rk + j * K + o_k).to(tl.float32), tl.load(p_rv + j * V + o_v).to(tl.float32),
+                          b_gj, tl.load(p_rb + j), PER_CHANNEL)
+    if PER_CHANNEL:
+        b_g = tl.load(p_rg + c * K + o_k)
+    else:
+        b_g = tl.load(p_rg + c)
+    return _delta_update(S, tl.load(p_rk + c * K + o_k).to(tl.float32), b_v, b_g, b_beta, PER_CHANNEL)
+
+
+@triton.jit
+def _tile_read(S, U, c, b_v, b_beta, p_w, p_q, p_rk, o_k, o_c, K: tl.constexpr, BC: tl.constexpr,
+               RAW_QK: tl.constexpr):
+    """``(u_t, o_t)`` of one tile from the checkpoint tile ``S`` and the ring's ``u`` tile ``U``
+    ``[BC, BV]`` (zero from ``c`` on): ``P x = S_c (e^{D_t} x) + sum_j u_j coef_j``."""
+    b_a = tl.load(p_w + 2 * K + o_c)
+    b_bk = tl.load(p_w + 2 * K + BC + o_c)
+    kq = tl.load(p_w + 2 * K + 2 * BC + 1)
+    if RAW_QK:
+        # The key head's raw q and the ring's k at c (16-bit, shared by its value heads); the
+        # normalisation and e^{D_t} are scalars of the line, applied after the reductions.
+        q_fac = tl.load(p_w + 2 * K + 2 * BC + 2)
+        e_t = tl.load(p_w + 2 * K + 2 * BC + 3)
+        Sq = tl.sum(S * tl.load(p_q + o_k).to(tl.float32)[None, :], axis=1) * q_fac
+        Sk = tl.sum(S * tl.load(p_rk + c * K + o_k).to(tl.float32)[None, :], axis=1) * e_t
+    else:
+        Sq = tl.sum(S * tl.load(p_w + o_k)[None, :], axis=1)
+        Sk = tl.sum(S * tl.load(p_w + K + o_k)[None, :], axis=1)
+    b_u = b_beta * (b_v - Sk - tl.sum(b_bk[:, None] * U, axis=0))
+    return b_u, Sq + tl.sum(b_a[:, None] * U, axis=0) + b_u * kq
+
+
+@triton.jit
+def _tile_fold_u(S, b_u, c, p_rk, p_ru, p_rg, o_k, o_v, K: tl.constexpr, V: tl.constexpr,
+                 PER_CHANNEL: tl.constexpr, STAGES: tl.constexpr):
+    """Fold the cached u's as they are, ``S = S Diag(e^{g_j}) + u_j k_j^T`` in order, then ``u_t``."""
+    for j in tl.range(0, c + 1, num_stages=STAGES):
+        if PER_CHANNEL:
+            S = S * tl.exp(tl.load(p_rg + j * K + o_k))[None, :]
+        else:
+            S = S * tl.exp(tl.load(p_rg + j))
+        # Position c of ring_u is stale: the current u_t comes from registers.
+        b_uj = tl.where(j == c, b_u, tl.load(p_ru + j * V + o_v))
+        S += b_uj[:, None] * tl.load(p_rk + j * K + o_k).to(tl.float32)[None, :]
+    return S
+
+
+@triton.jit
 def _stream_kernel(
-    v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, committed, flush_at, state_indices, pad_slot_id,
-    window, scratch, row_info, stride_v, stride_vh, stride_o, stride_oh,
+    q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, committed, flush_at, state_indices, pad_slot_id,
+    window, scratch, row_info, stride_q, stride_qh, stride_v, stride_vh, stride_o, stride_oh,
     HV: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, CAP: tl.constexpr,
     BC: tl.constexpr, W: tl.constexpr, PER_CHANNEL: tl.constexpr, REFOLD: tl.constexpr, WY: tl.constexpr,
-    STAGES: tl.constexpr, UNROLL: tl.constexpr, HAS_INDICES: tl.constexpr,
+    RAW_QK: tl.constexpr, FLUSH_HERE: tl.constexpr, STAGES: tl.constexpr, UNROLL: tl.constexpr,
+    HAS_INDICES: tl.constexpr,
 ):
     NVB: tl.constexpr = V // BV
     pid = tl.program_id(0)
@@ -230,6 +349,11 @@ def _stream_kernel(
     o_c = tl.arange(0, BC)
     o_v = i_v * BV + tl.arange(0, BV)
     p_o = out + i_b * stride_o + i_hv * stride_oh + o_v
+    # Indexed by row, not slot: these loads run alongside the slot's, the checkpoint's waits for
+    # no extra latency.
+    c = tl.load(row_info + i_b * 2)
+    flag = tl.load(row_info + i_b * 2 + 1)
+    flush = flag != 0
     slot = i_b.to(tl.int64)
     if HAS_INDICES:
         slot = tl.load(state_indices + i_b).to(tl.int64)
@@ -238,88 +362,45 @@ def _stream_kernel(
         return
     sh = slot * HV + i_hv
     p_s = checkpoint + sh * V * K + o_v[:, None] * K + o_k[None, :]
-    S = tl.load(p_s).to(tl.float32)
-    c = tl.load(row_info + i_b * 2)
-    flush = tl.load(row_info + i_b * 2 + 1) != 0
+    if FLUSH_HERE:
+        S = tl.load(p_s).to(tl.float32)
+    else:
+        # Flush rows belong to the flush launch: nothing of theirs is loaded or stored here.
+        m_v = o_v < tl.where(flag == 0, V, 0)
+        S = tl.load(p_s, mask=m_v[:, None], other=0.0).to(tl.float32)
     p_w = scratch + (i_b * HV + i_hv) * W
     p_rk = ring_k + (slot * H + i_h) * CAP * K
     p_rv = ring_v + sh * CAP * V
     p_ru = ring_u + sh * CAP * V
+    p_rg = ring_g + sh * CAP * (K if PER_CHANNEL else 1)
+    p_q = q + i_b * stride_q + i_h * stride_qh
     b_v = tl.load(v + i_b * stride_v + i_hv * stride_vh + o_v).to(ring_v.dtype.element_ty).to(tl.float32)
     b_beta = tl.load(p_w + 2 * K + 2 * BC)
-    if flush & WY:
-        # U^T = (beta * (V^T - S_c Kg^T)) A^T, S = S_c Diag(e^{G_c}) + U^T Kd, the window 0..c from
-        # the raw ring (launch 1 wrote the token's k, beta, g at c); G is the running log-decay.
-        R = tl.zeros([BV, BC], dtype=tl.float32)
-        if PER_CHANNEL:
-            G = tl.zeros([K], dtype=tl.float32)
-        else:
-            G = tl.sum(tl.zeros([2], dtype=tl.float32))
-        if UNROLL:
-            for j in tl.static_range(CAP):
-                R, G = _wy_column(S, R, G, j, c, b_v, p_rk, p_rv, ring_g + sh * CAP * (K if PER_CHANNEL else 1),
-                                  ring_beta + sh * CAP, o_k, o_v, o_c, K, V, PER_CHANNEL)
-        else:
-            for j in tl.range(0, c + 1, num_stages=STAGES):
-                R, G = _wy_column(S, R, G, j, c, b_v, p_rk, p_rv, ring_g + sh * CAP * (K if PER_CHANNEL else 1),
-                                  ring_beta + sh * CAP, o_k, o_v, o_c, K, V, PER_CHANNEL)
-        G_end = G
-        if PER_CHANNEL:
-            S = S * tl.exp(G_end)[None, :]
-            G = tl.zeros([K], dtype=tl.float32)
-        else:
-            S = S * tl.exp(G_end)
-            G = tl.sum(tl.zeros([2], dtype=tl.float32))
-        if UNROLL:
-            for i in tl.static_range(CAP):
-                S, G = _wy_update(S, R, G, G_end, i, c, p_rk, ring_g + sh * CAP * (K if PER_CHANNEL else 1),
-                                  p_w + 2 * K + 2 * BC + 4, o_k, o_c, K, BC, PER_CHANNEL)
-        else:
-            for i in tl.range(0, c + 1, num_stages=STAGES):
-                S, G = _wy_update(S, R, G, G_end, i, c, p_rk, ring_g + sh * CAP * (K if PER_CHANNEL else 1),
-                                  p_w + 2 * K + 2 * BC + 4, o_k, o_c, K, BC, PER_CHANNEL)
+    if not FLUSH_HERE:
+        U = tl.load(p_ru + o_c[:, None] * V + o_v[None, :], mask=(o_c < CAP)[:, None] & m_v[None, :], other=0.0)
+        U = tl.where((o_c < c)[:, None], U, 0.0)
+        b_u, b_o = _tile_read(S, U, c, b_v, b_beta, p_w, p_q, p_rk, o_k, o_c, K, BC, RAW_QK)
+        tl.store(p_o, b_o.to(out.dtype.element_ty), mask=m_v)
+        tl.store(p_ru + c * V + o_v, b_u, mask=m_v)
+        tl.store(p_rv + c * V + o_v, b_v.to(ring_v.dtype.element_ty), mask=m_v)
+    elif flush & WY:
+        S = _tile_wy(S, c, b_v, p_rk, p_rv, p_rg, ring_beta + sh * CAP, p_w + 2 * K + 2 * BC + 4, o_k, o_v, o_c,
+                     K, V, BV, BC, CAP, PER_CHANNEL, STAGES, UNROLL)
         tl.store(p_s, S.to(checkpoint.dtype.element_ty))
-        b_q = tl.load(p_w + o_k)
-        tl.store(p_o, tl.sum(S * b_q[None, :], axis=1).to(out.dtype.element_ty))
+        tl.store(p_o, tl.sum(S * tl.load(p_w + o_k)[None, :], axis=1).to(out.dtype.element_ty))
     elif flush & REFOLD:
-        # The window 0..c from the raw ring (launch 1 wrote the token's k, beta, g at c), in fp32.
-        for j in tl.range(0, c, num_stages=STAGES):
-            if PER_CHANNEL:
-                b_gj = tl.load(ring_g + (sh * CAP + j) * K + o_k)
-            else:
-                b_gj = tl.load(ring_g + sh * CAP + j)
-            S = _delta_update(S, tl.load(p_rk + j * K + o_k).to(tl.float32), tl.load(p_rv + j * V + o_v).to(tl.float32),
-                              b_gj, tl.load(ring_beta + sh * CAP + j), PER_CHANNEL)
-        if PER_CHANNEL:
-            b_g = tl.load(ring_g + (sh * CAP + c) * K + o_k)
-        else:
-            b_g = tl.load(ring_g + sh * CAP + c)
-        S = _delta_update(S, tl.load(p_rk + c * K + o_k).to(tl.float32), b_v, b_g, b_beta, PER_CHANNEL)
+        S = _tile_refold(S, c, b_v, b_beta, p_rk, p_rv, p_rg, ring_beta + sh * CAP, o_k, o_v, K, V, PER_CHANNEL,
+                         STAGES)
         tl.store(p_s, S.to(checkpoint.dtype.element_ty))
-        b_q = tl.load(p_w + o_k)
-        tl.store(p_o, tl.sum(S * b_q[None, :], axis=1).to(out.dtype.element_ty))
+        tl.store(p_o, tl.sum(S * tl.load(p_w + o_k)[None, :], axis=1).to(out.dtype.element_ty))
     else:
         # The whole ring tile is requested (no dependence on c) and masked in registers.
         U = tl.load(p_ru + o_c[:, None] * V + o_v[None, :], mask=(o_c < CAP)[:, None], other=0.0)
         U = tl.where((o_c < c)[:, None], U, 0.0)
-        x_q = tl.load(p_w + o_k)
-        x_k = tl.load(p_w + K + o_k)
-        b_a = tl.load(p_w + 2 * K + o_c)
-        b_bk = tl.load(p_w + 2 * K + BC + o_c)
-        kq = tl.load(p_w + 2 * K + 2 * BC + 1)
-        b_u = b_beta * (b_v - tl.sum(S * x_k[None, :], axis=1) - tl.sum(b_bk[:, None] * U, axis=0))
-        b_o = tl.sum(S * x_q[None, :], axis=1) + tl.sum(b_a[:, None] * U, axis=0) + b_u * kq
+        b_u, b_o = _tile_read(S, U, c, b_v, b_beta, p_w, p_q, p_rk, o_k, o_c, K, BC, RAW_QK)
         tl.store(p_o, b_o.to(out.dtype.element_ty))
         if flush:
-            # Fold the cached u's as they are, S = S Diag(e^{g_j}) + u_j k_j^T in order, then u_t.
-            for j in tl.range(0, c + 1, num_stages=STAGES):
-                if PER_CHANNEL:
-                    S = S * tl.exp(tl.load(ring_g + (sh * CAP + j) * K + o_k))[None, :]
-                else:
-                    S = S * tl.exp(tl.load(ring_g + sh * CAP + j))
-                # Position c of ring_u is stale: the current u_t comes from registers.
-                b_uj = tl.where(j == c, b_u, tl.load(p_ru + j * V + o_v))
-                S += b_uj[:, None] * tl.load(p_rk + j * K + o_k).to(tl.float32)[None, :]
+            S = _tile_fold_u(S, b_u, c, p_rk, p_ru, p_rg, o_k, o_v, K, V, PER_CHANNEL, STAGES)
             tl.store(p_s, S.to(checkpoint.dtype.element_ty))
         else:
             tl.store(p_ru + c * V + o_v, b_u)
@@ -328,6 +409,63 @@ def _stream_kernel(
         tl.store(committed + slot, tl.where(flush, 0, c + 1))
         if flush:
             tl.store(flush_at + slot, window)
+
+
+@triton.jit
+def _flush_kernel(
+    q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, state_indices, pad_slot_id, scratch, row_info,
+    stride_q, stride_qh, stride_v, stride_vh, stride_o, stride_oh,
+    HV: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, CAP: tl.constexpr,
+    BC: tl.constexpr, W: tl.constexpr, HEADS_PER_PROGRAM: tl.constexpr, PER_CHANNEL: tl.constexpr,
+    REFOLD: tl.constexpr, WY: tl.constexpr, RAW_QK: tl.constexpr, STAGES: tl.constexpr, UNROLL: tl.constexpr,
+    HAS_INDICES: tl.constexpr,
+):
+    """The flush rows of a ``flush_launch`` step: ``HEADS_PER_PROGRAM`` value heads of one row
+    per program, each head in ``BV``-row tiles; programs of other rows exit after two loads (the
+    stream launch moved every row's cursors, so none are read here)."""
+    CHUNKS: tl.constexpr = HV // HEADS_PER_PROGRAM
+    pid = tl.program_id(0)
+    i_b = pid // CHUNKS
+    hv0 = (pid % CHUNKS) * HEADS_PER_PROGRAM
+    flag = tl.load(row_info + i_b * 2 + 1)
+    slot = i_b.to(tl.int64)
+    if HAS_INDICES:
+        slot = tl.load(state_indices + i_b).to(tl.int64)
+    if (slot != pad_slot_id) & (flag != 0):
+        c = tl.load(row_info + i_b * 2)
+        o_k = tl.arange(0, K)
+        o_c = tl.arange(0, BC)
+        for hh in range(HEADS_PER_PROGRAM):
+            i_hv = hv0 + hh
+            i_h = i_hv // (HV // H)
+            sh = slot * HV + i_hv
+            p_w = scratch + (i_b * HV + i_hv) * W
+            p_rk = ring_k + (slot * H + i_h) * CAP * K
+            p_rv = ring_v + sh * CAP * V
+            p_ru = ring_u + sh * CAP * V
+            p_rg = ring_g + sh * CAP * (K if PER_CHANNEL else 1)
+            b_beta = tl.load(p_w + 2 * K + 2 * BC)
+            for v0 in range(0, V, BV):
+                o_v = v0 + tl.arange(0, BV)
+                p_s = checkpoint + sh * V * K + o_v[:, None] * K + o_k[None, :]
+                p_o = out + i_b * stride_o + i_hv * stride_oh + o_v
+                S = tl.load(p_s).to(tl.float32)
+                b_v = tl.load(v + i_b * stride_v + i_hv * stride_vh + o_v).to(ring_v.dtype.element_ty).to(tl.float32)
+                if WY:
+                    S = _tile_wy(S, c, b_v, p_rk, p_rv, p_rg, ring_beta + sh * CAP, p_w + 2 * K + 2 * BC + 4, o_k,
+                                 o_v, o_c, K, V, BV, BC, CAP, PER_CHANNEL, STAGES, UNROLL)
+                    b_o = tl.sum(S * tl.load(p_w + o_k)[None, :], axis=1)
+                elif REFOLD:
+                    S = _tile_refold(S, c, b_v, b_beta, p_rk, p_rv, p_rg, ring_beta + sh * CAP, o_k, o_v, K, V,
+                                     PER_CHANNEL, STAGES)
+                    b_o = tl.sum(S * tl.load(p_w + o_k)[None, :], axis=1)
+                else:
+                    U = tl.load(p_ru + o_c[:, None] * V + o_v[None, :], mask=(o_c < c)[:, None], other=0.0)
+                    b_u, b_o = _tile_read(S, U, c, b_v, b_beta, p_w, q + i_b * stride_q + i_h * stride_qh, p_rk,
+                                          o_k, o_c, K, BC, RAW_QK)
+                    S = _tile_fold_u(S, b_u, c, p_rk, p_ru, p_rg, o_k, o_v, K, V, PER_CHANNEL, STAGES)
+                tl.store(p_s, S.to(checkpoint.dtype.element_ty))
+                tl.store(p_o, b_o.to(out.dtype.element_ty))
 
 
 def staged_config(rows: int, v_heads: int, d_k: int, d_v: int, variant: StagedVariant) -> tuple[int, int, int]:
@@ -340,21 +478,33 @@ def staged_config(rows: int, v_heads: int, d_k: int, d_v: int, variant: StagedVa
     return bv, variant.num_warps or warps, variant.ring_warps or (4 if d_k >= 128 else 2)
 
 
+def flush_config(rows: int, v_heads: int, d_k: int, d_v: int, variant: StagedVariant) -> tuple[int, int, int]:
+    """``(BV, num_warps, heads per program)`` of the flush launch (``flush_launch=True``)."""
+    bv, warps, _ = staged_config(rows, v_heads, d_k, d_v, variant)
+    heads = variant.flush_heads if v_heads % variant.flush_heads == 0 else 1
+    return min(variant.flush_block_v or bv, d_v), variant.flush_warps or warps, heads
+
+
+def scratch_width(d_k: int, capacity: int, fold: str) -> tuple[int, int]:
+    """``(BC, W)``: the ring's padded capacity and the fp32 scratch line per (row, value head): 2
+    vectors ``[d_k]``, 2 coefficient vectors ``[BC]``, ``beta``, ``k . q`` and the ``raw_qk``
+    scalars, and for "wy" the window's ``[BC, BC]`` inverse."""
+    wy = fold == "wy"
+    # tl.dot (the window's k_i . k_j in launch 1) takes 16-row tiles.
+    bc = max(triton.next_power_of_2(capacity), 16 if wy else 2)
+    return bc, 2 * d_k + 2 * bc + 4 + (bc * bc if wy else 0)
+
+
 def delta_replay_staged_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, committed, flush_at, window,
                              q, k, v, a, b, A_log, dt_bias, state_indices, pad_slot_id, scale, refold,
                              variant: StagedVariant):
-    """Launch one ReplaySSM step as two kernels; arguments as
+    """Launch one ReplaySSM step as two kernels (three with ``flush_launch``); arguments as
     :func:`trtllm_replayssm.ops.gdn.decode.delta_replay_step` (already checked).
     Returns ``o [batch, HV, d_v]`` in ``v.dtype``."""
     batch, H, K = q.shape
     HV, V = v.shape[1], v.shape[2]
     cap = ring_k.shape[2]
-    wy = variant.fold == "wy"
-    # tl.dot (the window's k_i . k_j in launch 1) takes 16-row tiles.
-    bc = max(triton.next_power_of_2(cap), 16 if wy else 2)
-    # One line per (row, value head): 2 vectors [d_k], 2 coefficient vectors [BC], beta, k.q
-    # (rounded up to 16 bytes), and for "wy" the window's [BC, BC] inverse.
-    width = 2 * K + 2 * bc + 4 + (bc * bc if wy else 0)
+    bc, width = scratch_width(K, cap, variant.fold)
     scratch = torch.empty(batch * HV * width, dtype=torch.float32, device=q.device)
     row_info = torch.empty(batch * 2, dtype=torch.int32, device=q.device)
     out = v.new_empty(v.shape)
@@ -362,21 +512,29 @@ def delta_replay_staged_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, ring
         return out
     bv, warps, ring_warps = staged_config(batch, HV, K, V, variant)
     per_channel, do_refold = a.dim() == 3, refold and variant.fold != "u"
-    wy = wy and do_refold
+    wy = variant.fold == "wy" and do_refold
+    raw_qk = variant.raw_qk and not per_channel
     has_indices = state_indices is not None
     scale = K ** -0.5 if scale is None else scale
     sq, sqh, sk, skh, sv, svh, sa, sb, so, soh = _strides(q, k, v, a, b, out)
     _ring_kernel[(batch * H,)](
         q, k, a, b, A_log, A_log if dt_bias is None else dt_bias, ring_k, ring_beta, ring_g, committed, flush_at,
         state_indices, pad_slot_id, scale, scratch, row_info, sq, sqh, sk, skh, sa, sb,
-        HV=HV, H=H, K=K, CAP=cap, BC=bc, W=width, PER_CHANNEL=per_channel, REFOLD=do_refold, WY=wy,
+        HV=HV, H=H, K=K, CAP=cap, BC=bc, W=width, PER_CHANNEL=per_channel, REFOLD=do_refold, WY=wy, RAW_QK=raw_qk,
         HAS_BIAS=dt_bias is not None, HAS_INDICES=has_indices, num_warps=ring_warps,
     )
+    common = dict(HV=HV, H=H, K=K, V=V, CAP=cap, BC=bc, W=width, PER_CHANNEL=per_channel, REFOLD=do_refold, WY=wy,
+                  RAW_QK=raw_qk, STAGES=variant.stages, UNROLL=variant.unroll, HAS_INDICES=has_indices)
     _stream_kernel[(batch * HV * (V // bv),)](
-        v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, committed, flush_at, state_indices,
-        pad_slot_id, window, scratch, row_info, sv, svh, so, soh,
-        HV=HV, H=H, K=K, V=V, BV=bv, CAP=cap, BC=bc, W=width, PER_CHANNEL=per_channel, REFOLD=do_refold,
-        WY=wy, STAGES=variant.stages, UNROLL=variant.unroll, HAS_INDICES=has_indices, num_warps=warps,
-        maxnreg=variant.max_registers,
+        q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, committed, flush_at, state_indices,
+        pad_slot_id, window, scratch, row_info, sq, sqh, sv, svh, so, soh,
+        BV=bv, FLUSH_HERE=not variant.flush_launch, **common, num_warps=warps, maxnreg=variant.max_registers,
     )
+    if variant.flush_launch:
+        flush_bv, flush_warps, heads = flush_config(batch, HV, K, V, variant)
+        _flush_kernel[(batch * (HV // heads),)](
+            q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, state_indices, pad_slot_id, scratch,
+            row_info, sq, sqh, sv, svh, so, soh,
+            BV=flush_bv, HEADS_PER_PROGRAM=heads, **common, num_warps=flush_warps,
+        )
     return out

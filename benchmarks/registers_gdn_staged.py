@@ -1,4 +1,4 @@
-"""Compile the two-launch delta-rule kernels (``ops/gdn/decode_staged.py``) for sm_90 without a
+"""Compile the staged delta-rule kernels (``ops/gdn/decode_staged.py``) for sm_90 without a
 GPU and print ptxas's registers, spills and shared memory per kernel and launch choice.
 
 Triton 3.9's ``triton.compile`` with a ``GPUTarget`` builds PTX on the CPU; ``ptxas -v`` then
@@ -59,11 +59,13 @@ def _compile(fn, types: dict[str, str], constexprs: dict[str, object], num_warps
 
 def resources(per_channel: bool, act: str, HV: int, H: int, K: int, V: int, cap: int, variant: staged.StagedVariant,
               rows: int = 256) -> dict[str, str]:
-    """ptxas's resource line of each of the two kernels for one launch choice."""
+    """ptxas's resource line of each kernel (ring, stream, and flush with ``flush_launch``) for
+    one launch choice."""
     bv, warps, ring_warps = staged.staged_config(rows, HV, K, V, variant)
-    refold, wy = variant.fold != "u", variant.fold == "wy"
-    bc = max(triton.next_power_of_2(cap), 16 if wy else 2)
-    width = 2 * K + 2 * bc + 4 + (bc * bc if wy else 0)
+    refold = variant.fold != "u"
+    wy = variant.fold == "wy"
+    raw_qk = variant.raw_qk and not per_channel
+    bc, width = staged.scratch_width(K, cap, variant.fold)
     ring_types = {
         "q": f"*{act}", "k": f"*{act}", "a": f"*{act}", "b": f"*{act}", "A_log": "*fp32", "dt_bias": "*fp32",
         "ring_k": f"*{act}", "ring_beta": "*fp32", "ring_g": "*fp32", "committed": "*i32", "flush_at": "*i32",
@@ -71,18 +73,27 @@ def resources(per_channel: bool, act: str, HV: int, H: int, K: int, V: int, cap:
         **{s: "i32" for s in ("stride_q", "stride_qh", "stride_k", "stride_kh", "stride_a", "stride_b")},
     }
     ring = _compile(staged._ring_kernel, ring_types, dict(
-        HV=HV, H=H, K=K, CAP=cap, BC=bc, W=width, PER_CHANNEL=per_channel, REFOLD=refold, WY=wy, HAS_BIAS=True,
-        HAS_INDICES=True), ring_warps)
-    stream_types = {
-        "v": f"*{act}", "out": f"*{act}", "checkpoint": "*fp32", "ring_k": f"*{act}", "ring_v": f"*{act}",
-        "ring_beta": "*fp32", "ring_g": "*fp32", "ring_u": "*fp32", "committed": "*i32", "flush_at": "*i32",
-        "state_indices": "*i32", "pad_slot_id": "i32", "window": "i32", "scratch": "*fp32", "row_info": "*i32",
-        **{s: "i32" for s in ("stride_v", "stride_vh", "stride_o", "stride_oh")},
+        HV=HV, H=H, K=K, CAP=cap, BC=bc, W=width, PER_CHANNEL=per_channel, REFOLD=refold, WY=wy, RAW_QK=raw_qk,
+        HAS_BIAS=True, HAS_INDICES=True), ring_warps)
+    tile_types = {
+        "q": f"*{act}", "v": f"*{act}", "out": f"*{act}", "checkpoint": "*fp32", "ring_k": f"*{act}",
+        "ring_v": f"*{act}", "ring_beta": "*fp32", "ring_g": "*fp32", "ring_u": "*fp32", "committed": "*i32",
+        "flush_at": "*i32", "state_indices": "*i32", "pad_slot_id": "i32", "window": "i32", "scratch": "*fp32",
+        "row_info": "*i32", **{s: "i32" for s in ("stride_q", "stride_qh", "stride_v", "stride_vh", "stride_o",
+                                                   "stride_oh")},
     }
-    stream = _compile(staged._stream_kernel, stream_types, dict(
-        HV=HV, H=H, K=K, V=V, BV=bv, CAP=cap, BC=bc, W=width, PER_CHANNEL=per_channel, REFOLD=refold,
-        WY=wy, STAGES=variant.stages, UNROLL=variant.unroll, HAS_INDICES=True), warps, variant.max_registers)
-    return {"launch": f"BV={bv} warps={warps} ring_warps={ring_warps}", "ring": ring, "stream": stream}
+    common = dict(HV=HV, H=H, K=K, V=V, CAP=cap, BC=bc, W=width, PER_CHANNEL=per_channel, REFOLD=refold, WY=wy,
+                  RAW_QK=raw_qk, STAGES=variant.stages, UNROLL=variant.unroll, HAS_INDICES=True)
+    stream = _compile(staged._stream_kernel, tile_types, dict(BV=bv, FLUSH_HERE=not variant.flush_launch, **common),
+                      warps, variant.max_registers)
+    out = {"launch": f"BV={bv} warps={warps} ring_warps={ring_warps}", "ring": ring, "stream": stream}
+    if variant.flush_launch:
+        flush_bv, flush_warps, heads = staged.flush_config(rows, HV, K, V, variant)
+        flush_types = {n: t for n, t in tile_types.items() if n not in ("committed", "flush_at", "window")}
+        out["flush"] = _compile(staged._flush_kernel, flush_types, dict(BV=flush_bv, HEADS_PER_PROGRAM=heads,
+                                                                         **common), flush_warps)
+        out["launch"] += f" flush BV={flush_bv} warps={flush_warps} heads={heads}"
+    return out
 
 
 def main():
@@ -97,7 +108,9 @@ def main():
                 continue
             for rows in batches or (1, 256):
                 r = resources(kind == "kda", "bf16", *dims, 16, variant, rows)
-                print(f"{kind} {name} (batch {rows}) {r['launch']}: ring {r['ring']}; stream {r['stream']}", flush=True)
+                flush = f"; flush {r['flush']}" if "flush" in r else ""
+                print(f"{kind} {name} (batch {rows}) {r['launch']}: ring {r['ring']}; stream {r['stream']}{flush}",
+                      flush=True)
 
 
 if __name__ == "__main__":

@@ -297,13 +297,10 @@ STAGED_CPU = [
     pytest.param(2, 2, 16, 32, 4, True, StagedVariant(block_v=8, flush_launch=True, raw_qk=True, flush_heads=2,
                                                       flush_block_v=16), 0, id="flush-launch-rawqk-share1-heads2"),
     pytest.param(4, 1, 32, 16, 4, True, StagedVariant(block_v=8, fold="u", flush_launch=True, raw_qk=True,
-                                                      flush_heads=4, flush_warps=1), 2, id="flush-launch-rawqk-fold-u"),
-    pytest.param(4, 2, 16, 32, 4, False, StagedVariant(block_v=16, flush_launch=True, flush_heads=3), 0,
-                 id="flush-launch-refold-false-heads-fallback"),
+                                                      flush_heads=3, flush_warps=1), 2,
+                 id="flush-launch-rawqk-fold-u-heads-fallback"),
     pytest.param(4, 2, 16, 16, 4, True, StagedVariant(fold="wy", block_v=8, flush_launch=True, raw_qk=True,
                                                       flush_heads=2), 0, id="flush-launch-rawqk-wy"),
-    pytest.param(2, 1, 32, 16, 6, True, StagedVariant(fold="wy", unroll=True, flush_launch=True, flush_block_v=8), 2,
-                 id="flush-launch-wy-unrolled-wide-ring"),
     pytest.param(4, 2, 32, 16, 4, False, StagedVariant(block_v=8, raw_qk=True), 0, id="rawqk-share2-refold-false"),
 ]
 
@@ -443,9 +440,29 @@ def test_staged_kernel_gpu(dims, dtype, batch, monkeypatch):
     pytest.param(StagedVariant(fold="wy", block_v=16, num_warps=4), True, id="wy-bv16"),
     pytest.param(StagedVariant(fold="wy", block_v=32, num_warps=8), True, id="wy-bv32-8warps"),
     pytest.param(StagedVariant(fold="wy", block_v=16, num_warps=4, unroll=True), True, id="wy-unrolled-bv16"),
+    pytest.param(StagedVariant(block_v=16, num_warps=2, flush_launch=True), True, id="flush-launch-bv16-2warps"),
+    pytest.param(StagedVariant(block_v=16, num_warps=2, flush_launch=True, raw_qk=True), True,
+                 id="flush-launch-rawqk-bv16-2warps"),
+    pytest.param(StagedVariant(block_v=32, num_warps=4, flush_launch=True, raw_qk=True, flush_heads=4,
+                               flush_block_v=16, flush_warps=2), False,
+                 id="flush-launch-rawqk-bv32-heads4-refold-false"),
+    pytest.param(StagedVariant(fold="wy", block_v=16, num_warps=2, flush_launch=True, flush_heads=2), True,
+                 id="flush-launch-wy-heads2"),
+    pytest.param(StagedVariant(fold="u", block_v=8, flush_launch=True, raw_qk=True), True,
+                 id="flush-launch-rawqk-fold-u"),
+    pytest.param(StagedVariant(block_v=8, raw_qk=True), True, id="rawqk-bv8"),
 ])
 def test_staged_variants_gpu(variant, refold, monkeypatch):
     check_variant_gpu(False, GPU_DIMS[0], "fp32", 3, variant, monkeypatch, refold=refold)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dims", [GPU_DIMS[0], GPU_DIMS[1]], ids=dims_id)
+def test_staged_flush_launch_gpu(dims, monkeypatch):
+    """The flush-launch, raw_qk step at batch 64 (bf16; many rows flush in the same step) and at
+    d_k != d_v with GQA 4."""
+    variant = StagedVariant(block_v=16, num_warps=2, flush_launch=True, raw_qk=True, flush_heads=2)
+    check_variant_gpu(False, dims, "bf16", 64 if dims == GPU_DIMS[0] else 3, variant, monkeypatch)
 
 
 @pytest.mark.gpu

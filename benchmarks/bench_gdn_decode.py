@@ -216,33 +216,37 @@ def warmup_only(layer, batches):
 # -- --variants: every replay kernel variant, checked then timed, in one short run -------------
 #: (name, ``variant`` of decode.delta_replay_step, batches it runs at or None for all). Each
 #: distinct launch config is one Triton compile (~1-4 s; a staged variant is two or three
-#: kernels): per kind at batches 1/128/256, 13 replay launch configs + 2 standard + fla's + the copy kernel.
+#: kernels): per kind at batches 1/128/256, 13 replay launch configs + 2 standard + fla's + the
+#: copy kernel.
 #: The chunked variants that lost to the row-wise kernel everywhere, and the staged ``wy``,
 #: ``fold u`` and BV=32 / 8 warps configs (RESULTS.md, 2026-11-30), are out of the sweep.
 #: ``flush`` configs: the flush rows in a third launch, the stream kernel without a fold;
 #: ``raw_qk``: the stream programs read the raw q and the ring's k instead of two fp32 vectors;
-#: ``heads N``: value heads per flush program; ``fBV``: the flush launch's tile and warps.
+#: the flush launch's programs take one tile (``flush_split`` = d_v / BV) unless named:
+#: ``whole heads``, or ``heads N split S`` (N value heads, d_v / S rows each, per program).
 #: Registers for sm_90 at Qwen3.5-4B dims, bf16 (benchmarks/registers_gdn_staged.py; no spills):
 #: stream kernel with the flush launch BV=16 / 2 warps and BV=32 / 4 warps 72 (GDN and KDA, raw_qk
 #: or not; with the fold in it: BV=32 / 4 warps 96), BV=16 / 4 warps and BV=8 / 2 warps 48;
-#: flush kernel 80 (KDA 96), heads 4 96; ring kernel 48 (raw_qk 56; KDA 72).
+#: flush kernel 80 (KDA whole heads 96), heads 4 split 2 72 (KDA 80); ring kernel 48 (raw_qk
+#: 56; KDA 72).
 VARIANTS = (
     ("rowwise", "rowwise", None),
     ("chunked 2 warps", ChunkedVariant(num_warps=2), (1, 32)),
     ("staged", StagedVariant(), None),
     ("staged BV=16 4 warps", StagedVariant(block_v=16, num_warps=4), (128, 256, 512)),
     ("staged BV=8", StagedVariant(block_v=8), (128, 256, 512)),
-    ("staged flush BV=16 2 warps", StagedVariant(block_v=16, num_warps=2, flush_launch=True), None),
-    ("staged flush raw_qk BV=16 2 warps", StagedVariant(block_v=16, num_warps=2, flush_launch=True, raw_qk=True),
+    ("staged flush BV=16 2 warps", StagedVariant(block_v=16, num_warps=2, flush_launch=True, flush_split=8), None),
+    ("staged flush raw_qk BV=16 2 warps",
+     StagedVariant(block_v=16, num_warps=2, flush_launch=True, raw_qk=True, flush_split=8), (128, 256, 512)),
+    ("staged flush BV=32 4 warps", StagedVariant(block_v=32, num_warps=4, flush_launch=True, flush_split=4),
      (128, 256, 512)),
-    ("staged flush BV=32 4 warps", StagedVariant(block_v=32, num_warps=4, flush_launch=True), (128, 256, 512)),
-    ("staged flush raw_qk BV=32 4 warps", StagedVariant(block_v=32, num_warps=4, flush_launch=True, raw_qk=True),
+    ("staged flush raw_qk BV=32 4 warps",
+     StagedVariant(block_v=32, num_warps=4, flush_launch=True, raw_qk=True, flush_split=4), (128, 256, 512)),
+    ("staged flush raw_qk BV=16 2 warps whole heads",
+     StagedVariant(block_v=16, num_warps=2, flush_launch=True, raw_qk=True), (128, 256, 512)),
+    ("staged flush raw_qk BV=16 2 warps heads 4 split 2",
+     StagedVariant(block_v=16, num_warps=2, flush_launch=True, raw_qk=True, flush_heads=4, flush_split=2),
      (128, 256, 512)),
-    ("staged flush raw_qk BV=16 2 warps heads 4",
-     StagedVariant(block_v=16, num_warps=2, flush_launch=True, raw_qk=True, flush_heads=4), (128, 256, 512)),
-    ("staged flush raw_qk BV=16 2 warps heads 4 fBV=32 4 warps",
-     StagedVariant(block_v=16, num_warps=2, flush_launch=True, raw_qk=True, flush_heads=4, flush_block_v=32,
-                   flush_warps=4), (128, 256, 512)),
 )
 
 
@@ -308,8 +312,8 @@ def launch_text(layer, batch, variant):
         bv, warps, ring_warps = staged_config(batch, layer.HV, layer.d_k, layer.d_v, variant)
         text = f"BV={bv} warps={warps} ring warps={ring_warps}"
         if variant.flush_launch:
-            flush_bv, flush_warps, heads = flush_config(batch, layer.HV, layer.d_k, layer.d_v, variant)
-            text += f" flush BV={flush_bv} warps={flush_warps} heads={heads}"
+            flush_bv, flush_warps, heads, split = flush_config(batch, layer.HV, layer.d_k, layer.d_v, variant)
+            text += f" flush BV={flush_bv} warps={flush_warps} heads={heads} split={split}"
         return text
     if variant == "rowwise":
         bv, split, warps = decode.replay_config(batch, layer.HV, layer.d_k, layer.d_v)

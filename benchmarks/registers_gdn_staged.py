@@ -88,11 +88,11 @@ def resources(per_channel: bool, act: str, HV: int, H: int, K: int, V: int, cap:
                       warps, variant.max_registers)
     out = {"launch": f"BV={bv} warps={warps} ring_warps={ring_warps}", "ring": ring, "stream": stream}
     if variant.flush_launch:
-        flush_bv, flush_warps, heads = staged.flush_config(rows, HV, K, V, variant)
+        flush_bv, flush_warps, heads, split = staged.flush_config(rows, HV, K, V, variant)
         flush_types = {n: t for n, t in tile_types.items() if n not in ("committed", "flush_at", "window")}
         out["flush"] = _compile(staged._flush_kernel, flush_types, dict(BV=flush_bv, HEADS_PER_PROGRAM=heads,
-                                                                         **common), flush_warps)
-        out["launch"] += f" flush BV={flush_bv} warps={flush_warps} heads={heads}"
+                                                                         SPLIT=split, **common), flush_warps)
+        out["launch"] += f" flush BV={flush_bv} warps={flush_warps} heads={heads} split={split}"
     return out
 
 

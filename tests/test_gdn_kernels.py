@@ -295,12 +295,14 @@ STAGED_CPU = [
     # without any fold; raw_qk: the stream programs read the raw q and the ring's k at c.
     pytest.param(4, 2, 16, 8, 4, True, StagedVariant(flush_launch=True), 0, id="flush-launch-share2-refold-dv8"),
     pytest.param(2, 2, 16, 32, 4, True, StagedVariant(block_v=8, flush_launch=True, raw_qk=True, flush_heads=2,
-                                                      flush_block_v=16), 0, id="flush-launch-rawqk-share1-heads2"),
+                                                      flush_block_v=8, flush_split=2), 0,
+                 id="flush-launch-rawqk-share1-heads2-split2"),
     pytest.param(4, 1, 32, 16, 4, True, StagedVariant(block_v=8, fold="u", flush_launch=True, raw_qk=True,
                                                       flush_heads=3, flush_warps=1), 2,
                  id="flush-launch-rawqk-fold-u-heads-fallback"),
     pytest.param(4, 2, 16, 16, 4, True, StagedVariant(fold="wy", block_v=8, flush_launch=True, raw_qk=True,
-                                                      flush_heads=2), 0, id="flush-launch-rawqk-wy"),
+                                                      flush_heads=2, flush_split=8), 0,
+                 id="flush-launch-rawqk-wy-split-cap"),
     pytest.param(4, 2, 32, 16, 4, False, StagedVariant(block_v=8, raw_qk=True), 0, id="rawqk-share2-refold-false"),
 ]
 
@@ -327,6 +329,8 @@ def test_staged_variant_rejects_bad_options():
         StagedVariant(flush_launch=True, flush_block_v=24)
     with pytest.raises(ValueError, match="^flush_heads:"):
         StagedVariant(flush_launch=True, flush_heads=0)
+    with pytest.raises(ValueError, match="^flush_split:"):
+        StagedVariant(flush_launch=True, flush_split=3)
     with pytest.raises(ValueError, match="^flush_warps:"):
         StagedVariant(flush_launch=True, flush_warps=5)
     with pytest.raises(ValueError, match="only with flush_launch=True"):
@@ -440,7 +444,8 @@ def test_staged_kernel_gpu(dims, dtype, batch, monkeypatch):
     pytest.param(StagedVariant(fold="wy", block_v=16, num_warps=4), True, id="wy-bv16"),
     pytest.param(StagedVariant(fold="wy", block_v=32, num_warps=8), True, id="wy-bv32-8warps"),
     pytest.param(StagedVariant(fold="wy", block_v=16, num_warps=4, unroll=True), True, id="wy-unrolled-bv16"),
-    pytest.param(StagedVariant(block_v=16, num_warps=2, flush_launch=True), True, id="flush-launch-bv16-2warps"),
+    pytest.param(StagedVariant(block_v=16, num_warps=2, flush_launch=True, flush_split=8), True,
+                 id="flush-launch-bv16-2warps-split8"),
     pytest.param(StagedVariant(block_v=16, num_warps=2, flush_launch=True, raw_qk=True), True,
                  id="flush-launch-rawqk-bv16-2warps"),
     pytest.param(StagedVariant(block_v=32, num_warps=4, flush_launch=True, raw_qk=True, flush_heads=4,
@@ -461,7 +466,7 @@ def test_staged_variants_gpu(variant, refold, monkeypatch):
 def test_staged_flush_launch_gpu(dims, monkeypatch):
     """The flush-launch, raw_qk step at batch 64 (bf16; many rows flush in the same step) and at
     d_k != d_v with GQA 4."""
-    variant = StagedVariant(block_v=16, num_warps=2, flush_launch=True, raw_qk=True, flush_heads=2)
+    variant = StagedVariant(block_v=16, num_warps=2, flush_launch=True, raw_qk=True, flush_heads=2, flush_split=4)
     check_variant_gpu(False, dims, "bf16", 64 if dims == GPU_DIMS[0] else 3, variant, monkeypatch)
 
 

@@ -51,7 +51,8 @@ def test_chunked_kernel_matches_reference_cpu(HV, H, d_k, d_v, window, refold, v
     pytest.param(2, 1, 16, 32, True, StagedVariant(block_v=8, fold="wy", unroll=True), id="share2-wy-unrolled-4tiles"),
     # flush_launch (raw_qk is Gated DeltaNet's: KDA keeps its per-channel vectors, same results).
     pytest.param(4, 2, 16, 8, True, StagedVariant(flush_launch=True, raw_qk=True), id="flush-launch-share2-refold-dv8"),
-    pytest.param(4, 1, 32, 16, True, StagedVariant(block_v=8, fold="u", flush_launch=True, flush_heads=4),
+    pytest.param(4, 1, 32, 16, True, StagedVariant(block_v=8, fold="u", flush_launch=True, flush_heads=4,
+                                                    flush_split=2),
                  id="flush-launch-share4-fold-u"),
     pytest.param(2, 1, 16, 32, True, StagedVariant(block_v=8, fold="wy", flush_launch=True, flush_heads=2,
                                                     flush_block_v=16),
@@ -99,8 +100,8 @@ def test_staged_kernel_gpu(dtype, batch, monkeypatch):
     pytest.param(StagedVariant(block_v=8, num_warps=1), False, id="bv8-1warp-refold-false"),
     pytest.param(StagedVariant(fold="wy", block_v=16, num_warps=4), True, id="wy-bv16"),
     pytest.param(StagedVariant(fold="wy", block_v=16, num_warps=4, unroll=True), True, id="wy-unrolled-bv16"),
-    pytest.param(StagedVariant(block_v=16, num_warps=2, flush_launch=True, raw_qk=True), True,
-                 id="flush-launch-bv16-2warps"),
+    pytest.param(StagedVariant(block_v=16, num_warps=2, flush_launch=True, raw_qk=True, flush_split=8), True,
+                 id="flush-launch-bv16-2warps-split8"),
     pytest.param(StagedVariant(block_v=32, num_warps=4, flush_launch=True, flush_heads=4, flush_block_v=16), False,
                  id="flush-launch-bv32-heads4-refold-false"),
     pytest.param(StagedVariant(fold="wy", block_v=16, num_warps=2, flush_launch=True), True, id="flush-launch-wy"),
@@ -112,7 +113,7 @@ def test_staged_variants_gpu(variant, refold, monkeypatch):
 @pytest.mark.gpu
 def test_staged_flush_launch_gpu(monkeypatch):
     """The flush-launch step at batch 64 (bf16; many rows flush in the same step)."""
-    variant = StagedVariant(block_v=16, num_warps=2, flush_launch=True, flush_heads=2)
+    variant = StagedVariant(block_v=16, num_warps=2, flush_launch=True, flush_heads=2, flush_split=2)
     check_variant_gpu(True, KIMI, "bf16", 64, variant, monkeypatch)
 
 

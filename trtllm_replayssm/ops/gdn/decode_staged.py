@@ -33,6 +33,15 @@ kernel's:
    and ``o_t = S q``. The first program of each live row moves the row's cursors: no program of
    this launch reads ``committed``, and launch 1, which does, has finished.
 
+``flush_launch`` (as the Mamba-2 staged step): the fold's registers cost the stream programs
+occupancy on every step, so the flush rows can go to a third launch, ``_flush_kernel``, whose
+programs of non-flush rows exit after two loads; the stream launch then masks the flush rows'
+tiles off (the flag is read by row, next to the slot, so the checkpoint load waits for nothing
+more) and compiles without a fold (sm_90, Qwen3.5-4B dims: 96 -> 72 registers at BV=32 / 4
+warps). ``raw_qk`` (Gated DeltaNet): the stream tile reads the raw 16-bit ``q`` and the ring's
+``k`` at ``c`` of its key head, and the scalars ``e^{D_t}`` and ``e^{D_t} scale / ||q||`` from
+the coefficient line, instead of two fp32 ``[d_k]`` vectors written per value head.
+
 Padded rows (``pad_slot_id``) get a zero output and touch nothing. The scratch is allocated per
 call (``torch.empty``: fine under CUDA-graph capture).
 """
@@ -71,14 +80,17 @@ class StagedVariant:
     the ring's capacity (entries past ``c`` masked) so that the independent reductions of the
     window's entries can overlap.
 
-    ``flush_launch``: flush rows go to a third launch, ``_flush_kernel`` (one program per row and
-    ``flush_heads`` value heads, whole heads in ``flush_block_v``-row tiles with ``flush_warps``
-    warps; defaults: the stream launch's ``BV`` and warps); the stream launch then serves only
-    non-flush rows and compiles without any fold. ``flush_heads`` that does not divide the
-    value heads falls back to 1. ``raw_qk`` (Gated DeltaNet; KDA's decay is a ``d_k``-vector per
-    value head, so it keeps the fp32 vectors): the stream programs read the key head's raw
-    ``q`` (activation dtype) and the ring's ``k`` at ``c`` instead of two fp32 ``[d_k]`` vectors
-    per value head, and scale them by scalars of the coefficient line.
+    ``flush_launch``: flush rows go to a third launch, ``_flush_kernel`` (one program per row,
+    ``flush_heads`` value heads and ``1 / flush_split`` of their ``d_v`` rows, in
+    ``flush_block_v``-row tiles with ``flush_warps`` warps; defaults: whole heads, the stream
+    launch's ``BV`` and warps); the stream launch then serves only non-flush rows and compiles
+    without any fold. The refold of a tile is a chain of ``c + 1`` dependent updates, so the
+    tiles a program walks add up in latency: ``flush_split`` spreads a head over programs (capped
+    at one tile each). ``flush_heads`` that does not divide the value heads falls back to 1.
+    ``raw_qk`` (Gated DeltaNet; KDA's decay is a ``d_k``-vector per value head, so it keeps the
+    fp32 vectors): the stream programs read the key head's raw ``q`` (activation dtype) and the
+    ring's ``k`` at ``c`` instead of two fp32 ``[d_k]`` vectors per value head, and scale them by
+    scalars of the coefficient line.
     """
 
     block_v: int | None = None
@@ -90,6 +102,7 @@ class StagedVariant:
     unroll: bool = False
     flush_launch: bool = False
     flush_heads: int = 1
+    flush_split: int = 1
     flush_block_v: int | None = None
     flush_warps: int | None = None
     raw_qk: bool = False
@@ -103,8 +116,11 @@ class StagedVariant:
                 raise ValueError(f"{name}: expected None or a power of two, got {bv}")
         if self.flush_heads < 1:
             raise ValueError(f"flush_heads: expected >= 1, got {self.flush_heads}")
-        if not self.flush_launch and (self.flush_heads != 1 or self.flush_block_v or self.flush_warps):
-            raise ValueError("flush_heads, flush_block_v, flush_warps: only with flush_launch=True")
+        if self.flush_split < 1 or self.flush_split & (self.flush_split - 1):
+            raise ValueError(f"flush_split: expected a power of two, got {self.flush_split}")
+        if not self.flush_launch and (self.flush_heads != 1 or self.flush_split != 1 or self.flush_block_v
+                                      or self.flush_warps):
+            raise ValueError("flush_heads, flush_split, flush_block_v, flush_warps: only with flush_launch=True")
         if self.unroll and self.fold != "wy":
             raise ValueError(f"unroll: only with fold='wy', got fold={self.fold!r}")
         if self.stages < 1:
@@ -416,17 +432,19 @@ def _flush_kernel(
     q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, state_indices, pad_slot_id, scratch, row_info,
     stride_q, stride_qh, stride_v, stride_vh, stride_o, stride_oh,
     HV: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, CAP: tl.constexpr,
-    BC: tl.constexpr, W: tl.constexpr, HEADS_PER_PROGRAM: tl.constexpr, PER_CHANNEL: tl.constexpr,
+    BC: tl.constexpr, W: tl.constexpr, HEADS_PER_PROGRAM: tl.constexpr, SPLIT: tl.constexpr, PER_CHANNEL: tl.constexpr,
     REFOLD: tl.constexpr, WY: tl.constexpr, RAW_QK: tl.constexpr, STAGES: tl.constexpr, UNROLL: tl.constexpr,
     HAS_INDICES: tl.constexpr,
 ):
-    """The flush rows of a ``flush_launch`` step: ``HEADS_PER_PROGRAM`` value heads of one row
-    per program, each head in ``BV``-row tiles; programs of other rows exit after two loads (the
-    stream launch moved every row's cursors, so none are read here)."""
+    """The flush rows of a ``flush_launch`` step: ``V / SPLIT`` rows of ``HEADS_PER_PROGRAM``
+    value heads of one row per program, in ``BV``-row tiles; programs of other rows exit after
+    two loads (the stream launch moved every row's cursors, so none are read here)."""
     CHUNKS: tl.constexpr = HV // HEADS_PER_PROGRAM
+    ROWS: tl.constexpr = V // SPLIT
     pid = tl.program_id(0)
-    i_b = pid // CHUNKS
-    hv0 = (pid % CHUNKS) * HEADS_PER_PROGRAM
+    i_s = pid % SPLIT
+    i_b = pid // (SPLIT * CHUNKS)
+    hv0 = (pid // SPLIT) % CHUNKS * HEADS_PER_PROGRAM
     flag = tl.load(row_info + i_b * 2 + 1)
     slot = i_b.to(tl.int64)
     if HAS_INDICES:
@@ -445,7 +463,7 @@ def _flush_kernel(
             p_ru = ring_u + sh * CAP * V
             p_rg = ring_g + sh * CAP * (K if PER_CHANNEL else 1)
             b_beta = tl.load(p_w + 2 * K + 2 * BC)
-            for v0 in range(0, V, BV):
+            for v0 in range(i_s * ROWS, (i_s + 1) * ROWS, BV):
                 o_v = v0 + tl.arange(0, BV)
                 p_s = checkpoint + sh * V * K + o_v[:, None] * K + o_k[None, :]
                 p_o = out + i_b * stride_o + i_hv * stride_oh + o_v
@@ -478,11 +496,14 @@ def staged_config(rows: int, v_heads: int, d_k: int, d_v: int, variant: StagedVa
     return bv, variant.num_warps or warps, variant.ring_warps or (4 if d_k >= 128 else 2)
 
 
-def flush_config(rows: int, v_heads: int, d_k: int, d_v: int, variant: StagedVariant) -> tuple[int, int, int]:
-    """``(BV, num_warps, heads per program)`` of the flush launch (``flush_launch=True``)."""
+def flush_config(rows: int, v_heads: int, d_k: int, d_v: int,
+                 variant: StagedVariant) -> tuple[int, int, int, int]:
+    """``(BV, num_warps, heads per program, programs per head)`` of the flush launch
+    (``flush_launch=True``)."""
     bv, warps, _ = staged_config(rows, v_heads, d_k, d_v, variant)
+    bv = min(variant.flush_block_v or bv, d_v)
     heads = variant.flush_heads if v_heads % variant.flush_heads == 0 else 1
-    return min(variant.flush_block_v or bv, d_v), variant.flush_warps or warps, heads
+    return bv, variant.flush_warps or warps, heads, min(variant.flush_split, d_v // bv)
 
 
 def scratch_width(d_k: int, capacity: int, fold: str) -> tuple[int, int]:
@@ -531,10 +552,10 @@ def delta_replay_staged_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, ring
         BV=bv, FLUSH_HERE=not variant.flush_launch, **common, num_warps=warps, maxnreg=variant.max_registers,
     )
     if variant.flush_launch:
-        flush_bv, flush_warps, heads = flush_config(batch, HV, K, V, variant)
-        _flush_kernel[(batch * (HV // heads),)](
+        flush_bv, flush_warps, heads, split = flush_config(batch, HV, K, V, variant)
+        _flush_kernel[(batch * (HV // heads) * split,)](
             q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, state_indices, pad_slot_id, scratch,
             row_info, sq, sqh, sv, svh, so, soh,
-            BV=flush_bv, HEADS_PER_PROGRAM=heads, **common, num_warps=flush_warps,
+            BV=flush_bv, HEADS_PER_PROGRAM=heads, SPLIT=split, **common, num_warps=flush_warps,
         )
     return out

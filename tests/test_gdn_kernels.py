@@ -489,7 +489,10 @@ def test_matches_fla_fused_recurrent_gpu(variant, monkeypatch):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("variant", [None, "chunked", "staged"], ids=["rowwise", "chunked", "staged"])
+@pytest.mark.parametrize("variant", [
+    None, "chunked", "staged",
+    StagedVariant(block_v=16, num_warps=2, flush_launch=True, raw_qk=True, flush_split=8),
+], ids=["rowwise", "chunked", "staged", "staged-flush-launch"])
 def test_cuda_graph_capture_gpu(variant, monkeypatch):
     """A captured replay step, replayed 40 times, walks the same states as eager calls."""
     monkeypatch.setattr(decode, "REPLAY_VARIANT", variant)

@@ -49,7 +49,7 @@ from _timing import L2Flusher, capture_graph, copy_bandwidth_gbps, device_info, 
 from trtllm_replayssm.config import ReplaySSMConfig  # noqa: E402
 from trtllm_replayssm.ops.gdn import decode  # noqa: E402
 from trtllm_replayssm.ops.gdn.decode_chunked import ChunkedVariant, chunked_config  # noqa: E402
-from trtllm_replayssm.ops.gdn.decode_staged import StagedVariant, flush_config, staged_config  # noqa: E402
+from trtllm_replayssm.ops.gdn.decode_staged import StagedVariant, flush_config, ring_split, staged_config  # noqa: E402
 from trtllm_replayssm.ops.gdn.state import DeltaRuleReplayState  # noqa: E402
 
 BATCHES = (1, 32, 128, 256, 512)
@@ -224,6 +224,8 @@ def warmup_only(layer, batches):
 #: ``raw_qk``: the stream programs read the raw q and the ring's k instead of two fp32 vectors;
 #: the flush launch's programs take one tile (``flush_split`` = d_v / BV) unless named:
 #: ``whole heads``, or ``heads N split S`` (N value heads, d_v / S rows each, per program).
+#: ``ring split 2``: the ring launch runs a program per (row, value head) at Qwen3.5 (2 value heads
+#: per key head) instead of per key head; Kimi Linear (one each) is unchanged by it.
 #: Registers for sm_90 at Qwen3.5-4B dims, bf16 (benchmarks/registers_gdn_staged.py; no spills):
 #: stream kernel with the flush launch BV=16 / 2 warps and BV=32 / 4 warps 72 (GDN and KDA, raw_qk
 #: or not; with the fold in it: BV=32 / 4 warps 96), BV=16 / 4 warps and BV=8 / 2 warps 48;
@@ -235,18 +237,16 @@ VARIANTS = (
     ("staged", StagedVariant(), None),
     ("staged BV=16 4 warps", StagedVariant(block_v=16, num_warps=4), (128, 256, 512)),
     ("staged BV=8", StagedVariant(block_v=8), (128, 256, 512)),
-    ("staged flush BV=16 2 warps", StagedVariant(block_v=16, num_warps=2, flush_launch=True, flush_split=8), None),
     ("staged flush raw_qk BV=16 2 warps",
      StagedVariant(block_v=16, num_warps=2, flush_launch=True, raw_qk=True, flush_split=8), (128, 256, 512)),
     ("staged flush BV=32 4 warps", StagedVariant(block_v=32, num_warps=4, flush_launch=True, flush_split=4),
      (128, 256, 512)),
-    ("staged flush raw_qk BV=32 4 warps",
-     StagedVariant(block_v=32, num_warps=4, flush_launch=True, raw_qk=True, flush_split=4), (128, 256, 512)),
     ("staged flush raw_qk BV=16 2 warps whole heads",
      StagedVariant(block_v=16, num_warps=2, flush_launch=True, raw_qk=True), (128, 256, 512)),
-    ("staged flush raw_qk BV=16 2 warps heads 4 split 2",
-     StagedVariant(block_v=16, num_warps=2, flush_launch=True, raw_qk=True, flush_heads=4, flush_split=2),
-     (128, 256, 512)),
+    ("staged flush raw_qk BV=16 2 warps whole heads ring split 2",
+     StagedVariant(block_v=16, num_warps=2, flush_launch=True, raw_qk=True, ring_split=2), (128, 256, 512)),
+    ("staged flush raw_qk BV=32 4 warps whole heads ring split 2",
+     StagedVariant(block_v=32, num_warps=4, flush_launch=True, raw_qk=True, ring_split=2), (128, 256, 512)),
 )
 
 
@@ -310,7 +310,7 @@ def check_variant(layer, batch, variant):
 def launch_text(layer, batch, variant):
     if isinstance(variant, StagedVariant):
         bv, warps, ring_warps = staged_config(batch, layer.HV, layer.d_k, layer.d_v, variant)
-        text = f"BV={bv} warps={warps} ring warps={ring_warps}"
+        text = f"BV={bv} warps={warps} ring warps={ring_warps} ring split={ring_split(layer.HV, layer.H, variant)}"
         if variant.flush_launch:
             flush_bv, flush_warps, heads, split = flush_config(batch, layer.HV, layer.d_k, layer.d_v, variant)
             text += f" flush BV={flush_bv} warps={flush_warps} heads={heads} split={split}"

@@ -74,7 +74,7 @@ def resources(per_channel: bool, act: str, HV: int, H: int, K: int, V: int, cap:
     }
     ring = _compile(staged._ring_kernel, ring_types, dict(
         HV=HV, H=H, K=K, CAP=cap, BC=bc, W=width, PER_CHANNEL=per_channel, REFOLD=refold, WY=wy, RAW_QK=raw_qk,
-        HAS_BIAS=True, HAS_INDICES=True), ring_warps)
+        HAS_BIAS=True, HAS_INDICES=True, SPLIT=staged.ring_split(HV, H, variant)), ring_warps)
     tile_types = {
         "q": f"*{act}", "v": f"*{act}", "out": f"*{act}", "checkpoint": "*fp32", "ring_k": f"*{act}",
         "ring_v": f"*{act}", "ring_beta": "*fp32", "ring_g": "*fp32", "ring_u": "*fp32", "committed": "*i32",
@@ -86,7 +86,8 @@ def resources(per_channel: bool, act: str, HV: int, H: int, K: int, V: int, cap:
                   RAW_QK=raw_qk, STAGES=variant.stages, UNROLL=variant.unroll, HAS_INDICES=True)
     stream = _compile(staged._stream_kernel, tile_types, dict(BV=bv, FLUSH_HERE=not variant.flush_launch, **common),
                       warps, variant.max_registers)
-    out = {"launch": f"BV={bv} warps={warps} ring_warps={ring_warps}", "ring": ring, "stream": stream}
+    out = {"launch": f"BV={bv} warps={warps} ring_warps={ring_warps} ring_split={staged.ring_split(HV, H, variant)}",
+           "ring": ring, "stream": stream}
     if variant.flush_launch:
         flush_bv, flush_warps, heads, split = staged.flush_config(rows, HV, K, V, variant)
         flush_types = {n: t for n, t in tile_types.items() if n not in ("committed", "flush_at", "window")}

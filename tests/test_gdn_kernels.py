@@ -304,6 +304,12 @@ STAGED_CPU = [
                                                       flush_heads=2, flush_split=8), 0,
                  id="flush-launch-rawqk-wy-split-cap"),
     pytest.param(4, 2, 32, 16, 4, False, StagedVariant(block_v=8, raw_qk=True), 0, id="rawqk-share2-refold-false"),
+    # ring_split: the ring launch spreads a key head's value heads over programs (share 2: one
+    # each; share 4 split 2: two each; share 1: capped at one program).
+    pytest.param(4, 2, 16, 8, 4, True, StagedVariant(flush_launch=True, raw_qk=True, ring_split=2), 0,
+                 id="ring-split2-share2-flush-launch-rawqk"),
+    pytest.param(4, 1, 32, 16, 4, False, StagedVariant(block_v=8, ring_split=2), 0, id="ring-split2-share4-refold-false"),
+    pytest.param(2, 2, 16, 16, 4, True, StagedVariant(fold="wy", ring_split=4), 0, id="ring-split-cap-share1-wy"),
 ]
 
 
@@ -327,6 +333,8 @@ def test_staged_variant_rejects_bad_options():
         StagedVariant(unroll=True)
     with pytest.raises(ValueError, match="^flush_block_v:"):
         StagedVariant(flush_launch=True, flush_block_v=24)
+    with pytest.raises(ValueError, match="^ring_split:"):
+        StagedVariant(ring_split=3)
     with pytest.raises(ValueError, match="^flush_heads:"):
         StagedVariant(flush_launch=True, flush_heads=0)
     with pytest.raises(ValueError, match="^flush_split:"):
@@ -456,6 +464,8 @@ def test_staged_kernel_gpu(dims, dtype, batch, monkeypatch):
     pytest.param(StagedVariant(fold="u", block_v=8, flush_launch=True, raw_qk=True), True,
                  id="flush-launch-rawqk-fold-u"),
     pytest.param(StagedVariant(block_v=8, raw_qk=True), True, id="rawqk-bv8"),
+    pytest.param(StagedVariant(block_v=16, num_warps=2, flush_launch=True, raw_qk=True, ring_split=2), True,
+                 id="flush-launch-rawqk-bv16-ring-split2"),
 ])
 def test_staged_variants_gpu(variant, refold, monkeypatch):
     check_variant_gpu(False, GPU_DIMS[0], "fp32", 3, variant, monkeypatch, refold=refold)

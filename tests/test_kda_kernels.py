@@ -57,6 +57,9 @@ def test_chunked_kernel_matches_reference_cpu(HV, H, d_k, d_v, window, refold, v
     pytest.param(2, 1, 16, 32, True, StagedVariant(block_v=8, fold="wy", flush_launch=True, flush_heads=2,
                                                     flush_block_v=16),
                  id="flush-launch-share2-wy"),
+    # ring_split: one ring program per value head (share 2), two value heads each (share 4).
+    pytest.param(4, 2, 16, 8, True, StagedVariant(flush_launch=True, ring_split=2), id="ring-split2-share2-flush-launch"),
+    pytest.param(4, 1, 16, 16, False, StagedVariant(block_v=8, ring_split=2), id="ring-split2-share4-refold-false"),
 ])
 def test_staged_kernel_matches_reference_cpu(HV, H, d_k, d_v, refold, variant):
     check_variant_cpu(True, HV, H, d_k, d_v, 4, refold, variant)
@@ -105,6 +108,9 @@ def test_staged_kernel_gpu(dtype, batch, monkeypatch):
     pytest.param(StagedVariant(block_v=32, num_warps=4, flush_launch=True, flush_heads=4, flush_block_v=16), False,
                  id="flush-launch-bv32-heads4-refold-false"),
     pytest.param(StagedVariant(fold="wy", block_v=16, num_warps=2, flush_launch=True), True, id="flush-launch-wy"),
+    # Kimi Linear's key heads serve one value head each: ring_split is capped at 1 program.
+    pytest.param(StagedVariant(block_v=16, num_warps=2, flush_launch=True, ring_split=2), True,
+                 id="flush-launch-bv16-ring-split2"),
 ])
 def test_staged_variants_gpu(variant, refold, monkeypatch):
     check_variant_gpu(True, KIMI, "fp32", 3, variant, monkeypatch, refold=refold)

@@ -10,7 +10,8 @@ standard kernel, whose programs only load a tile, update it and store it, reache
 Here the ring work is a launch of its own and the checkpoint stream is as plain as the standard
 kernel's:
 
-1. ``_ring_kernel``, one program per (batch row, key head), covering the key head's value heads:
+1. ``_ring_kernel``, one program per (batch row, key head), covering the key head's value heads
+   (``ring_split``: that many programs per key head, each covering a share of its value heads):
    reads the row's slot and cursors, computes the token's normalised ``q, k`` and gates as
    ``decode._load_token`` does, reads the ring's ``k`` (once per key head) and ``g`` (entries
    ``j < c``), and writes per (row, value head) one fp32 line of scratch. Non-flush rows (and
@@ -48,6 +49,7 @@ call (``torch.empty``: fine under CUDA-graph capture).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -91,6 +93,13 @@ class StagedVariant:
     fp32 vectors): the stream programs read the key head's raw ``q`` (activation dtype) and the
     ring's ``k`` at ``c`` instead of two fp32 ``[d_k]`` vectors per value head, and scale them by
     scalars of the coefficient line.
+
+    ``ring_split``: programs of the ring launch per (row, key head), each doing the coefficient
+    work of ``G / ring_split`` of its ``G`` value heads (capped at one each: ``gcd(ring_split,
+    G)``). That work is a chain of dependent latency per value head, so shorter programs finish
+    sooner; each reads the key head's ring ``k`` (an L2 hit for all but the first), the first
+    appends the token's ``k``. Per value head the arithmetic is unchanged (bit-for-bit). Key heads
+    that serve one value head each (KDA) have nothing to spread.
     """
 
     block_v: int | None = None
@@ -106,6 +115,7 @@ class StagedVariant:
     flush_block_v: int | None = None
     flush_warps: int | None = None
     raw_qk: bool = False
+    ring_split: int = 1
 
     def __post_init__(self):
         if self.fold not in _FOLDS:
@@ -114,6 +124,8 @@ class StagedVariant:
             bv = getattr(self, name)
             if bv is not None and (bv < 1 or bv & (bv - 1)):
                 raise ValueError(f"{name}: expected None or a power of two, got {bv}")
+        if self.ring_split < 1 or self.ring_split & (self.ring_split - 1):
+            raise ValueError(f"ring_split: expected a power of two, got {self.ring_split}")
         if self.flush_heads < 1:
             raise ValueError(f"flush_heads: expected >= 1, got {self.flush_heads}")
         if self.flush_split < 1 or self.flush_split & (self.flush_split - 1):
@@ -138,12 +150,14 @@ def _ring_kernel(
     stride_q, stride_qh, stride_k, stride_kh, stride_a, stride_b,
     HV: tl.constexpr, H: tl.constexpr, K: tl.constexpr, CAP: tl.constexpr, BC: tl.constexpr, W: tl.constexpr,
     PER_CHANNEL: tl.constexpr, REFOLD: tl.constexpr, WY: tl.constexpr, RAW_QK: tl.constexpr, HAS_BIAS: tl.constexpr,
-    HAS_INDICES: tl.constexpr,
+    HAS_INDICES: tl.constexpr, SPLIT: tl.constexpr,
 ):
     G: tl.constexpr = HV // H
+    GP: tl.constexpr = G // SPLIT
     pid = tl.program_id(0)
-    i_h = pid % H
-    i_b = pid // H
+    i_s = pid % SPLIT
+    i_h = (pid // SPLIT) % H
+    i_b = pid // (SPLIT * H)
     o_k = tl.arange(0, K)
     o_c = tl.arange(0, BC)
     slot = i_b.to(tl.int64)
@@ -154,7 +168,7 @@ def _ring_kernel(
     c = tl.load(committed + slot)
     flush = c + 1 >= tl.load(flush_at + slot)
     fits = c < CAP
-    if i_h == 0:
+    if (i_h == 0) & (i_s == 0):
         tl.store(row_info + i_b * 2, c)
         tl.store(row_info + i_b * 2 + 1, flush.to(tl.int32))
     m_prev = o_c < c
@@ -164,8 +178,8 @@ def _ring_kernel(
         # The stream programs scale the raw q by this (normalisation, softmax scale, e^{D_t}).
         q_raw = tl.load(q + i_b * stride_q + i_h * stride_qh + o_k).to(tl.float32)
         q_norm = scale / tl.sqrt(tl.sum(q_raw * q_raw) + 1e-6)
-    for g in tl.static_range(G):
-        i_hv = i_h * G + g
+    for gg in tl.static_range(GP):
+        i_hv = i_h * G + i_s * GP + gg
         b_q, b_k, b_g, b_beta = _load_token(
             q, k, a, b, A_log, dt_bias, i_b, i_h, i_hv, o_k, scale,
             stride_q, stride_qh, stride_k, stride_kh, stride_a, stride_b,
@@ -221,8 +235,9 @@ def _ring_kernel(
                 tl.store(ring_g + (sh * CAP + c) * K + o_k, b_g)
             else:
                 tl.store(ring_g + sh * CAP + c, b_g)
-            if g == 0:
-                tl.store(p_rk + c * K + o_k, b_k.to(ring_k.dtype.element_ty))
+            if gg == 0:
+                if i_s == 0:
+                    tl.store(p_rk + c * K + o_k, b_k.to(ring_k.dtype.element_ty))
 
 
 @triton.jit
@@ -486,6 +501,12 @@ def _flush_kernel(
                 tl.store(p_o, b_o.to(out.dtype.element_ty))
 
 
+def ring_split(v_heads: int, k_heads: int, variant: StagedVariant) -> int:
+    """Programs of the ring launch per (row, key head): ``ring_split`` capped to divide the
+    value heads each key head serves."""
+    return math.gcd(variant.ring_split, v_heads // k_heads)
+
+
 def staged_config(rows: int, v_heads: int, d_k: int, d_v: int, variant: StagedVariant) -> tuple[int, int, int]:
     """``(BV, num_warps, ring_warps)``: the streaming kernel tiles ``S`` as the standard step
     (:func:`decode.launch_config`); the ring kernel's tile is ``[CAP, d_k]``."""
@@ -538,11 +559,12 @@ def delta_replay_staged_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, ring
     has_indices = state_indices is not None
     scale = K ** -0.5 if scale is None else scale
     sq, sqh, sk, skh, sv, svh, sa, sb, so, soh = _strides(q, k, v, a, b, out)
-    _ring_kernel[(batch * H,)](
+    ring_programs = ring_split(HV, H, variant)
+    _ring_kernel[(batch * H * ring_programs,)](
         q, k, a, b, A_log, A_log if dt_bias is None else dt_bias, ring_k, ring_beta, ring_g, committed, flush_at,
         state_indices, pad_slot_id, scale, scratch, row_info, sq, sqh, sk, skh, sa, sb,
         HV=HV, H=H, K=K, CAP=cap, BC=bc, W=width, PER_CHANNEL=per_channel, REFOLD=do_refold, WY=wy, RAW_QK=raw_qk,
-        HAS_BIAS=dt_bias is not None, HAS_INDICES=has_indices, num_warps=ring_warps,
+        HAS_BIAS=dt_bias is not None, HAS_INDICES=has_indices, SPLIT=ring_programs, num_warps=ring_warps,
     )
     common = dict(HV=HV, H=H, K=K, V=V, CAP=cap, BC=bc, W=width, PER_CHANNEL=per_channel, REFOLD=do_refold, WY=wy,
                   RAW_QK=raw_qk, STAGES=variant.stages, UNROLL=variant.unroll, HAS_INDICES=has_indices)

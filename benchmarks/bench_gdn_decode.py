@@ -225,7 +225,8 @@ def warmup_only(layer, batches):
 #: the flush launch's programs take one tile (``flush_split`` = d_v / BV) unless named:
 #: ``whole heads``, or ``heads N split S`` (N value heads, d_v / S rows each, per program).
 #: ``ring split 2``: the ring launch runs a program per (row, value head) at Qwen3.5 (2 value heads
-#: per key head) instead of per key head; Kimi Linear (one each) is unchanged by it.
+#: per key head) instead of per key head; Kimi Linear (one each) is unchanged by it. ``prefetch``:
+#: the ring launch loads every ring entry with the cursors (``ring_prefetch``).
 #: Registers for sm_90 at Qwen3.5-4B dims, bf16 (benchmarks/registers_gdn_staged.py; no spills):
 #: stream kernel with the flush launch BV=16 / 2 warps and BV=32 / 4 warps 72 (GDN and KDA, raw_qk
 #: or not; with the fold in it: BV=32 / 4 warps 96), BV=16 / 4 warps and BV=8 / 2 warps 48;
@@ -247,6 +248,12 @@ VARIANTS = (
      StagedVariant(block_v=16, num_warps=2, flush_launch=True, raw_qk=True, ring_split=2), (128, 256, 512)),
     ("staged flush raw_qk BV=32 4 warps whole heads ring split 2",
      StagedVariant(block_v=32, num_warps=4, flush_launch=True, raw_qk=True, ring_split=2), (128, 256, 512)),
+    ("staged flush raw_qk BV=16 2 warps whole heads ring split 2 prefetch",
+     StagedVariant(block_v=16, num_warps=2, flush_launch=True, raw_qk=True, ring_split=2, ring_prefetch=True),
+     (128, 256, 512)),
+    ("staged flush raw_qk BV=16 2 warps whole heads ring split 2 prefetch ring 8 warps",
+     StagedVariant(block_v=16, num_warps=2, ring_warps=8, flush_launch=True, raw_qk=True, ring_split=2,
+                   ring_prefetch=True), (128, 256, 512)),
 )
 
 

@@ -310,6 +310,9 @@ STAGED_CPU = [
                  id="ring-split2-share2-flush-launch-rawqk"),
     pytest.param(4, 1, 32, 16, 4, False, StagedVariant(block_v=8, ring_split=2), 0, id="ring-split2-share4-refold-false"),
     pytest.param(2, 2, 16, 8, 4, True, StagedVariant(ring_split=4), 0, id="ring-split-cap-share1"),
+    # ring_prefetch: the ring launch loads every entry and zeroes those from c on
+    pytest.param(4, 2, 16, 8, 4, True, StagedVariant(flush_launch=True, raw_qk=True, ring_split=2, ring_prefetch=True),
+                 0, id="ring-prefetch-split2-flush-launch-rawqk"),
 ]
 
 
@@ -320,21 +323,26 @@ def test_staged_kernel_matches_reference_cpu(HV, H, d_k, d_v, window, refold, va
 
 @pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
 def test_ring_split_is_bitwise_cpu(per_channel):
-    """``ring_split`` moves a value head's ring work to another program and nothing else: the
-    outputs and every state field equal ``ring_split=1``'s bit for bit, across a flush."""
+    """``ring_split`` moves a value head's ring work to another program and ``ring_prefetch``
+    only moves loads earlier: the outputs and every state field equal the plain ring launch's
+    bit for bit, across a flush."""
     layer = Layer(per_channel, 4, 1, 16, 8, seed=5)
     config = ReplaySSMConfig(window=4)
-    states = [layer.state(3, config) for _ in range(2)]
+    variants = [StagedVariant(block_v=8), StagedVariant(block_v=8, ring_split=4),
+                StagedVariant(block_v=8, ring_prefetch=True)]
+    states = [layer.state(3, config) for _ in variants]
     idx = torch.tensor([2, -1, 0], dtype=torch.int32, device=layer.device)
     for t in range(5):
         inputs = layer.tokens(3)
         outs = [decode.delta_replay_step(
             st.checkpoint, st.ring_k, st.ring_v, st.ring_beta, st.ring_g, st.ring_u, st.committed, st.flush_at,
             st.window, **inputs, **layer.params(layer.device), state_indices=idx, pad_slot_id=-1, scale=None,
-            refold=True, variant=StagedVariant(block_v=8, ring_split=split)) for st, split in zip(states, (1, 4))]
-        assert torch.equal(outs[0], outs[1]), f"step {t}: outputs differ"
+            refold=True, variant=variant) for st, variant in zip(states, variants)]
+        for other in outs[1:]:
+            assert torch.equal(outs[0], other), f"step {t}: outputs differ"
     for name in ("checkpoint", "ring_k", "ring_v", "ring_beta", "ring_g", "ring_u", "committed", "flush_at"):
-        assert torch.equal(getattr(states[0], name), getattr(states[1], name)), name
+        for other in states[1:]:
+            assert torch.equal(getattr(states[0], name), getattr(other, name)), name
 
 
 def test_staged_variant_rejects_bad_options():

@@ -60,6 +60,7 @@ def test_chunked_kernel_matches_reference_cpu(HV, H, d_k, d_v, window, refold, v
     # ring_split: one ring program per value head (share 2), two value heads each (share 4).
     pytest.param(4, 2, 16, 8, True, StagedVariant(flush_launch=True, ring_split=2), id="ring-split2-share2-flush-launch"),
     pytest.param(4, 1, 16, 16, False, StagedVariant(block_v=8, ring_split=2), id="ring-split2-share4-refold-false"),
+    pytest.param(2, 2, 16, 8, True, StagedVariant(flush_launch=True, ring_prefetch=True), id="ring-prefetch-flush-launch"),
 ])
 def test_staged_kernel_matches_reference_cpu(HV, H, d_k, d_v, refold, variant):
     check_variant_cpu(True, HV, H, d_k, d_v, 4, refold, variant)

@@ -99,7 +99,10 @@ class StagedVariant:
     G)``). That work is a chain of dependent latency per value head, so shorter programs finish
     sooner; each reads the key head's ring ``k`` (an L2 hit for all but the first), the first
     appends the token's ``k``. Per value head the arithmetic is unchanged (bit-for-bit). Key heads
-    that serve one value head each (KDA) have nothing to spread.
+    that serve one value head each (KDA) have nothing to spread. ``ring_prefetch``: the ring
+    launch loads every ring entry's ``k`` and log-decay together with the cursors rather than
+    after them (one memory latency less per program, up to twice those bytes; entries from
+    ``c`` on are zeroed in registers), the per-channel decays of KDA being the largest.
     """
 
     block_v: int | None = None
@@ -116,6 +119,7 @@ class StagedVariant:
     flush_warps: int | None = None
     raw_qk: bool = False
     ring_split: int = 1
+    ring_prefetch: bool = False
 
     def __post_init__(self):
         if self.fold not in _FOLDS:
@@ -150,7 +154,7 @@ def _ring_kernel(
     stride_q, stride_qh, stride_k, stride_kh, stride_a, stride_b,
     HV: tl.constexpr, H: tl.constexpr, K: tl.constexpr, CAP: tl.constexpr, BC: tl.constexpr, W: tl.constexpr,
     PER_CHANNEL: tl.constexpr, REFOLD: tl.constexpr, WY: tl.constexpr, RAW_QK: tl.constexpr, HAS_BIAS: tl.constexpr,
-    HAS_INDICES: tl.constexpr, SPLIT: tl.constexpr,
+    HAS_INDICES: tl.constexpr, SPLIT: tl.constexpr, RING_PREFETCH: tl.constexpr,
 ):
     G: tl.constexpr = HV // H
     GP: tl.constexpr = G // SPLIT
@@ -172,8 +176,15 @@ def _ring_kernel(
         tl.store(row_info + i_b * 2, c)
         tl.store(row_info + i_b * 2 + 1, flush.to(tl.int32))
     m_prev = o_c < c
+    if RING_PREFETCH:
+        # Every ring entry, issued with the cursor loads instead of after them; entries from
+        # c on are zeroed after the fact.
+        m_load = o_c < CAP
+    else:
+        m_load = m_prev
     p_rk = ring_k + (slot * H + i_h) * CAP * K
-    Kr = tl.load(p_rk + o_c[:, None] * K + o_k[None, :], mask=m_prev[:, None], other=0.0).to(tl.float32)
+    Kr = tl.load(p_rk + o_c[:, None] * K + o_k[None, :], mask=m_load[:, None], other=0.0).to(tl.float32)
+    Kr = tl.where(m_prev[:, None], Kr, 0.0)
     if RAW_QK:
         # The stream programs scale the raw q by this (normalisation, softmax scale, e^{D_t}).
         q_raw = tl.load(q + i_b * stride_q + i_h * stride_qh + o_k).to(tl.float32)
@@ -206,13 +217,14 @@ def _ring_kernel(
         else:
             if PER_CHANNEL:
                 p_rg = ring_g + sh * CAP * K
-                b_G = tl.load(p_rg + o_c[:, None] * K + o_k[None, :], mask=m_prev[:, None], other=0.0)
+                b_G = tl.load(p_rg + o_c[:, None] * K + o_k[None, :], mask=m_load[:, None], other=0.0)
+                b_G = tl.where(m_prev[:, None], b_G, 0.0)
                 D_t = tl.sum(b_G, axis=0) + b_g
                 Kd = Kr * tl.exp(D_t[None, :] - tl.cumsum(b_G, axis=0))
                 b_a = tl.sum(Kd * b_q[None, :], axis=1)
                 b_bk = tl.sum(Kd * b_k[None, :], axis=1)
             else:
-                b_G = tl.load(ring_g + sh * CAP + o_c, mask=m_prev, other=0.0)
+                b_G = tl.where(m_prev, tl.load(ring_g + sh * CAP + o_c, mask=m_load, other=0.0), 0.0)
                 D_t = tl.sum(b_G) + b_g
                 w = tl.exp(D_t - tl.cumsum(b_G, axis=0))
                 b_a = tl.sum(Kr * b_q[None, :], axis=1) * w
@@ -564,7 +576,8 @@ def delta_replay_staged_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, ring
         q, k, a, b, A_log, A_log if dt_bias is None else dt_bias, ring_k, ring_beta, ring_g, committed, flush_at,
         state_indices, pad_slot_id, scale, scratch, row_info, sq, sqh, sk, skh, sa, sb,
         HV=HV, H=H, K=K, CAP=cap, BC=bc, W=width, PER_CHANNEL=per_channel, REFOLD=do_refold, WY=wy, RAW_QK=raw_qk,
-        HAS_BIAS=dt_bias is not None, HAS_INDICES=has_indices, SPLIT=ring_programs, num_warps=ring_warps,
+        HAS_BIAS=dt_bias is not None, HAS_INDICES=has_indices, SPLIT=ring_programs,
+        RING_PREFETCH=variant.ring_prefetch, num_warps=ring_warps,
     )
     common = dict(HV=HV, H=H, K=K, V=V, CAP=cap, BC=bc, W=width, PER_CHANNEL=per_channel, REFOLD=do_refold, WY=wy,
                   RAW_QK=raw_qk, STAGES=variant.stages, UNROLL=variant.unroll, HAS_INDICES=has_indices)

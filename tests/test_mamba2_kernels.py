@@ -188,6 +188,8 @@ STAGED_INTERPRETER = [
     ((4, 80, 24, 1), dict(block_p=8, fold="loop", num_warps=2, flush_launch=True, flush_heads=2, flush_block_p=32)),
     ((6, 32, 16, 2), dict(block_p=16, fold="tf32x3", num_warps=2, flush_launch=True, flush_heads=2, flush_block_p=16)),
     ((2, 48, 16, 1), dict(block_p=16, fold="fma", num_warps=2, flush_launch=True, flush_heads=4)),
+    ((4, 40, 16, 2), dict(block_p=8, fold="tf32x3", num_warps=2, flush_launch=True, flush_heads=2, flush_block_p=16,
+                          flush_stages=3)),
     # the default's shape for d_state 256 (4-row tiles, capped registers)
     ((2, 16, 32, 1), dict(block_p=4, fold="loop", num_warps=2, max_registers=56)),
 ]

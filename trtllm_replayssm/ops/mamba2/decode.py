@@ -69,6 +69,7 @@ class LaunchConfig:
     flush_block_p: int = 32
     flush_warps: int = 4
     flush_heads: int = 4
+    flush_stages: int = 1  # > 1: the flush launch's (head, tile) loop as a software-pipelined tl.range
 
     def __post_init__(self):
         if self.kernel not in KERNELS:
@@ -83,6 +84,8 @@ class LaunchConfig:
             raise ValueError(f"LaunchConfig.ahead: expected 1 or 2, got {self.ahead}")
         if self.split_flush and not (self.kernel == "v4" and self.cursor_kernel):
             raise ValueError("LaunchConfig.split_flush: needs kernel='v4' and cursor_kernel=True")
+        if self.flush_stages < 1:
+            raise ValueError(f"LaunchConfig.flush_stages: expected >= 1, got {self.flush_stages}")
         if self.flush_launch and self.kernel != "staged":
             raise ValueError("LaunchConfig.flush_launch: needs kernel='staged'")
         if self.flush_launch and self.fold in ("ieee", "tf32x3") and self.flush_block_p < 16:

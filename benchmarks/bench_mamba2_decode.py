@@ -254,7 +254,7 @@ VARIANTS = [  # keyword arguments of decode.LaunchConfig; each set compiles once
     dict(block_p=16, num_warps=2, fold="tf32x3", flush_launch=True, **_STAGED),  # 56; flush 252 (default)
     dict(block_p=16, num_warps=2, fold="loop", flush_launch=True, **_STAGED),
     dict(block_p=16, num_warps=2, fold="tf32x3", flush_launch=True, flush_heads=16, **_STAGED),
-    dict(block_p=16, num_warps=2, fold="tf32x3", flush_launch=True, flush_stages=2, **_STAGED),  # flush 255 + 92 B
+    dict(block_p=16, num_warps=2, fold="tf32x3", flush_launch=True, flush_stages=2, **_STAGED),  # flush 255 + 72 B
     # the rolled fold in small flush programs: 80 registers at [8, 128] / 1 warp (25 programs per SM)
     dict(block_p=16, num_warps=2, fold="loop", flush_launch=True, flush_block_p=8, flush_warps=1, **_STAGED),
     dict(block_p=16, num_warps=2, fold="loop", flush_launch=True, flush_block_p=8, flush_warps=1, flush_heads=1,

@@ -227,18 +227,21 @@ def _stream_kernel(
 
 
 @triton.jit
-def _flush_tile(ckpt_ptr, ring_x_ptr, coef_ptr, x_ptr, D_ptr, z_ptr, y_ptr, rB_base, row, slot, h, pt, c, in_ring,
-                Bv, Cv, offs_n, offs_j, mask_n,
-                s_ck_slot, s_ck_head, s_ck_p, s_rx_slot, s_rx_head, s_rx_j, s_rB_j, s_x_row, s_x_head, s_z_row,
-                s_z_head, s_y_row, s_y_head,
-                HEADS: tl.constexpr, P: tl.constexpr, N: tl.constexpr, CAP: tl.constexpr, BLOCK_P: tl.constexpr,
-                HAS_D: tl.constexpr, HAS_Z: tl.constexpr, FOLD: tl.constexpr):
-    """Fold rows ``pt .. pt + BLOCK_P`` of head ``h`` of a flush row, store them and their output."""
+def _flush_head(coef_ptr, ring_x_ptr, row, slot, h, offs_j, s_rx_slot, s_rx_head, HEADS: tl.constexpr,
+                CAP: tl.constexpr):
+    """Head ``h``'s coefficient line (ring weights ``w_j``, ``Gamma``, ``dt_t``) and ring ``x`` base."""
     line = coef_ptr + (row * HEADS + h) * (CAP + 2)
     lead = tl.load(line + offs_j, mask=offs_j < CAP, other=0.0)
-    gamma = tl.load(line + CAP)
-    dt = tl.load(line + CAP + 1)
-    rx_base = ring_x_ptr + slot * s_rx_slot + h * s_rx_head
+    return line, lead, tl.load(line + CAP), tl.load(line + CAP + 1), ring_x_ptr + slot * s_rx_slot + h * s_rx_head
+
+
+@triton.jit
+def _flush_tile(ckpt_ptr, x_ptr, D_ptr, z_ptr, y_ptr, rB_base, row, slot, h, pt, c, in_ring, line, lead, gamma, dt,
+                rx_base, Bv, Cv, offs_n, offs_j, mask_n,
+                s_ck_slot, s_ck_head, s_ck_p, s_rx_j, s_rB_j, s_x_row, s_x_head, s_z_row, s_z_head, s_y_row, s_y_head,
+                P: tl.constexpr, N: tl.constexpr, CAP: tl.constexpr, BLOCK_P: tl.constexpr,
+                HAS_D: tl.constexpr, HAS_Z: tl.constexpr, FOLD: tl.constexpr):
+    """Fold rows ``pt .. pt + BLOCK_P`` of head ``h`` of a flush row, store them and their output."""
     offs_p = pt + tl.arange(0, BLOCK_P)
     mask_p = offs_p < P
     ck_ptrs = ckpt_ptr + slot * s_ck_slot + h * s_ck_head + offs_p[:, None] * s_ck_p + offs_n[None, :]
@@ -293,18 +296,23 @@ def _flush_kernel(
         Cv = tl.load(C_ptr + row * s_C_row + g * s_C_group + offs_n, mask=mask_n, other=0.0).to(tl.float32)
         if STAGES > 1:
             for it in tl.range(0, HEADS_PER_PROGRAM * TILES, num_stages=STAGES):
-                _flush_tile(ckpt_ptr, ring_x_ptr, coef_ptr, x_ptr, D_ptr, z_ptr, y_ptr, rB_base, row, slot,
-                            h0 + it // TILES, (it % TILES) * BLOCK_P, c, in_ring, Bv, Cv, offs_n, offs_j, mask_n,
-                            s_ck_slot, s_ck_head, s_ck_p, s_rx_slot, s_rx_head, s_rx_j, s_rB_j, s_x_row, s_x_head,
-                            s_z_row, s_z_head, s_y_row, s_y_head, HEADS, P, N, CAP, BLOCK_P, HAS_D, HAS_Z, FOLD)
+                h = h0 + it // TILES
+                line, lead, gamma, dt, rx_base = _flush_head(coef_ptr, ring_x_ptr, row, slot, h, offs_j, s_rx_slot,
+                                                             s_rx_head, HEADS, CAP)
+                _flush_tile(ckpt_ptr, x_ptr, D_ptr, z_ptr, y_ptr, rB_base, row, slot, h, (it % TILES) * BLOCK_P, c,
+                            in_ring, line, lead, gamma, dt, rx_base, Bv, Cv, offs_n, offs_j, mask_n,
+                            s_ck_slot, s_ck_head, s_ck_p, s_rx_j, s_rB_j, s_x_row, s_x_head, s_z_row, s_z_head,
+                            s_y_row, s_y_head, P, N, CAP, BLOCK_P, HAS_D, HAS_Z, FOLD)
         else:
             for hh in range(HEADS_PER_PROGRAM):
+                h = h0 + hh
+                line, lead, gamma, dt, rx_base = _flush_head(coef_ptr, ring_x_ptr, row, slot, h, offs_j, s_rx_slot,
+                                                             s_rx_head, HEADS, CAP)
                 for pt in range(0, P, BLOCK_P):
-                    _flush_tile(ckpt_ptr, ring_x_ptr, coef_ptr, x_ptr, D_ptr, z_ptr, y_ptr, rB_base, row, slot,
-                                h0 + hh, pt, c, in_ring, Bv, Cv, offs_n, offs_j, mask_n,
-                                s_ck_slot, s_ck_head, s_ck_p, s_rx_slot, s_rx_head, s_rx_j, s_rB_j, s_x_row,
-                                s_x_head, s_z_row, s_z_head, s_y_row, s_y_head, HEADS, P, N, CAP, BLOCK_P, HAS_D,
-                                HAS_Z, FOLD)
+                    _flush_tile(ckpt_ptr, x_ptr, D_ptr, z_ptr, y_ptr, rB_base, row, slot, h, pt, c, in_ring, line,
+                                lead, gamma, dt, rx_base, Bv, Cv, offs_n, offs_j, mask_n,
+                                s_ck_slot, s_ck_head, s_ck_p, s_rx_j, s_rB_j, s_x_row, s_x_head, s_z_row, s_z_head,
+                                s_y_row, s_y_head, P, N, CAP, BLOCK_P, HAS_D, HAS_Z, FOLD)
 
 
 def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at, window,

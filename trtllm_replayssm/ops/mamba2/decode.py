@@ -162,6 +162,18 @@ def _slot_of(idx_ptr, row, pad_slot_id, HAS_INDICES: tl.constexpr):
 
 
 @triton.jit
+def _mixer_output(y, x, h, row, offs_p, mask_p, D_ptr, z_ptr, s_z_row, s_z_head, HAS_D: tl.constexpr,
+                  HAS_Z: tl.constexpr):
+    """The mixer's output rows from the SSM's ``y``: ``(y + D_h x) * silu(z)`` in fp32."""
+    if HAS_D:
+        y += tl.load(D_ptr + h).to(tl.float32) * x
+    if HAS_Z:
+        zv = tl.load(z_ptr + row * s_z_row + h * s_z_head + offs_p, mask=mask_p, other=0.0).to(tl.float32)
+        y = y * zv * tl.sigmoid(zv)
+    return y
+
+
+@triton.jit
 def _softplus_clamp(dt, h, HAS_DT_BIAS: tl.constexpr, dt_bias_ptr, DT_SOFTPLUS: tl.constexpr, HAS_CLAMP: tl.constexpr,
                     dt_min, dt_max):
     if HAS_DT_BIAS:
@@ -238,11 +250,7 @@ def _standard_step_kernel(
     S = tl.exp(A * dt) * S + (dt * x)[:, None] * Bv[None, :]
     tl.store(s_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_s)
     y = tl.sum(S * Cv[None, :], axis=1)
-    if HAS_D:
-        y += tl.load(D_ptr + h).to(tl.float32) * x
-    if HAS_Z:
-        zv = tl.load(z_ptr + row * s_z_row + h * s_z_head + offs_p, mask=mask_p, other=0.0).to(tl.float32)
-        y = y * zv * tl.sigmoid(zv)
+    y = _mixer_output(y, x, h, row, offs_p, mask_p, D_ptr, z_ptr, s_z_row, s_z_head, HAS_D, HAS_Z)
     y = tl.where(live, y, 0.0)
     tl.store(y_ptr + row * s_y_row + h * s_y_head + offs_p, y.to(y_ptr.dtype.element_ty), mask=mask_p)
 
@@ -349,11 +357,7 @@ def _replay_step_kernel(
         S_new = decay_total * S + upd
         tl.store(ck_ptrs, S_new.to(ckpt_ptr.dtype.element_ty), mask=mask_s)
 
-    if HAS_D:
-        y += tl.load(D_ptr + h).to(tl.float32) * x
-    if HAS_Z:
-        zv = tl.load(z_ptr + row * s_z_row + h * s_z_head + offs_p, mask=mask_p, other=0.0).to(tl.float32)
-        y = y * zv * tl.sigmoid(zv)
+    y = _mixer_output(y, x, h, row, offs_p, mask_p, D_ptr, z_ptr, s_z_row, s_z_head, HAS_D, HAS_Z)
     y = tl.where(live, y, 0.0)
     tl.store(y_ptr + row * s_y_row + h * s_y_head + offs_p, y.to(y_ptr.dtype.element_ty), mask=mask_p)
 

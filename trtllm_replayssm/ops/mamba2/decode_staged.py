@@ -46,7 +46,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .decode import _common, _program_ids, _slot_of, _softplus_clamp, _state_strides
+from .decode import _common, _mixer_output, _program_ids, _slot_of, _softplus_clamp, _state_strides
 
 __all__ = ["replay_step_staged"]
 
@@ -216,11 +216,7 @@ def _stream_kernel(
         tl.store(committed_ptr + slot, tl.where(is_flush, 0, c + 1))
         if is_flush:
             tl.store(flush_at_ptr + slot, window)
-    if HAS_D:
-        y += tl.load(D_ptr + h).to(tl.float32) * xf
-    if HAS_Z:
-        zv = tl.load(z_ptr + row * s_z_row + h * s_z_head + offs_p, mask=mask_p, other=0.0).to(tl.float32)
-        y = y * zv * tl.sigmoid(zv)
+    y = _mixer_output(y, xf, h, row, offs_p, mask_p, D_ptr, z_ptr, s_z_row, s_z_head, HAS_D, HAS_Z)
     y = tl.where(live, y, 0.0)
     tl.store(y_ptr + row * s_y_row + h * s_y_head + offs_p, y.to(y_ptr.dtype.element_ty),
              mask=offs_p < y_rows)
@@ -254,11 +250,7 @@ def _flush_tile(ckpt_ptr, x_ptr, D_ptr, z_ptr, y_ptr, rB_base, row, slot, h, pt,
                      in_ring, mask_p, mask_n, P, N, CAP, FOLD)
     tl.store(ck_ptrs, upd.to(ckpt_ptr.dtype.element_ty), mask=mask_p[:, None] & mask_n[None, :])
     y = tl.sum(upd * Cv[None, :], axis=1)
-    if HAS_D:
-        y += tl.load(D_ptr + h).to(tl.float32) * xf
-    if HAS_Z:
-        zv = tl.load(z_ptr + row * s_z_row + h * s_z_head + offs_p, mask=mask_p, other=0.0).to(tl.float32)
-        y = y * zv * tl.sigmoid(zv)
+    y = _mixer_output(y, xf, h, row, offs_p, mask_p, D_ptr, z_ptr, s_z_row, s_z_head, HAS_D, HAS_Z)
     tl.store(y_ptr + row * s_y_row + h * s_y_head + offs_p, y.to(y_ptr.dtype.element_ty), mask=mask_p)
 
 

@@ -39,6 +39,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .._arrivals import arrival_counters
+
 __all__ = ["REPLAY_VARIANT", "delta_standard_step", "delta_replay_step", "launch_config", "replay_config"]
 
 #: The ReplaySSM kernel the ops launch: None (or "rowwise") for :func:`_replay_step_kernel`
@@ -270,16 +272,9 @@ _ARRIVALS: dict[torch.device, torch.Tensor] = {}
 
 def _arrivals(batch: int, device: torch.device) -> torch.Tensor:
     """A zeroed per-row counter that the kernel leaves zeroed; grown outside graph capture."""
-    buf = _ARRIVALS.get(device)
-    if buf is None or buf.numel() < batch:
-        if torch.cuda.is_available() and device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            raise RuntimeError(
-                f"delta_replay_step: first call with batch={batch} inside CUDA-graph capture; run one "
-                "step outside capture first (warm-up) so the row counters exist"
-            )
-        buf = torch.zeros(max(batch, 1024), dtype=torch.int32, device=device)
-        _ARRIVALS[device] = buf
-    return buf
+    return arrival_counters(_ARRIVALS, batch, device, lambda: RuntimeError(
+        f"delta_replay_step: first call with batch={batch} inside CUDA-graph capture; run one "
+        "step outside capture first (warm-up) so the row counters exist"))
 
 
 def launch_config(rows: int, v_heads: int, d_k: int, d_v: int) -> tuple[int, int]:

@@ -29,6 +29,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .._arrivals import arrival_counters
+
 __all__ = ["FOLDS", "KERNELS", "PIPELINES", "LaunchConfig", "launch_config", "replay_step", "standard_step"]
 
 #: Flush fold of the "v4" and "staged" kernels: unrolled rank-1 FMAs, a rolled loop, or an fp32
@@ -398,16 +400,9 @@ _ARRIVALS: dict[torch.device, torch.Tensor] = {}
 
 def _arrivals(slots: int, device: torch.device) -> torch.Tensor:
     """Per-slot arrival counters, zero between launches (each launch's last program re-zeroes)."""
-    buf = _ARRIVALS.get(device)
-    if buf is None or buf.numel() < slots:
-        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
-            raise ValueError(
-                f"state: {slots} slots seen for the first time inside a CUDA-graph capture; call the "
-                "step once eagerly with this state before capturing"
-            )
-        buf = torch.zeros(max(slots, 1024), dtype=torch.int32, device=device)
-        _ARRIVALS[device] = buf
-    return buf
+    return arrival_counters(_ARRIVALS, slots, device, lambda: ValueError(
+        f"state: {slots} slots seen for the first time inside a CUDA-graph capture; call the "
+        "step once eagerly with this state before capturing"))
 
 
 def _common(x, dt, B, C, z, y, dt_bias, dt_min, dt_max, D, state_indices, dummy):

@@ -1,0 +1,20 @@
+"""The arrival-counter buffer the one-launch kernels share per device."""
+
+import torch
+
+from trtllm_replayssm.ops._arrivals import arrival_counters
+
+
+def _never():
+    raise AssertionError("no CUDA-graph capture on this device")
+
+
+def test_arrival_counters_are_zeroed_cached_and_grown():
+    cache = {}
+    cpu = torch.device("cpu")
+    first = arrival_counters(cache, 10, cpu, _never)
+    assert first.dtype == torch.int32 and first.numel() == 1024 and not first.any()
+    assert arrival_counters(cache, 1024, cpu, _never) is first  # reused up to its size
+    grown = arrival_counters(cache, 3000, cpu, _never)
+    assert grown.numel() == 3000 and not grown.any() and cache[cpu] is grown
+    assert arrival_counters(cache, 5, cpu, _never) is grown

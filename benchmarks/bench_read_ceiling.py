@@ -27,35 +27,35 @@ from _timing import L2Flusher, capture_graph, copy_bandwidths_gbps, median, time
 
 
 @triton.jit
+def _gemv_rows(S, C_ptr, y_ptr, t, rows, TILES_PER_HEAD: tl.constexpr, N: tl.constexpr):
+    """``y[rows] = S C_head`` for checkpoint tile ``t`` already loaded as ``S``."""
+    C = tl.load(C_ptr + (t // TILES_PER_HEAD) * N + tl.arange(0, N)).to(tl.float32)
+    tl.store(y_ptr + rows, tl.sum(S * C[None, :], axis=1))
+
+
+@triton.jit
 def _gemv_plain(S_ptr, C_ptr, y_ptr, TILES_PER_HEAD: tl.constexpr, BLOCK_P: tl.constexpr, N: tl.constexpr):
     t = tl.program_id(0).to(tl.int64)
     rows = t * BLOCK_P + tl.arange(0, BLOCK_P)
-    cols = tl.arange(0, N)
-    S = tl.load(S_ptr + rows[:, None] * N + cols[None, :])
-    C = tl.load(C_ptr + (t // TILES_PER_HEAD) * N + cols).to(tl.float32)
-    tl.store(y_ptr + rows, tl.sum(S * C[None, :], axis=1))
+    S = tl.load(S_ptr + rows[:, None] * N + tl.arange(0, N)[None, :])
+    _gemv_rows(S, C_ptr, y_ptr, t, rows, TILES_PER_HEAD, N)
 
 
 @triton.jit
 def _gemv_persistent(S_ptr, C_ptr, y_ptr, n_tiles, TILES_PER_HEAD: tl.constexpr, BLOCK_P: tl.constexpr,
                      N: tl.constexpr, STAGES: tl.constexpr):
-    cols = tl.arange(0, N)
     for t in tl.range(tl.program_id(0), n_tiles, tl.num_programs(0), num_stages=STAGES):
         rows = (t * BLOCK_P + tl.arange(0, BLOCK_P)).to(tl.int64)
-        S = tl.load(S_ptr + rows[:, None] * N + cols[None, :])
-        C = tl.load(C_ptr + (t // TILES_PER_HEAD) * N + cols).to(tl.float32)
-        tl.store(y_ptr + rows, tl.sum(S * C[None, :], axis=1))
+        S = tl.load(S_ptr + rows[:, None] * N + tl.arange(0, N)[None, :])
+        _gemv_rows(S, C_ptr, y_ptr, t, rows, TILES_PER_HEAD, N)
 
 
 @triton.jit
 def _gemv_tma(S_desc, C_ptr, y_ptr, n_tiles, TILES_PER_HEAD: tl.constexpr, BLOCK_P: tl.constexpr,
               N: tl.constexpr, STAGES: tl.constexpr):
-    cols = tl.arange(0, N)
     for t in tl.range(tl.program_id(0), n_tiles, tl.num_programs(0), num_stages=STAGES):
         S = S_desc.load([t * BLOCK_P, 0])
-        C = tl.load(C_ptr + (t // TILES_PER_HEAD) * N + cols).to(tl.float32)
-        rows = (t * BLOCK_P + tl.arange(0, BLOCK_P)).to(tl.int64)
-        tl.store(y_ptr + rows, tl.sum(S * C[None, :], axis=1))
+        _gemv_rows(S, C_ptr, y_ptr, t, (t * BLOCK_P + tl.arange(0, BLOCK_P)).to(tl.int64), TILES_PER_HEAD, N)
 
 
 def launches(S, C, y, head_dim, sms):

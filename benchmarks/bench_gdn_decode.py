@@ -224,9 +224,8 @@ def warmup_only(layer, batches):
 #: ``raw_qk``: the stream programs read the raw q and the ring's k instead of two fp32 vectors;
 #: the flush launch's programs take one tile (``flush_split`` = d_v / BV) unless named:
 #: ``whole heads``, or ``heads N split S`` (N value heads, d_v / S rows each, per program).
-#: ``ring split 2``: the ring launch runs a program per (row, value head) at Qwen3.5 (2 value heads
-#: per key head) instead of per key head; Kimi Linear (one each) is unchanged by it. ``prefetch``:
-#: the ring launch loads every ring entry with the cursors (``ring_prefetch``).
+#: ``ring_split`` / ``ring_prefetch`` left this list after an H200 profile showed no gain (GDN
+#: ring launch 26.0 us; split 2: 26.5 us; with prefetch: 27.8 us; NOTES_delta.md).
 #: Registers for sm_90 at Qwen3.5-4B dims, bf16 (benchmarks/registers_gdn_staged.py; no spills):
 #: stream kernel with the flush launch BV=16 / 2 warps and BV=32 / 4 warps 72 (GDN and KDA, raw_qk
 #: or not; with the fold in it: BV=32 / 4 warps 96), BV=16 / 4 warps and BV=8 / 2 warps 48;
@@ -236,24 +235,28 @@ VARIANTS = (
     ("rowwise", "rowwise", None),
     ("chunked 2 warps", ChunkedVariant(num_warps=2), (1, 32)),
     ("staged", StagedVariant(), None),
-    ("staged BV=16 4 warps", StagedVariant(block_v=16, num_warps=4), (128, 256, 512)),
-    ("staged BV=8", StagedVariant(block_v=8), (128, 256, 512)),
-    ("staged flush raw_qk BV=16 2 warps",
-     StagedVariant(block_v=16, num_warps=2, flush_launch=True, raw_qk=True, flush_split=8), (128, 256, 512)),
-    ("staged flush BV=32 4 warps", StagedVariant(block_v=32, num_warps=4, flush_launch=True, flush_split=4),
-     (128, 256, 512)),
     ("staged flush raw_qk BV=16 2 warps whole heads",
      StagedVariant(block_v=16, num_warps=2, flush_launch=True, raw_qk=True), (128, 256, 512)),
-    ("staged flush raw_qk BV=16 2 warps whole heads ring split 2",
-     StagedVariant(block_v=16, num_warps=2, flush_launch=True, raw_qk=True, ring_split=2), (128, 256, 512)),
-    ("staged flush raw_qk BV=32 4 warps whole heads ring split 2",
-     StagedVariant(block_v=32, num_warps=4, flush_launch=True, raw_qk=True, ring_split=2), (128, 256, 512)),
-    ("staged flush raw_qk BV=16 2 warps whole heads ring split 2 prefetch",
-     StagedVariant(block_v=16, num_warps=2, flush_launch=True, raw_qk=True, ring_split=2, ring_prefetch=True),
-     (128, 256, 512)),
-    ("staged flush raw_qk BV=16 2 warps whole heads ring split 2 prefetch ring 8 warps",
-     StagedVariant(block_v=16, num_warps=2, ring_warps=8, flush_launch=True, raw_qk=True, ring_split=2,
-                   ring_prefetch=True), (128, 256, 512)),
+    # the flush launch as a list of flush tiles walked by a wave of programs (xN per SM), and
+    # the cached u folded as one tf32x3 product per tile (fold u dot)
+    ("staged flush raw_qk list x8 BV=16 4 warps refold",
+     StagedVariant(block_v=16, num_warps=2, flush_launch=True, raw_qk=True, flush_persistent=8, flush_block_v=16,
+                   flush_warps=4), (128, 256, 512)),
+    ("staged flush raw_qk list x8 BV=16 4 warps fold u",
+     StagedVariant(block_v=16, num_warps=2, flush_launch=True, raw_qk=True, fold="u", flush_persistent=8,
+                   flush_block_v=16, flush_warps=4), (128, 256, 512)),
+    ("staged flush raw_qk fold u dot BV=16 4 warps split 8",
+     StagedVariant(block_v=16, num_warps=2, flush_launch=True, raw_qk=True, fold="u", flush_dot=True, flush_split=8,
+                   flush_block_v=16, flush_warps=4), (128, 256, 512)),
+    ("staged flush raw_qk list x8 BV=16 4 warps fold u dot",
+     StagedVariant(block_v=16, num_warps=2, flush_launch=True, raw_qk=True, fold="u", flush_dot=True,
+                   flush_persistent=8, flush_block_v=16, flush_warps=4), None),
+    ("staged flush raw_qk list x4 BV=32 4 warps fold u dot",
+     StagedVariant(block_v=16, num_warps=2, flush_launch=True, raw_qk=True, fold="u", flush_dot=True,
+                   flush_persistent=4, flush_block_v=32, flush_warps=4), (128, 256, 512)),
+    ("staged flush raw_qk list x16 BV=16 2 warps fold u dot",
+     StagedVariant(block_v=16, num_warps=2, flush_launch=True, raw_qk=True, fold="u", flush_dot=True,
+                   flush_persistent=16, flush_block_v=16, flush_warps=2), (128, 256, 512)),
 )
 
 

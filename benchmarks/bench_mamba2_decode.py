@@ -247,20 +247,21 @@ VARIANTS = [  # keyword arguments of decode.LaunchConfig; each set compiles once
     # (Triton 3.9; spills noted; the ring launch takes 72).
     # one-launch, one program per head streaming its tiles (the default below batch 128 before)
     dict(block_p=32, num_warps=4, fold="loop", max_registers=128, **_FAST),
-    # staged: the stream kernel is as plain as the standard one (standard bp8 w2: 56 registers)
-    dict(block_p=8, num_warps=2, fold="loop", max_registers=56, **_STAGED),  # 56 + 8 B spilled
-    dict(block_p=8, num_warps=2, fold="pipe", max_registers=56, **_STAGED),  # 56
-    # flush rows in a third launch: the stream launch compiles without the fold
-    dict(block_p=16, num_warps=2, fold="tf32x3", flush_launch=True, **_STAGED),  # 56; flush 252 (default)
-    dict(block_p=16, num_warps=2, fold="loop", flush_launch=True, **_STAGED),
-    dict(block_p=16, num_warps=2, fold="tf32x3", flush_launch=True, flush_heads=16, **_STAGED),
-    dict(block_p=16, num_warps=2, fold="tf32x3", flush_launch=True, flush_stages=2, **_STAGED),  # flush 255 + 72 B
-    # the rolled fold in small flush programs: 80 registers at [8, 128] / 1 warp (25 programs per SM)
-    dict(block_p=16, num_warps=2, fold="loop", flush_launch=True, flush_block_p=8, flush_warps=1, **_STAGED),
-    dict(block_p=16, num_warps=2, fold="loop", flush_launch=True, flush_block_p=8, flush_warps=1, flush_heads=1,
+    # flush rows in a third launch: the stream launch compiles without the fold (flush-launch
+    # registers with the ring and checkpoint row strides as compile-time constants)
+    dict(block_p=16, num_warps=2, fold="tf32x3", flush_launch=True, **_STAGED),  # 56; flush 168 (default)
+    dict(block_p=16, num_warps=2, fold="tf32x3", flush_launch=True, flush_heads=1, **_STAGED),
+    # the flush launch as a wave of programs walking the flush rows' tiles
+    dict(block_p=16, num_warps=2, fold="tf32x3", flush_launch=True, flush_persistent=4, **_STAGED),  # flush 127
+    dict(block_p=16, num_warps=2, fold="tf32x3", flush_launch=True, flush_persistent=3, **_STAGED),
+    dict(block_p=16, num_warps=2, fold="tf32x3", flush_launch=True, flush_persistent=8, flush_block_p=16,
+         **_STAGED),  # flush 80
+    dict(block_p=16, num_warps=2, fold="tf32x3", flush_launch=True, flush_persistent=12, flush_block_p=16,
          **_STAGED),
-    dict(block_p=16, num_warps=2, fold="loop", flush_launch=True, flush_block_p=8, flush_warps=2, **_STAGED),
-    dict(block_p=16, num_warps=2, fold="tf32x3", max_registers=96, **_STAGED),  # 96 + 96 B spilled (fold in the stream)
+    dict(block_p=16, num_warps=2, fold="tf32x3", flush_launch=True, flush_persistent=16, flush_block_p=16,
+         flush_warps=2, **_STAGED),  # flush 167
+    dict(block_p=16, num_warps=2, fold="loop", flush_launch=True, flush_persistent=12, flush_block_p=8,
+         flush_warps=1, **_STAGED),
     # batch 1: head_dim split over 2-8 programs to fill 132 SMs
     dict(block_p=16, num_warps=4, p_split=4, fold="tf32x3", **_B1),  # 93
     dict(block_p=32, num_warps=8, p_split=2, fold="loop", **_B1),  # 66
@@ -274,7 +275,8 @@ def short(cfg) -> str:
         return f"staged bp{cfg.block_p} w{cfg.num_warps} {cfg.fold}" + (f" r{cfg.max_registers}" if cfg.max_registers else "") + (
             f" rw{cfg.ring_warps}" if cfg.ring_warps != 4 else "") + (" rows" if cfg.rows_fastest else "") + (
             " pf" if cfg.ring_prefetch else "") + (
-            f" +flush bp{cfg.flush_block_p} w{cfg.flush_warps} h{cfg.flush_heads}" if cfg.flush_launch else "")
+            (f" +flush bp{cfg.flush_block_p} w{cfg.flush_warps} " +
+             (f"x{cfg.flush_persistent}/SM" if cfg.flush_persistent else f"h{cfg.flush_heads}")) if cfg.flush_launch else "")
     if cfg.kernel == "v3":
         return f"v3 bp{cfg.block_p} w{cfg.num_warps}" + (f" r{cfg.max_registers}" if cfg.max_registers else "") + (
             " cur" if cfg.cursor_kernel else "") + (" rows" if cfg.rows_fastest else "")

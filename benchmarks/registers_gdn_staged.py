@@ -65,7 +65,8 @@ def resources(per_channel: bool, act: str, HV: int, H: int, K: int, V: int, cap:
     refold = variant.fold != "u"
     wy = variant.fold == "wy"
     raw_qk = variant.raw_qk and not per_channel
-    bc, width = staged.scratch_width(K, cap, variant.fold)
+    dot = variant.flush_launch and variant.flush_dot and not refold
+    bc, width = staged.scratch_width(K, cap, variant.fold, dot)
     ring_types = {
         "q": f"*{act}", "k": f"*{act}", "a": f"*{act}", "b": f"*{act}", "A_log": "*fp32", "dt_bias": "*fp32",
         "ring_k": f"*{act}", "ring_beta": "*fp32", "ring_g": "*fp32", "committed": "*i32", "flush_at": "*i32",
@@ -92,9 +93,17 @@ def resources(per_channel: bool, act: str, HV: int, H: int, K: int, V: int, cap:
     if variant.flush_launch:
         flush_bv, flush_warps, heads, split = staged.flush_config(rows, HV, K, V, variant)
         flush_types = {n: t for n, t in tile_types.items() if n not in ("committed", "flush_at", "window")}
-        out["flush"] = _compile(staged._flush_kernel, flush_types, dict(BV=flush_bv, HEADS_PER_PROGRAM=heads,
-                                                                         SPLIT=split, **common), flush_warps)
-        out["launch"] += f" flush BV={flush_bv} warps={flush_warps} heads={heads} split={split}"
+        flush_bv = max(flush_bv, 16) if dot else flush_bv
+        if variant.flush_persistent:
+            list_types = {n: t for n, t in flush_types.items() if n != "pad_slot_id"}
+            out["flush"] = _compile(staged._flush_list_kernel, {**list_types, "batch": "i32"},
+                                    dict(BV=flush_bv, BLOCK_B=rows, DOT=dot, **common), flush_warps)
+            out["launch"] += f" flush list BV={flush_bv} warps={flush_warps} x{variant.flush_persistent}/SM"
+        else:
+            out["flush"] = _compile(staged._flush_kernel, flush_types, dict(BV=flush_bv, HEADS_PER_PROGRAM=heads,
+                                                                             SPLIT=split, DOT=dot, **common),
+                                    flush_warps)
+            out["launch"] += f" flush BV={flush_bv} warps={flush_warps} heads={heads} split={split}"
     return out
 
 

@@ -33,12 +33,15 @@ def _types(fn, act: str) -> dict[str, str]:
              "dt_ptr": "*fp32", "dt_bias_ptr": "*fp32", "committed_ptr": "*i32", "flush_at_ptr": "*i32",
              "idx_ptr": "*i32", "info_ptr": "*i32", "dt_min": "fp32", "dt_max": "fp32"}
     out = {}
+    constexprs = {p.name for p in fn.params if p.is_constexpr}
     for name in fn.arg_names:
+        if name in constexprs:
+            continue
         if name in fixed:
             out[name] = fixed[name]
         elif name.endswith("_ptr"):
             out[name] = f"*{act}"
-        elif name in STRIDES or name in ("window", "pad_slot_id"):
+        elif name in STRIDES or name in ("window", "pad_slot_id", "batch"):
             out[name] = "i32"
     return out
 
@@ -58,7 +61,13 @@ def resources(cfg: decode.LaunchConfig, heads=128, head_dim=64, d_state=128, gro
     if not cfg.flush_launch:
         return ring, stream, ""
     hpg = heads // groups
-    flush = _compile(staged._flush_kernel, _types(staged._flush_kernel, act), dict(
+    consts = dict(s_ck_p=d_state, s_rx_j=head_dim, s_rB_j=d_state)  # the cache's contiguous layout
+    if cfg.flush_persistent:
+        return ring, stream, _compile(staged._flush_list_kernel, _types(staged._flush_list_kernel, act), dict(
+            HEADS=heads, HEADS_PER_GROUP=hpg, P=head_dim, N=d_state, CAP=cap, BLOCK_P=cfg.flush_block_p,
+            BLOCK_N=block_n, BLOCK_J=block_j, BLOCK_B=256, HAS_D=True, HAS_Z=True, FOLD=cfg.fold, **consts, **flags),
+            cfg.flush_warps)
+    flush = _compile(staged._flush_kernel, _types(staged._flush_kernel, act), dict(**consts,
         HEADS=heads, HEADS_PER_GROUP=hpg, HEADS_PER_PROGRAM=cfg.flush_heads if hpg % cfg.flush_heads == 0 else 1,
         P=head_dim, N=d_state, CAP=cap, BLOCK_P=cfg.flush_block_p, BLOCK_N=block_n, BLOCK_J=block_j, HAS_D=True,
         HAS_Z=True, FOLD=cfg.fold, STAGES=cfg.flush_stages, **flags), cfg.flush_warps)

@@ -313,6 +313,16 @@ STAGED_CPU = [
     # ring_prefetch: the ring launch loads every entry and zeroes those from c on
     pytest.param(4, 2, 16, 8, 4, True, StagedVariant(flush_launch=True, raw_qk=True, ring_split=2, ring_prefetch=True),
                  0, id="ring-prefetch-split2-flush-launch-rawqk"),
+    # flush_dot: the cached u folded as one product per tile (BC and BV padded to 16);
+    # flush_persistent: the flush launch walks a list of the flush rows' tiles
+    pytest.param(4, 2, 16, 32, 4, True, StagedVariant(block_v=8, fold="u", flush_launch=True, raw_qk=True,
+                                                      flush_dot=True), 0, id="flush-dot-fold-u-share2-bv16"),
+    pytest.param(2, 1, 32, 16, 6, False, StagedVariant(block_v=8, flush_launch=True, flush_dot=True,
+                                                       flush_persistent=1), 0, id="flush-dot-list-refold-false"),
+    pytest.param(4, 2, 16, 16, 4, True, StagedVariant(block_v=8, flush_launch=True, raw_qk=True, flush_persistent=2,
+                                                      flush_block_v=8), 0, id="flush-list-refold"),
+    pytest.param(4, 1, 32, 32, 4, True, StagedVariant(block_v=8, fold="wy", flush_launch=True, flush_persistent=1),
+                 0, id="flush-list-wy"),
 ]
 
 
@@ -370,6 +380,12 @@ def test_staged_variant_rejects_bad_options():
         StagedVariant(flush_launch=True, flush_warps=5)
     with pytest.raises(ValueError, match="only with flush_launch=True"):
         StagedVariant(flush_heads=2)
+    with pytest.raises(ValueError, match="flush_persistent"):
+        StagedVariant(flush_persistent=4)
+    with pytest.raises(ValueError, match="flush_persistent"):
+        StagedVariant(flush_launch=True, flush_persistent=-1)
+    with pytest.raises(ValueError, match="flush_block_v"):
+        StagedVariant(flush_launch=True, flush_dot=True, flush_block_v=8)
 
 
 def test_chunked_variant_rejects_bad_options():
@@ -493,6 +509,12 @@ def test_staged_kernel_gpu(dims, dtype, batch, monkeypatch):
     pytest.param(StagedVariant(block_v=8, raw_qk=True), True, id="rawqk-bv8"),
     pytest.param(StagedVariant(block_v=16, num_warps=2, flush_launch=True, raw_qk=True, ring_split=2), True,
                  id="flush-launch-rawqk-bv16-ring-split2"),
+    pytest.param(StagedVariant(fold="u", block_v=16, num_warps=2, flush_launch=True, raw_qk=True, flush_dot=True,
+                               flush_persistent=8, flush_warps=4), True, id="flush-dot-list-rawqk-fold-u"),
+    pytest.param(StagedVariant(block_v=16, num_warps=2, flush_launch=True, raw_qk=True, flush_dot=True,
+                               flush_block_v=32, flush_warps=4), False, id="flush-dot-bv32-refold-false"),
+    pytest.param(StagedVariant(block_v=16, num_warps=2, flush_launch=True, raw_qk=True, flush_persistent=4), True,
+                 id="flush-list-refold"),
 ])
 def test_staged_variants_gpu(variant, refold, monkeypatch):
     check_variant_gpu(False, GPU_DIMS[0], "fp32", 3, variant, monkeypatch, refold=refold)
@@ -504,6 +526,9 @@ def test_staged_flush_launch_gpu(dims, monkeypatch):
     """The flush-launch, raw_qk step at batch 64 (bf16; many rows flush in the same step) and at
     d_k != d_v with GQA 4."""
     variant = StagedVariant(block_v=16, num_warps=2, flush_launch=True, raw_qk=True, flush_heads=2, flush_split=4)
+    check_variant_gpu(False, dims, "bf16", 64 if dims == GPU_DIMS[0] else 3, variant, monkeypatch)
+    variant = StagedVariant(fold="u", block_v=16, num_warps=2, flush_launch=True, raw_qk=True, flush_dot=True,
+                            flush_persistent=8, flush_warps=4)
     check_variant_gpu(False, dims, "bf16", 64 if dims == GPU_DIMS[0] else 3, variant, monkeypatch)
 
 

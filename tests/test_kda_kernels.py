@@ -61,6 +61,9 @@ def test_chunked_kernel_matches_reference_cpu(HV, H, d_k, d_v, window, refold, v
     pytest.param(4, 2, 16, 8, True, StagedVariant(flush_launch=True, ring_split=2), id="ring-split2-share2-flush-launch"),
     pytest.param(4, 1, 16, 16, False, StagedVariant(block_v=8, ring_split=2), id="ring-split2-share4-refold-false"),
     pytest.param(2, 2, 16, 8, True, StagedVariant(flush_launch=True, ring_prefetch=True), id="ring-prefetch-flush-launch"),
+    pytest.param(4, 1, 32, 16, True, StagedVariant(block_v=8, fold="u", flush_launch=True, flush_dot=True,
+                                                   flush_persistent=1), id="flush-dot-list-fold-u"),
+    pytest.param(2, 2, 16, 32, False, StagedVariant(block_v=8, flush_launch=True, flush_dot=True), id="flush-dot"),
 ])
 def test_staged_kernel_matches_reference_cpu(HV, H, d_k, d_v, refold, variant):
     check_variant_cpu(True, HV, H, d_k, d_v, 4, refold, variant)
@@ -112,6 +115,8 @@ def test_staged_kernel_gpu(dtype, batch, monkeypatch):
     # Kimi Linear's key heads serve one value head each: ring_split is capped at 1 program.
     pytest.param(StagedVariant(block_v=16, num_warps=2, flush_launch=True, ring_split=2), True,
                  id="flush-launch-bv16-ring-split2"),
+    pytest.param(StagedVariant(fold="u", block_v=16, num_warps=2, flush_launch=True, flush_dot=True,
+                               flush_persistent=8, flush_warps=4), True, id="flush-dot-list-fold-u"),
 ])
 def test_staged_variants_gpu(variant, refold, monkeypatch):
     check_variant_gpu(True, KIMI, "fp32", 3, variant, monkeypatch, refold=refold)
@@ -121,6 +126,9 @@ def test_staged_variants_gpu(variant, refold, monkeypatch):
 def test_staged_flush_launch_gpu(monkeypatch):
     """The flush-launch step at batch 64 (bf16; many rows flush in the same step)."""
     variant = StagedVariant(block_v=16, num_warps=2, flush_launch=True, flush_heads=2, flush_split=2)
+    check_variant_gpu(True, KIMI, "bf16", 64, variant, monkeypatch)
+    variant = StagedVariant(fold="u", block_v=16, num_warps=2, flush_launch=True, flush_dot=True, flush_persistent=8,
+                            flush_warps=4)
     check_variant_gpu(True, KIMI, "bf16", 64, variant, monkeypatch)
 
 

@@ -190,6 +190,10 @@ STAGED_INTERPRETER = [
     ((2, 48, 16, 1), dict(block_p=16, fold="fma", num_warps=2, flush_launch=True, flush_heads=4)),
     ((4, 40, 16, 2), dict(block_p=8, fold="tf32x3", num_warps=2, flush_launch=True, flush_heads=2, flush_block_p=16,
                           flush_stages=3)),
+    # the flush launch as a list of flush tiles walked by a fixed wave (2 programs per "SM" on CPU)
+    ((4, 80, 24, 1), dict(block_p=8, fold="loop", num_warps=2, flush_launch=True, flush_persistent=2, flush_block_p=32)),
+    ((6, 32, 16, 2), dict(block_p=16, fold="tf32x3", num_warps=2, flush_launch=True, flush_persistent=1,
+                          flush_block_p=16)),
     # the default's shape for d_state 256 (4-row tiles, capped registers)
     ((2, 16, 32, 1), dict(block_p=4, fold="loop", num_warps=2, max_registers=56)),
 ]
@@ -228,7 +232,8 @@ def test_launch_config_rejects_unknown_options():
     for bad in (dict(kernel="v5"), dict(fold="tf32"), dict(pipeline="async"), dict(ahead=3), dict(p_split=0),
                 dict(block_p=24), dict(kernel="v4", fold="ieee", block_p=8), dict(kernel="v4", split_flush=True),
                 dict(kernel="v4", fold="pipe"), dict(flush_launch=True),
-                dict(kernel="staged", fold="ieee", flush_launch=True, flush_block_p=8)):
+                dict(kernel="staged", fold="ieee", flush_launch=True, flush_block_p=8),
+                dict(kernel="staged", flush_launch=True, flush_persistent=-1)):
         with pytest.raises(ValueError, match="LaunchConfig"):
             decode.LaunchConfig(**bad)
 
@@ -303,6 +308,7 @@ STAGED_GPU_CONFIGS = [
     dict(block_p=16, num_warps=4, fold="tf32x3", rows_fastest=True),
     dict(block_p=32, num_warps=8, fold="fma"),
     dict(block_p=16, num_warps=2, fold="tf32x3", flush_launch=True, flush_heads=2),
+    dict(block_p=16, num_warps=2, fold="tf32x3", flush_launch=True, flush_persistent=4, flush_block_p=16),
 ]
 
 
@@ -317,11 +323,13 @@ def test_replay_staged_gpu(dims, dtype, batch, params):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("fold,flush_launch", [("fma", False), ("loop", False), ("ieee", False), ("tf32x3", False),
-                                               ("tf32x3", True), ("loop", True)])
-def test_replay_staged_nemotron_dims_four_windows_gpu(fold, flush_launch):
+@pytest.mark.parametrize("fold,flush_launch,persistent", [
+    ("fma", False, 0), ("loop", False, 0), ("ieee", False, 0), ("tf32x3", False, 0), ("tf32x3", True, 0),
+    ("loop", True, 0), ("tf32x3", True, 4), ("ieee", True, 8)])
+def test_replay_staged_nemotron_dims_four_windows_gpu(fold, flush_launch, persistent):
     # The accuracy target for every fold of the staged kernel: fp32 checkpoint within 1e-5 of float64, L=16.
-    run = _kernel_replay(decode.LaunchConfig(16, 4, kernel="staged", fold=fold, flush_launch=flush_launch))
+    run = _kernel_replay(decode.LaunchConfig(16, 4, kernel="staged", fold=fold, flush_launch=flush_launch,
+                                             flush_persistent=persistent))
     check_replay((128, 64, 128, 8), torch.bfloat16, 3, 16, 66, "cuda", run=run, ckpt_tol=1e-5)
 
 

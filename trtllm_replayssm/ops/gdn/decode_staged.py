@@ -56,10 +56,13 @@ import torch
 import triton
 import triton.language as tl
 
-from .decode import _delta_update, _load_token, _strides, launch_config
+from .._flush_list import LIST_MAX_BATCH, list_grid
+from ._staged_tiles import _tile_fold_u, _tile_fold_u_dot, _tile_read, _tile_refold, _tile_wy
+from .decode import _load_token, _strides, launch_config
 from .decode_chunked import _coupling, _unit_lower_inverse
 
 __all__ = ["StagedVariant", "delta_replay_staged_step", "staged_config"]
+
 
 _FOLDS = ("refold", "wy", "u")
 
@@ -94,6 +97,13 @@ class StagedVariant:
     ring's ``k`` at ``c`` instead of two fp32 ``[d_k]`` vectors per value head, and scale them by
     scalars of the coefficient line.
 
+    ``flush_dot``: a flush that folds the cached ``u`` (``fold="u"`` or ``refold=False``) does it as
+    one tf32x3 product per tile, ``S Diag(e^{G_c}) + U^T Kd``, instead of ``c + 1`` dependent
+    rank-1 updates (the tile is then at least 16 rows). ``flush_persistent``: the flush launch as
+    that many programs per SM walking a list of the flush rows' tiles (numbered from the ring
+    launch's flags) instead of a program per (row, ``flush_heads``, ``flush_split``); non-flush
+    steps then cost one wave of empty programs instead of ``batch x heads`` early exits.
+
     ``ring_split``: programs of the ring launch per (row, key head), each doing the coefficient
     work of ``G / ring_split`` of its ``G`` value heads (capped at one each: ``gcd(ring_split,
     G)``). That work is a chain of dependent latency per value head, so shorter programs finish
@@ -120,6 +130,8 @@ class StagedVariant:
     raw_qk: bool = False
     ring_split: int = 1
     ring_prefetch: bool = False
+    flush_dot: bool = False
+    flush_persistent: int = 0
 
     def __post_init__(self):
         if self.fold not in _FOLDS:
@@ -135,8 +147,13 @@ class StagedVariant:
         if self.flush_split < 1 or self.flush_split & (self.flush_split - 1):
             raise ValueError(f"flush_split: expected a power of two, got {self.flush_split}")
         if not self.flush_launch and (self.flush_heads != 1 or self.flush_split != 1 or self.flush_block_v
-                                      or self.flush_warps):
-            raise ValueError("flush_heads, flush_split, flush_block_v, flush_warps: only with flush_launch=True")
+                                      or self.flush_warps or self.flush_dot or self.flush_persistent):
+            raise ValueError("flush_heads, flush_split, flush_block_v, flush_warps, flush_dot, flush_persistent: "
+                             "only with flush_launch=True")
+        if self.flush_persistent < 0:
+            raise ValueError(f"flush_persistent: expected >= 0, got {self.flush_persistent}")
+        if self.flush_dot and self.flush_block_v is not None and self.flush_block_v < 16:
+            raise ValueError(f"flush_block_v: flush_dot (tl.dot) needs >= 16, got {self.flush_block_v}")
         if self.unroll and self.fold != "wy":
             raise ValueError(f"unroll: only with fold='wy', got fold={self.fold!r}")
         if self.stages < 1:
@@ -168,6 +185,10 @@ def _ring_kernel(
     if HAS_INDICES:
         slot = tl.load(state_indices + i_b).to(tl.int64)
     if slot == pad_slot_id:
+        # Every row's flag is written: the list flush launch numbers the flush rows from them.
+        if (i_h == 0) & (i_s == 0):
+            tl.store(row_info + i_b * 2, 0)
+            tl.store(row_info + i_b * 2 + 1, 0)
         return
     c = tl.load(committed + slot)
     flush = c + 1 >= tl.load(flush_at + slot)
@@ -253,127 +274,6 @@ def _ring_kernel(
 
 
 @triton.jit
-def _wy_column(S, R, G, j, c, b_v, p_rk, p_rv, p_rg, p_rb, o_k, o_v, o_c, K: tl.constexpr, V: tl.constexpr,
-               PER_CHANNEL: tl.constexpr):
-    """Column ``j`` of ``R = beta (V - S_c Kg^T)`` and the running log-decay ``G`` through ``j``;
-    an entry past ``c`` (the unrolled loop) adds nothing."""
-    live = j <= c
-    if PER_CHANNEL:
-        G += tl.where(live, tl.load(p_rg + j * K + o_k), 0.0)
-    else:
-        G += tl.where(live, tl.load(p_rg + j), 0.0)
-    kg = tl.load(p_rk + j * K + o_k).to(tl.float32) * tl.exp(G)
-    v_j = tl.where(j == c, b_v, tl.load(p_rv + j * V + o_v).to(tl.float32))
-    r_j = tl.load(p_rb + j) * (v_j - tl.sum(S * kg[None, :], axis=1))
-    return tl.where(((o_c == j) & live)[None, :], r_j[:, None], R), G
-
-
-@triton.jit
-def _wy_update(S, R, G, G_end, i, c, p_rk, p_rg, p_a, o_k, o_c, K: tl.constexpr, BC: tl.constexpr,
-               PER_CHANNEL: tl.constexpr):
-    """``S += u_i (e^{G_end - G_i} * k_i)^T`` with ``u_i = R A_i`` (row ``i`` of the window's
-    inverse); an entry past ``c`` adds nothing."""
-    live = i <= c
-    if PER_CHANNEL:
-        G += tl.where(live, tl.load(p_rg + i * K + o_k), 0.0)
-    else:
-        G += tl.where(live, tl.load(p_rg + i), 0.0)
-    b_ui = tl.where(live, tl.sum(R * tl.load(p_a + i * BC + o_c)[None, :], axis=1), 0.0)
-    kd = tl.where(live, tl.load(p_rk + i * K + o_k).to(tl.float32) * tl.exp(G_end - G), 0.0)
-    return S + b_ui[:, None] * kd[None, :], G
-
-
-@triton.jit
-def _tile_wy(S, c, b_v, p_rk, p_rv, p_rg, p_rb, p_a, o_k, o_v, o_c, K: tl.constexpr, V: tl.constexpr,
-             BV: tl.constexpr, BC: tl.constexpr, CAP: tl.constexpr, PER_CHANNEL: tl.constexpr, STAGES: tl.constexpr,
-             UNROLL: tl.constexpr):
-    """The window ``0..c`` folded into an fp32 ``[BV, K]`` tile in the chunked form:
-    ``U^T = (beta * (V^T - S_c Kg^T)) A^T``, ``S = S_c Diag(e^{G_c}) + U^T Kd`` (launch 1 wrote the
-    token's ``k, beta, g`` at ``c`` and the inverse ``A`` at ``p_a``); ``G`` the running log-decay."""
-    R = tl.zeros([BV, BC], dtype=tl.float32)
-    if PER_CHANNEL:
-        G = tl.zeros([K], dtype=tl.float32)
-    else:
-        G = tl.sum(tl.zeros([2], dtype=tl.float32))
-    if UNROLL:
-        for j in tl.static_range(CAP):
-            R, G = _wy_column(S, R, G, j, c, b_v, p_rk, p_rv, p_rg, p_rb, o_k, o_v, o_c, K, V, PER_CHANNEL)
-    else:
-        for j in tl.range(0, c + 1, num_stages=STAGES):
-            R, G = _wy_column(S, R, G, j, c, b_v, p_rk, p_rv, p_rg, p_rb, o_k, o_v, o_c, K, V, PER_CHANNEL)
-    G_end = G
-    if PER_CHANNEL:
-        S = S * tl.exp(G_end)[None, :]
-        G = tl.zeros([K], dtype=tl.float32)
-    else:
-        S = S * tl.exp(G_end)
-        G = tl.sum(tl.zeros([2], dtype=tl.float32))
-    if UNROLL:
-        for i in tl.static_range(CAP):
-            S, G = _wy_update(S, R, G, G_end, i, c, p_rk, p_rg, p_a, o_k, o_c, K, BC, PER_CHANNEL)
-    else:
-        for i in tl.range(0, c + 1, num_stages=STAGES):
-            S, G = _wy_update(S, R, G, G_end, i, c, p_rk, p_rg, p_a, o_k, o_c, K, BC, PER_CHANNEL)
-    return S
-
-
-@triton.jit
-def _tile_refold(S, c, b_v, b_beta, p_rk, p_rv, p_rg, p_rb, o_k, o_v, K: tl.constexpr, V: tl.constexpr,
-                 PER_CHANNEL: tl.constexpr, STAGES: tl.constexpr):
-    """The window ``0..c`` from the raw ring (launch 1 wrote the token's ``k, beta, g`` at ``c``)
-    as ``c + 1`` exact updates of an fp32 tile; the token's ``v`` is ``b_v``."""
-    for j in tl.range(0, c, num_stages=STAGES):
-        if PER_CHANNEL:
-            b_gj = tl.load(p_rg + j * K + o_k)
-        else:
-            b_gj = tl.load(p_rg + j)
-        S = _delta_update(S, tl.load(p_rk + j * K + o_k).to(tl.float32), tl.load(p_rv + j * V + o_v).to(tl.float32),
-                          b_gj, tl.load(p_rb + j), PER_CHANNEL)
-    if PER_CHANNEL:
-        b_g = tl.load(p_rg + c * K + o_k)
-    else:
-        b_g = tl.load(p_rg + c)
-    return _delta_update(S, tl.load(p_rk + c * K + o_k).to(tl.float32), b_v, b_g, b_beta, PER_CHANNEL)
-
-
-@triton.jit
-def _tile_read(S, U, c, b_v, b_beta, p_w, p_q, p_rk, o_k, o_c, K: tl.constexpr, BC: tl.constexpr,
-               RAW_QK: tl.constexpr):
-    """``(u_t, o_t)`` of one tile from the checkpoint tile ``S`` and the ring's ``u`` tile ``U``
-    ``[BC, BV]`` (zero from ``c`` on): ``P x = S_c (e^{D_t} x) + sum_j u_j coef_j``."""
-    b_a = tl.load(p_w + 2 * K + o_c)
-    b_bk = tl.load(p_w + 2 * K + BC + o_c)
-    kq = tl.load(p_w + 2 * K + 2 * BC + 1)
-    if RAW_QK:
-        # The key head's raw q and the ring's k at c (16-bit, shared by its value heads); the
-        # normalisation and e^{D_t} are scalars of the line, applied after the reductions.
-        q_fac = tl.load(p_w + 2 * K + 2 * BC + 2)
-        e_t = tl.load(p_w + 2 * K + 2 * BC + 3)
-        Sq = tl.sum(S * tl.load(p_q + o_k).to(tl.float32)[None, :], axis=1) * q_fac
-        Sk = tl.sum(S * tl.load(p_rk + c * K + o_k).to(tl.float32)[None, :], axis=1) * e_t
-    else:
-        Sq = tl.sum(S * tl.load(p_w + o_k)[None, :], axis=1)
-        Sk = tl.sum(S * tl.load(p_w + K + o_k)[None, :], axis=1)
-    b_u = b_beta * (b_v - Sk - tl.sum(b_bk[:, None] * U, axis=0))
-    return b_u, Sq + tl.sum(b_a[:, None] * U, axis=0) + b_u * kq
-
-
-@triton.jit
-def _tile_fold_u(S, b_u, c, p_rk, p_ru, p_rg, o_k, o_v, K: tl.constexpr, V: tl.constexpr,
-                 PER_CHANNEL: tl.constexpr, STAGES: tl.constexpr):
-    """Fold the cached u's as they are, ``S = S Diag(e^{g_j}) + u_j k_j^T`` in order, then ``u_t``."""
-    for j in tl.range(0, c + 1, num_stages=STAGES):
-        if PER_CHANNEL:
-            S = S * tl.exp(tl.load(p_rg + j * K + o_k))[None, :]
-        else:
-            S = S * tl.exp(tl.load(p_rg + j))
-        # Position c of ring_u is stale: the current u_t comes from registers.
-        b_uj = tl.where(j == c, b_u, tl.load(p_ru + j * V + o_v))
-        S += b_uj[:, None] * tl.load(p_rk + j * K + o_k).to(tl.float32)[None, :]
-    return S
-
-
-@triton.jit
 def _stream_kernel(
     q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, committed, flush_at, state_indices, pad_slot_id,
     window, scratch, row_info, stride_q, stride_qh, stride_v, stride_vh, stride_o, stride_oh,
@@ -455,13 +355,55 @@ def _stream_kernel(
 
 
 @triton.jit
+def _flush_tile(q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, scratch, i_b, i_hv, slot, c, v0,
+                stride_q, stride_qh, stride_v, stride_vh, stride_o, stride_oh,
+                HV: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr,
+                CAP: tl.constexpr, BC: tl.constexpr, W: tl.constexpr, PER_CHANNEL: tl.constexpr, REFOLD: tl.constexpr,
+                WY: tl.constexpr, RAW_QK: tl.constexpr, STAGES: tl.constexpr, UNROLL: tl.constexpr,
+                DOT: tl.constexpr):
+    """Rows ``v0 .. v0 + BV`` of value head ``i_hv`` of flush row ``i_b``: fold, store, output."""
+    o_k = tl.arange(0, K)
+    o_c = tl.arange(0, BC)
+    o_v = v0 + tl.arange(0, BV)
+    i_h = i_hv // (HV // H)
+    sh = slot * HV + i_hv
+    p_w = scratch + (i_b * HV + i_hv) * W
+    p_rk = ring_k + (slot * H + i_h) * CAP * K
+    p_rv = ring_v + sh * CAP * V
+    p_ru = ring_u + sh * CAP * V
+    p_rg = ring_g + sh * CAP * (K if PER_CHANNEL else 1)
+    p_s = checkpoint + sh * V * K + o_v[:, None] * K + o_k[None, :]
+    S = tl.load(p_s).to(tl.float32)
+    b_v = tl.load(v + i_b * stride_v + i_hv * stride_vh + o_v).to(ring_v.dtype.element_ty).to(tl.float32)
+    b_beta = tl.load(p_w + 2 * K + 2 * BC)
+    if WY:
+        S = _tile_wy(S, c, b_v, p_rk, p_rv, p_rg, ring_beta + sh * CAP, p_w + 2 * K + 2 * BC + 4, o_k,
+                     o_v, o_c, K, V, BV, BC, CAP, PER_CHANNEL, STAGES, UNROLL)
+        b_o = tl.sum(S * tl.load(p_w + o_k)[None, :], axis=1)
+    elif REFOLD:
+        S = _tile_refold(S, c, b_v, b_beta, p_rk, p_rv, p_rg, ring_beta + sh * CAP, o_k, o_v, K, V,
+                         PER_CHANNEL, STAGES)
+        b_o = tl.sum(S * tl.load(p_w + o_k)[None, :], axis=1)
+    else:
+        U = tl.load(p_ru + o_c[:, None] * V + o_v[None, :], mask=(o_c < c)[:, None], other=0.0)
+        b_u, b_o = _tile_read(S, U, c, b_v, b_beta, p_w, q + i_b * stride_q + i_h * stride_qh, p_rk,
+                              o_k, o_c, K, BC, RAW_QK)
+        if DOT:
+            S = _tile_fold_u_dot(S, U, b_u, c, p_rk, p_rg, o_k, o_c, K, PER_CHANNEL)
+        else:
+            S = _tile_fold_u(S, b_u, c, p_rk, p_ru, p_rg, o_k, o_v, K, V, PER_CHANNEL, STAGES)
+    tl.store(p_s, S.to(checkpoint.dtype.element_ty))
+    tl.store(out + i_b * stride_o + i_hv * stride_oh + o_v, b_o.to(out.dtype.element_ty))
+
+
+@triton.jit
 def _flush_kernel(
     q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, state_indices, pad_slot_id, scratch, row_info,
     stride_q, stride_qh, stride_v, stride_vh, stride_o, stride_oh,
     HV: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, CAP: tl.constexpr,
     BC: tl.constexpr, W: tl.constexpr, HEADS_PER_PROGRAM: tl.constexpr, SPLIT: tl.constexpr, PER_CHANNEL: tl.constexpr,
     REFOLD: tl.constexpr, WY: tl.constexpr, RAW_QK: tl.constexpr, STAGES: tl.constexpr, UNROLL: tl.constexpr,
-    HAS_INDICES: tl.constexpr,
+    HAS_INDICES: tl.constexpr, DOT: tl.constexpr,
 ):
     """The flush rows of a ``flush_launch`` step: ``V / SPLIT`` rows of ``HEADS_PER_PROGRAM``
     value heads of one row per program, in ``BV``-row tiles; programs of other rows exit after
@@ -478,39 +420,42 @@ def _flush_kernel(
         slot = tl.load(state_indices + i_b).to(tl.int64)
     if (slot != pad_slot_id) & (flag != 0):
         c = tl.load(row_info + i_b * 2)
-        o_k = tl.arange(0, K)
-        o_c = tl.arange(0, BC)
         for hh in range(HEADS_PER_PROGRAM):
-            i_hv = hv0 + hh
-            i_h = i_hv // (HV // H)
-            sh = slot * HV + i_hv
-            p_w = scratch + (i_b * HV + i_hv) * W
-            p_rk = ring_k + (slot * H + i_h) * CAP * K
-            p_rv = ring_v + sh * CAP * V
-            p_ru = ring_u + sh * CAP * V
-            p_rg = ring_g + sh * CAP * (K if PER_CHANNEL else 1)
-            b_beta = tl.load(p_w + 2 * K + 2 * BC)
             for v0 in range(i_s * ROWS, (i_s + 1) * ROWS, BV):
-                o_v = v0 + tl.arange(0, BV)
-                p_s = checkpoint + sh * V * K + o_v[:, None] * K + o_k[None, :]
-                p_o = out + i_b * stride_o + i_hv * stride_oh + o_v
-                S = tl.load(p_s).to(tl.float32)
-                b_v = tl.load(v + i_b * stride_v + i_hv * stride_vh + o_v).to(ring_v.dtype.element_ty).to(tl.float32)
-                if WY:
-                    S = _tile_wy(S, c, b_v, p_rk, p_rv, p_rg, ring_beta + sh * CAP, p_w + 2 * K + 2 * BC + 4, o_k,
-                                 o_v, o_c, K, V, BV, BC, CAP, PER_CHANNEL, STAGES, UNROLL)
-                    b_o = tl.sum(S * tl.load(p_w + o_k)[None, :], axis=1)
-                elif REFOLD:
-                    S = _tile_refold(S, c, b_v, b_beta, p_rk, p_rv, p_rg, ring_beta + sh * CAP, o_k, o_v, K, V,
-                                     PER_CHANNEL, STAGES)
-                    b_o = tl.sum(S * tl.load(p_w + o_k)[None, :], axis=1)
-                else:
-                    U = tl.load(p_ru + o_c[:, None] * V + o_v[None, :], mask=(o_c < c)[:, None], other=0.0)
-                    b_u, b_o = _tile_read(S, U, c, b_v, b_beta, p_w, q + i_b * stride_q + i_h * stride_qh, p_rk,
-                                          o_k, o_c, K, BC, RAW_QK)
-                    S = _tile_fold_u(S, b_u, c, p_rk, p_ru, p_rg, o_k, o_v, K, V, PER_CHANNEL, STAGES)
-                tl.store(p_s, S.to(checkpoint.dtype.element_ty))
-                tl.store(p_o, b_o.to(out.dtype.element_ty))
+                _flush_tile(q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, scratch, i_b, hv0 + hh,
+                            slot, c, v0, stride_q, stride_qh, stride_v, stride_vh, stride_o, stride_oh,
+                            HV, H, K, V, BV, CAP, BC, W, PER_CHANNEL, REFOLD, WY, RAW_QK, STAGES, UNROLL, DOT)
+
+
+@triton.jit
+def _flush_list_kernel(
+    q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, state_indices, scratch, row_info, batch,
+    stride_q, stride_qh, stride_v, stride_vh, stride_o, stride_oh,
+    HV: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, CAP: tl.constexpr,
+    BC: tl.constexpr, W: tl.constexpr, PER_CHANNEL: tl.constexpr, REFOLD: tl.constexpr, WY: tl.constexpr,
+    RAW_QK: tl.constexpr, STAGES: tl.constexpr, UNROLL: tl.constexpr, HAS_INDICES: tl.constexpr, DOT: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+):
+    """The flush rows' ``[BV, d_k]`` tiles as a list walked by a fixed wave of programs
+    (``flush_persistent`` per SM): each program numbers the flush rows by a prefix sum of the
+    ring launch's flags (padded rows have flag 0), item ``i`` is tile ``i % (HV * V / BV)`` of
+    the ``i // (HV * V / BV)``-th flush row. Non-flush steps cost one wave of programs that find
+    no item, instead of ``batch x heads`` early exits."""
+    NVB: tl.constexpr = V // BV
+    PER_ROW: tl.constexpr = HV * NVB
+    o_b = tl.arange(0, BLOCK_B)
+    flags = (tl.load(row_info + o_b * 2 + 1, mask=o_b < batch, other=0) != 0).to(tl.int32)
+    ranks = tl.cumsum(flags, axis=0)
+    n_items = tl.sum(flags, axis=0) * PER_ROW
+    for i in range(tl.program_id(0), n_items, tl.num_programs(0)):
+        i_b = tl.sum((ranks <= i // PER_ROW).to(tl.int32), axis=0)
+        slot = i_b.to(tl.int64)
+        if HAS_INDICES:
+            slot = tl.load(state_indices + i_b).to(tl.int64)
+        _flush_tile(q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, scratch, i_b,
+                    (i % PER_ROW) // NVB, slot, tl.load(row_info + i_b * 2), (i % NVB) * BV,
+                    stride_q, stride_qh, stride_v, stride_vh, stride_o, stride_oh,
+                    HV, H, K, V, BV, CAP, BC, W, PER_CHANNEL, REFOLD, WY, RAW_QK, STAGES, UNROLL, DOT)
 
 
 def ring_split(v_heads: int, k_heads: int, variant: StagedVariant) -> int:
@@ -539,13 +484,13 @@ def flush_config(rows: int, v_heads: int, d_k: int, d_v: int,
     return bv, variant.flush_warps or warps, heads, min(variant.flush_split, d_v // bv)
 
 
-def scratch_width(d_k: int, capacity: int, fold: str) -> tuple[int, int]:
+def scratch_width(d_k: int, capacity: int, fold: str, dot: bool = False) -> tuple[int, int]:
     """``(BC, W)``: the ring's padded capacity and the fp32 scratch line per (row, value head): 2
     vectors ``[d_k]``, 2 coefficient vectors ``[BC]``, ``beta``, ``k . q`` and the ``raw_qk``
     scalars, and for "wy" the window's ``[BC, BC]`` inverse."""
     wy = fold == "wy"
-    # tl.dot (the window's k_i . k_j in launch 1) takes 16-row tiles.
-    bc = max(triton.next_power_of_2(capacity), 16 if wy else 2)
+    # tl.dot (the window's k_i . k_j in launch 1, the flush_dot fold) takes 16-row tiles.
+    bc = max(triton.next_power_of_2(capacity), 16 if wy or dot else 2)
     return bc, 2 * d_k + 2 * bc + 4 + (bc * bc if wy else 0)
 
 
@@ -558,14 +503,15 @@ def delta_replay_staged_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, ring
     batch, H, K = q.shape
     HV, V = v.shape[1], v.shape[2]
     cap = ring_k.shape[2]
-    bc, width = scratch_width(K, cap, variant.fold)
+    per_channel, do_refold = a.dim() == 3, refold and variant.fold != "u"
+    dot = variant.flush_launch and variant.flush_dot and not do_refold
+    bc, width = scratch_width(K, cap, variant.fold, dot)
     scratch = torch.empty(batch * HV * width, dtype=torch.float32, device=q.device)
     row_info = torch.empty(batch * 2, dtype=torch.int32, device=q.device)
     out = v.new_empty(v.shape)
     if batch == 0:
         return out
     bv, warps, ring_warps = staged_config(batch, HV, K, V, variant)
-    per_channel, do_refold = a.dim() == 3, refold and variant.fold != "u"
     wy = variant.fold == "wy" and do_refold
     raw_qk = variant.raw_qk and not per_channel
     has_indices = state_indices is not None
@@ -586,11 +532,22 @@ def delta_replay_staged_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, ring
         pad_slot_id, window, scratch, row_info, sq, sqh, sv, svh, so, soh,
         BV=bv, FLUSH_HERE=not variant.flush_launch, **common, num_warps=warps, maxnreg=variant.max_registers,
     )
-    if variant.flush_launch:
-        flush_bv, flush_warps, heads, split = flush_config(batch, HV, K, V, variant)
+    if not variant.flush_launch:
+        return out
+    flush_bv, flush_warps, heads, split = flush_config(batch, HV, K, V, variant)
+    if dot:
+        flush_bv = max(flush_bv, 16)
+    if variant.flush_persistent and batch <= LIST_MAX_BATCH:
+        items = batch * HV * (V // flush_bv)
+        _flush_list_kernel[(list_grid(items, variant.flush_persistent, q.device),)](
+            q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, state_indices, scratch, row_info, batch,
+            sq, sqh, sv, svh, so, soh,
+            BV=flush_bv, BLOCK_B=triton.next_power_of_2(batch), DOT=dot, **common, num_warps=flush_warps,
+        )
+    else:
         _flush_kernel[(batch * (HV // heads) * split,)](
             q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, state_indices, pad_slot_id, scratch,
             row_info, sq, sqh, sv, svh, so, soh,
-            BV=flush_bv, HEADS_PER_PROGRAM=heads, SPLIT=split, **common, num_warps=flush_warps,
+            BV=flush_bv, HEADS_PER_PROGRAM=heads, SPLIT=split, DOT=dot, **common, num_warps=flush_warps,
         )
     return out

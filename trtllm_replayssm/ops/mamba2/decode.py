@@ -72,6 +72,9 @@ class LaunchConfig:
     flush_warps: int = 4
     flush_heads: int = 4
     flush_stages: int = 1  # > 1: the flush launch's (head, tile) loop as a software-pipelined tl.range
+    # > 0: the flush launch as this many programs per SM walking the flush rows' tiles (a list
+    # numbered from the ring launch's flags) instead of a program per (row, group, flush_heads).
+    flush_persistent: int = 0
 
     def __post_init__(self):
         if self.kernel not in KERNELS:
@@ -86,6 +89,8 @@ class LaunchConfig:
             raise ValueError(f"LaunchConfig.ahead: expected 1 or 2, got {self.ahead}")
         if self.split_flush and not (self.kernel == "v4" and self.cursor_kernel):
             raise ValueError("LaunchConfig.split_flush: needs kernel='v4' and cursor_kernel=True")
+        if self.flush_persistent < 0:
+            raise ValueError(f"LaunchConfig.flush_persistent: expected >= 0, got {self.flush_persistent}")
         if self.flush_stages < 1:
             raise ValueError(f"LaunchConfig.flush_stages: expected >= 1, got {self.flush_stages}")
         if self.flush_launch and self.kernel != "staged":

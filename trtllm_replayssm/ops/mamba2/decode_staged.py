@@ -42,13 +42,16 @@ non-flush 290 us = 95% of copy against 336 us).
 
 from __future__ import annotations
 
+
 import torch
 import triton
 import triton.language as tl
 
+from .._flush_list import LIST_MAX_BATCH, list_grid
 from .decode import _common, _mixer_output, _program_ids, _slot_of, _softplus_clamp, _state_strides
 
 __all__ = ["replay_step_staged"]
+
 
 
 @triton.jit
@@ -259,8 +262,9 @@ def _flush_kernel(
     ckpt_ptr, ring_x_ptr, ring_B_ptr, coef_ptr, info_ptr,
     x_ptr, B_ptr, C_ptr, D_ptr, z_ptr, idx_ptr, y_ptr,
     pad_slot_id,
-    s_ck_slot, s_ck_head, s_ck_p, s_rx_slot, s_rx_head, s_rx_j, s_rB_slot, s_rB_group, s_rB_j,
+    s_ck_slot, s_ck_head, s_rx_slot, s_rx_head, s_rB_slot, s_rB_group,
     s_x_row, s_x_head, s_B_row, s_B_group, s_C_row, s_C_group, s_z_row, s_z_head, s_y_row, s_y_head,
+    s_ck_p: tl.constexpr, s_rx_j: tl.constexpr, s_rB_j: tl.constexpr,
     HEADS: tl.constexpr, HEADS_PER_GROUP: tl.constexpr, HEADS_PER_PROGRAM: tl.constexpr, P: tl.constexpr,
     N: tl.constexpr, CAP: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_J: tl.constexpr,
     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_INDICES: tl.constexpr, FOLD: tl.constexpr,
@@ -268,7 +272,11 @@ def _flush_kernel(
 ):
     """The flush rows of a ``flush_launch`` step: ``HEADS_PER_PROGRAM`` heads of one group of one
     row per program; programs of non-flush rows exit after two loads. ``STAGES > 1`` walks the
-    program's (head, tile) pairs as one ``tl.range`` loop for Triton's software pipeliner."""
+    program's (head, tile) pairs as one ``tl.range`` loop for Triton's software pipeliner.
+
+    The row strides of the checkpoint and the rings are compile-time constants (the cache's
+    layout): with them as arguments every element of the ``[J, d_state]`` ring tile and the
+    checkpoint tile needs its own 64-bit address (sm_90: 252 registers against 168)."""
     row = tl.program_id(0).to(tl.int64)
     chunks: tl.constexpr = HEADS_PER_GROUP // HEADS_PER_PROGRAM
     TILES: tl.constexpr = (P + BLOCK_P - 1) // BLOCK_P
@@ -305,6 +313,54 @@ def _flush_kernel(
                                 lead, gamma, dt, rx_base, Bv, Cv, offs_n, offs_j, mask_n,
                                 s_ck_slot, s_ck_head, s_ck_p, s_rx_j, s_rB_j, s_x_row, s_x_head, s_z_row, s_z_head,
                                 s_y_row, s_y_head, P, N, CAP, BLOCK_P, HAS_D, HAS_Z, FOLD)
+
+
+@triton.jit
+def _flush_list_kernel(
+    ckpt_ptr, ring_x_ptr, ring_B_ptr, coef_ptr, info_ptr,
+    x_ptr, B_ptr, C_ptr, D_ptr, z_ptr, idx_ptr, y_ptr,
+    batch, pad_slot_id,
+    s_ck_slot, s_ck_head, s_rx_slot, s_rx_head, s_rB_slot, s_rB_group,
+    s_x_row, s_x_head, s_B_row, s_B_group, s_C_row, s_C_group, s_z_row, s_z_head, s_y_row, s_y_head,
+    s_ck_p: tl.constexpr, s_rx_j: tl.constexpr, s_rB_j: tl.constexpr,
+    HEADS: tl.constexpr, HEADS_PER_GROUP: tl.constexpr, P: tl.constexpr, N: tl.constexpr, CAP: tl.constexpr,
+    BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_B: tl.constexpr,
+    HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_INDICES: tl.constexpr, FOLD: tl.constexpr,
+):
+    """The flush rows of a ``flush_launch`` step as a list of ``[BLOCK_P, d_state]`` tiles walked
+    by a fixed wave of programs (``flush_persistent`` per SM).
+
+    Every program reads the batch's flush flags (``[BLOCK_B]``, written by the ring launch) and
+    numbers the flush rows by a prefix sum; item ``i`` is tile ``i % (HEADS * TILES)`` of the
+    ``i // (HEADS * TILES)``-th flush row. A non-flush step costs one wave of programs that
+    find no items (a program per (row, group) costs ``batch x groups`` early exits), and a
+    flush step keeps each program to one tile at a time, as many programs in flight as fit."""
+    TILES: tl.constexpr = (P + BLOCK_P - 1) // BLOCK_P
+    PER_ROW: tl.constexpr = HEADS * TILES
+    offs_b = tl.arange(0, BLOCK_B)
+    flags = (tl.load(info_ptr + 2 * offs_b + 1, mask=offs_b < batch, other=0) != 0).to(tl.int32)
+    ranks = tl.cumsum(flags, axis=0)  # ranks[r] = flush rows among rows 0..r
+    n_items = tl.sum(flags, axis=0) * PER_ROW
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_j = tl.arange(0, BLOCK_J)
+    mask_n = offs_n < N
+    for i in range(tl.program_id(0), n_items, tl.num_programs(0)):
+        # The flush row of rank i // PER_ROW: the number of rows whose rank is below it.
+        row = tl.sum((ranks <= i // PER_ROW).to(tl.int32), axis=0).to(tl.int64)
+        h = (i % PER_ROW) // TILES
+        g = h // HEADS_PER_GROUP
+        slot, live = _slot_of(idx_ptr, row, pad_slot_id, HAS_INDICES)
+        c = tl.load(info_ptr + 2 * row)
+        in_ring = offs_j < c
+        rB_base = ring_B_ptr + slot * s_rB_slot + g * s_rB_group
+        Bv = tl.load(B_ptr + row * s_B_row + g * s_B_group + offs_n, mask=mask_n, other=0.0).to(tl.float32)
+        Cv = tl.load(C_ptr + row * s_C_row + g * s_C_group + offs_n, mask=mask_n, other=0.0).to(tl.float32)
+        line, lead, gamma, dt, rx_base = _flush_head(coef_ptr, ring_x_ptr, row, slot, h, offs_j, s_rx_slot,
+                                                     s_rx_head, HEADS, CAP)
+        _flush_tile(ckpt_ptr, x_ptr, D_ptr, z_ptr, y_ptr, rB_base, row, slot, h, (i % TILES) * BLOCK_P, c, in_ring,
+                    line, lead, gamma, dt, rx_base, Bv, Cv, offs_n, offs_j, mask_n,
+                    s_ck_slot, s_ck_head, s_ck_p, s_rx_j, s_rB_j, s_x_row, s_x_head, s_z_row, s_z_head,
+                    s_y_row, s_y_head, P, N, CAP, BLOCK_P, HAS_D, HAS_Z, FOLD)
 
 
 def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at, window,
@@ -348,13 +404,23 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
         ROWS_FASTEST=cfg.rows_fastest, RING_PREFETCH=cfg.ring_prefetch, FLUSH_HERE=not cfg.flush_launch,
         num_warps=cfg.num_warps, maxnreg=cfg.max_registers,
     )
-    if cfg.flush_launch:
+    flush_strides = (s_ck_slot, s_ck_head, s_rx_slot, s_rx_head, s_rB_slot, s_rB_group,
+                     s_x_row, s_x_head, s_B_row, s_B_group, s_C_row, s_C_group, s_z_row, s_z_head, s_y_row, s_y_head)
+    if cfg.flush_launch and cfg.flush_persistent and batch <= LIST_MAX_BATCH:
+        items = batch * heads * triton.cdiv(head_dim, cfg.flush_block_p)
+        _flush_list_kernel[(list_grid(items, cfg.flush_persistent, x.device),)](
+            checkpoint, ring_x, ring_B, coef, info, x, B, C, D_, z_, idx_, y,
+            batch, pad_slot_id, *flush_strides, s_ck_p=s_ck_p, s_rx_j=s_rx_j, s_rB_j=s_rB_j,
+            HEADS=heads, HEADS_PER_GROUP=heads // groups, P=head_dim, N=d_state, CAP=capacity,
+            BLOCK_P=cfg.flush_block_p, BLOCK_N=block_n, BLOCK_J=block_j, BLOCK_B=triton.next_power_of_2(batch),
+            HAS_D=flags["HAS_D"], HAS_Z=flags["HAS_Z"], HAS_INDICES=flags["HAS_INDICES"], FOLD=cfg.fold,
+            num_warps=cfg.flush_warps,
+        )
+    elif cfg.flush_launch:
         per_program = cfg.flush_heads if (heads // groups) % cfg.flush_heads == 0 else 1
         _flush_kernel[(batch, heads // per_program)](
             checkpoint, ring_x, ring_B, coef, info, x, B, C, D_, z_, idx_, y,
-            pad_slot_id,
-            s_ck_slot, s_ck_head, s_ck_p, s_rx_slot, s_rx_head, s_rx_j, s_rB_slot, s_rB_group, s_rB_j,
-            s_x_row, s_x_head, s_B_row, s_B_group, s_C_row, s_C_group, s_z_row, s_z_head, s_y_row, s_y_head,
+            pad_slot_id, *flush_strides, s_ck_p=s_ck_p, s_rx_j=s_rx_j, s_rB_j=s_rB_j,
             HEADS=heads, HEADS_PER_GROUP=heads // groups, HEADS_PER_PROGRAM=per_program, P=head_dim, N=d_state,
             CAP=capacity, BLOCK_P=cfg.flush_block_p, BLOCK_N=block_n, BLOCK_J=block_j,
             HAS_D=flags["HAS_D"], HAS_Z=flags["HAS_Z"], HAS_INDICES=flags["HAS_INDICES"], FOLD=cfg.fold,

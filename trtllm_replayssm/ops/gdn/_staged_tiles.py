@@ -1,0 +1,156 @@
+"""Per-tile bodies of the staged delta-rule step (``decode_staged.py``): the non-flush read of
+a checkpoint tile and the flush folds of a ``[BV, d_k]`` fp32 tile (refold from the raw ring,
+its chunked "wy" form, the cached ``u`` as rank-1 updates or as one product).
+
+Shapes: ``S`` ``[BV, K]`` fp32 (rows ``o_v`` of one value head's state), ``U`` ``[BC, BV]``
+the ring's cached ``u`` (zero from ``c`` on), ``o_k`` / ``o_c`` / ``o_v`` the ``d_k``, ring
+and ``d_v`` offsets; ``p_*`` pointers to the (row, head)'s ring entries and scratch line.
+"""
+
+import triton
+import triton.language as tl
+
+from .decode import _delta_update
+
+
+@triton.jit
+def _wy_column(S, R, G, j, c, b_v, p_rk, p_rv, p_rg, p_rb, o_k, o_v, o_c, K: tl.constexpr, V: tl.constexpr,
+               PER_CHANNEL: tl.constexpr):
+    """Column ``j`` of ``R = beta (V - S_c Kg^T)`` and the running log-decay ``G`` through ``j``;
+    an entry past ``c`` (the unrolled loop) adds nothing."""
+    live = j <= c
+    if PER_CHANNEL:
+        G += tl.where(live, tl.load(p_rg + j * K + o_k), 0.0)
+    else:
+        G += tl.where(live, tl.load(p_rg + j), 0.0)
+    kg = tl.load(p_rk + j * K + o_k).to(tl.float32) * tl.exp(G)
+    v_j = tl.where(j == c, b_v, tl.load(p_rv + j * V + o_v).to(tl.float32))
+    r_j = tl.load(p_rb + j) * (v_j - tl.sum(S * kg[None, :], axis=1))
+    return tl.where(((o_c == j) & live)[None, :], r_j[:, None], R), G
+
+
+@triton.jit
+def _wy_update(S, R, G, G_end, i, c, p_rk, p_rg, p_a, o_k, o_c, K: tl.constexpr, BC: tl.constexpr,
+               PER_CHANNEL: tl.constexpr):
+    """``S += u_i (e^{G_end - G_i} * k_i)^T`` with ``u_i = R A_i`` (row ``i`` of the window's
+    inverse); an entry past ``c`` adds nothing."""
+    live = i <= c
+    if PER_CHANNEL:
+        G += tl.where(live, tl.load(p_rg + i * K + o_k), 0.0)
+    else:
+        G += tl.where(live, tl.load(p_rg + i), 0.0)
+    b_ui = tl.where(live, tl.sum(R * tl.load(p_a + i * BC + o_c)[None, :], axis=1), 0.0)
+    kd = tl.where(live, tl.load(p_rk + i * K + o_k).to(tl.float32) * tl.exp(G_end - G), 0.0)
+    return S + b_ui[:, None] * kd[None, :], G
+
+
+@triton.jit
+def _tile_wy(S, c, b_v, p_rk, p_rv, p_rg, p_rb, p_a, o_k, o_v, o_c, K: tl.constexpr, V: tl.constexpr,
+             BV: tl.constexpr, BC: tl.constexpr, CAP: tl.constexpr, PER_CHANNEL: tl.constexpr, STAGES: tl.constexpr,
+             UNROLL: tl.constexpr):
+    """The window ``0..c`` folded into an fp32 ``[BV, K]`` tile in the chunked form:
+    ``U^T = (beta * (V^T - S_c Kg^T)) A^T``, ``S = S_c Diag(e^{G_c}) + U^T Kd`` (launch 1 wrote the
+    token's ``k, beta, g`` at ``c`` and the inverse ``A`` at ``p_a``); ``G`` the running log-decay."""
+    R = tl.zeros([BV, BC], dtype=tl.float32)
+    if PER_CHANNEL:
+        G = tl.zeros([K], dtype=tl.float32)
+    else:
+        G = tl.sum(tl.zeros([2], dtype=tl.float32))
+    if UNROLL:
+        for j in tl.static_range(CAP):
+            R, G = _wy_column(S, R, G, j, c, b_v, p_rk, p_rv, p_rg, p_rb, o_k, o_v, o_c, K, V, PER_CHANNEL)
+    else:
+        for j in tl.range(0, c + 1, num_stages=STAGES):
+            R, G = _wy_column(S, R, G, j, c, b_v, p_rk, p_rv, p_rg, p_rb, o_k, o_v, o_c, K, V, PER_CHANNEL)
+    G_end = G
+    if PER_CHANNEL:
+        S = S * tl.exp(G_end)[None, :]
+        G = tl.zeros([K], dtype=tl.float32)
+    else:
+        S = S * tl.exp(G_end)
+        G = tl.sum(tl.zeros([2], dtype=tl.float32))
+    if UNROLL:
+        for i in tl.static_range(CAP):
+            S, G = _wy_update(S, R, G, G_end, i, c, p_rk, p_rg, p_a, o_k, o_c, K, BC, PER_CHANNEL)
+    else:
+        for i in tl.range(0, c + 1, num_stages=STAGES):
+            S, G = _wy_update(S, R, G, G_end, i, c, p_rk, p_rg, p_a, o_k, o_c, K, BC, PER_CHANNEL)
+    return S
+
+
+@triton.jit
+def _tile_refold(S, c, b_v, b_beta, p_rk, p_rv, p_rg, p_rb, o_k, o_v, K: tl.constexpr, V: tl.constexpr,
+                 PER_CHANNEL: tl.constexpr, STAGES: tl.constexpr):
+    """The window ``0..c`` from the raw ring (launch 1 wrote the token's ``k, beta, g`` at ``c``)
+    as ``c + 1`` exact updates of an fp32 tile; the token's ``v`` is ``b_v``."""
+    for j in tl.range(0, c, num_stages=STAGES):
+        if PER_CHANNEL:
+            b_gj = tl.load(p_rg + j * K + o_k)
+        else:
+            b_gj = tl.load(p_rg + j)
+        S = _delta_update(S, tl.load(p_rk + j * K + o_k).to(tl.float32), tl.load(p_rv + j * V + o_v).to(tl.float32),
+                          b_gj, tl.load(p_rb + j), PER_CHANNEL)
+    if PER_CHANNEL:
+        b_g = tl.load(p_rg + c * K + o_k)
+    else:
+        b_g = tl.load(p_rg + c)
+    return _delta_update(S, tl.load(p_rk + c * K + o_k).to(tl.float32), b_v, b_g, b_beta, PER_CHANNEL)
+
+
+@triton.jit
+def _tile_read(S, U, c, b_v, b_beta, p_w, p_q, p_rk, o_k, o_c, K: tl.constexpr, BC: tl.constexpr,
+               RAW_QK: tl.constexpr):
+    """``(u_t, o_t)`` of one tile from the checkpoint tile ``S`` and the ring's ``u`` tile ``U``
+    ``[BC, BV]`` (zero from ``c`` on): ``P x = S_c (e^{D_t} x) + sum_j u_j coef_j``."""
+    b_a = tl.load(p_w + 2 * K + o_c)
+    b_bk = tl.load(p_w + 2 * K + BC + o_c)
+    kq = tl.load(p_w + 2 * K + 2 * BC + 1)
+    if RAW_QK:
+        # The key head's raw q and the ring's k at c (16-bit, shared by its value heads); the
+        # normalisation and e^{D_t} are scalars of the line, applied after the reductions.
+        q_fac = tl.load(p_w + 2 * K + 2 * BC + 2)
+        e_t = tl.load(p_w + 2 * K + 2 * BC + 3)
+        Sq = tl.sum(S * tl.load(p_q + o_k).to(tl.float32)[None, :], axis=1) * q_fac
+        Sk = tl.sum(S * tl.load(p_rk + c * K + o_k).to(tl.float32)[None, :], axis=1) * e_t
+    else:
+        Sq = tl.sum(S * tl.load(p_w + o_k)[None, :], axis=1)
+        Sk = tl.sum(S * tl.load(p_w + K + o_k)[None, :], axis=1)
+    b_u = b_beta * (b_v - Sk - tl.sum(b_bk[:, None] * U, axis=0))
+    return b_u, Sq + tl.sum(b_a[:, None] * U, axis=0) + b_u * kq
+
+
+@triton.jit
+def _tile_fold_u(S, b_u, c, p_rk, p_ru, p_rg, o_k, o_v, K: tl.constexpr, V: tl.constexpr,
+                 PER_CHANNEL: tl.constexpr, STAGES: tl.constexpr):
+    """Fold the cached u's as they are, ``S = S Diag(e^{g_j}) + u_j k_j^T`` in order, then ``u_t``."""
+    for j in tl.range(0, c + 1, num_stages=STAGES):
+        if PER_CHANNEL:
+            S = S * tl.exp(tl.load(p_rg + j * K + o_k))[None, :]
+        else:
+            S = S * tl.exp(tl.load(p_rg + j))
+        # Position c of ring_u is stale: the current u_t comes from registers.
+        b_uj = tl.where(j == c, b_u, tl.load(p_ru + j * V + o_v))
+        S += b_uj[:, None] * tl.load(p_rk + j * K + o_k).to(tl.float32)[None, :]
+    return S
+
+
+@triton.jit
+def _tile_fold_u_dot(S, U, b_u, c, p_rk, p_rg, o_k, o_c, K: tl.constexpr, PER_CHANNEL: tl.constexpr):
+    """``_tile_fold_u`` as one product: ``S Diag(e^{G_c}) + U^T Kd`` with ``Kd_j = e^{G_c - G_j} k_j``
+    (``G`` the inclusive cumulative log-decay, all exponents <= 0) and ``U`` ``[BC, BV]`` the
+    cached ``u`` (zero from ``c`` on; ``u_t`` goes in at ``c``), tf32x3 (fp32-level products on
+    tensor cores). ``BC`` >= 16 and ``BV`` >= 16 (``tl.dot``)."""
+    live = o_c <= c
+    Ut = tl.where((o_c == c)[None, :], b_u[:, None], tl.trans(U))
+    kr = tl.load(p_rk + o_c[:, None] * K + o_k[None, :], mask=live[:, None], other=0.0).to(tl.float32)
+    if PER_CHANNEL:
+        gr = tl.load(p_rg + o_c[:, None] * K + o_k[None, :], mask=live[:, None], other=0.0)
+        G_c = tl.sum(gr, axis=0)
+        Kd = kr * tl.exp(G_c[None, :] - tl.cumsum(gr, axis=0))
+        S = S * tl.exp(G_c)[None, :]
+    else:
+        gr = tl.load(p_rg + o_c, mask=live, other=0.0)
+        G_c = tl.sum(gr, axis=0)
+        Kd = kr * tl.exp(G_c - tl.cumsum(gr, axis=0))[:, None]
+        S = S * tl.exp(G_c)
+    return tl.dot(Ut, Kd, acc=S, input_precision="tf32x3")

@@ -135,21 +135,25 @@ def _tile_fold_u(S, b_u, c, p_rk, p_ru, p_rg, o_k, o_v, K: tl.constexpr, V: tl.c
 
 
 @triton.jit
-def _tile_fold_u_dot(S, U, b_u, c, p_rk, p_rg, o_k, o_c, K: tl.constexpr, PER_CHANNEL: tl.constexpr):
+def _tile_fold_u_dot(S, U, b_u, c, p_rk, p_rg, o_k, o_c, K: tl.constexpr, CAP: tl.constexpr,
+                     PER_CHANNEL: tl.constexpr):
     """``_tile_fold_u`` as one product: ``S Diag(e^{G_c}) + U^T Kd`` with ``Kd_j = e^{G_c - G_j} k_j``
     (``G`` the inclusive cumulative log-decay, all exponents <= 0) and ``U`` ``[BC, BV]`` the
     cached ``u`` (zero from ``c`` on; ``u_t`` goes in at ``c``), tf32x3 (fp32-level products on
     tensor cores). ``BC`` >= 16 and ``BV`` >= 16 (``tl.dot``)."""
     live = o_c <= c
     Ut = tl.where((o_c == c)[None, :], b_u[:, None], tl.trans(U))
-    kr = tl.load(p_rk + o_c[:, None] * K + o_k[None, :], mask=live[:, None], other=0.0).to(tl.float32)
+    # Whole ring tiles, zeroed past c in registers (NaN-safe): no load waits for the cursor.
+    kr = tl.load(p_rk + o_c[:, None] * K + o_k[None, :], mask=(o_c < CAP)[:, None], other=0.0)
+    kr = tl.where(live[:, None], kr.to(tl.float32), 0.0)
     if PER_CHANNEL:
-        gr = tl.load(p_rg + o_c[:, None] * K + o_k[None, :], mask=live[:, None], other=0.0)
+        gr = tl.load(p_rg + o_c[:, None] * K + o_k[None, :], mask=(o_c < CAP)[:, None], other=0.0)
+        gr = tl.where(live[:, None], gr, 0.0)
         G_c = tl.sum(gr, axis=0)
         Kd = kr * tl.exp(G_c[None, :] - tl.cumsum(gr, axis=0))
         S = S * tl.exp(G_c)[None, :]
     else:
-        gr = tl.load(p_rg + o_c, mask=live, other=0.0)
+        gr = tl.where(live, tl.load(p_rg + o_c, mask=o_c < CAP, other=0.0), 0.0)
         G_c = tl.sum(gr, axis=0)
         Kd = kr * tl.exp(G_c - tl.cumsum(gr, axis=0))[:, None]
         S = S * tl.exp(G_c)

@@ -385,11 +385,13 @@ def _flush_tile(q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u
                          PER_CHANNEL, STAGES)
         b_o = tl.sum(S * tl.load(p_w + o_k)[None, :], axis=1)
     else:
-        U = tl.load(p_ru + o_c[:, None] * V + o_v[None, :], mask=(o_c < c)[:, None], other=0.0)
+        # The whole ring tile, zeroed from c on in registers: the load waits for no cursor.
+        U = tl.load(p_ru + o_c[:, None] * V + o_v[None, :], mask=(o_c < CAP)[:, None], other=0.0)
+        U = tl.where((o_c < c)[:, None], U, 0.0)
         b_u, b_o = _tile_read(S, U, c, b_v, b_beta, p_w, q + i_b * stride_q + i_h * stride_qh, p_rk,
                               o_k, o_c, K, BC, RAW_QK)
         if DOT:
-            S = _tile_fold_u_dot(S, U, b_u, c, p_rk, p_rg, o_k, o_c, K, PER_CHANNEL)
+            S = _tile_fold_u_dot(S, U, b_u, c, p_rk, p_rg, o_k, o_c, K, CAP, PER_CHANNEL)
         else:
             S = _tile_fold_u(S, b_u, c, p_rk, p_ru, p_rg, o_k, o_v, K, V, PER_CHANNEL, STAGES)
     tl.store(p_s, S.to(checkpoint.dtype.element_ty))

@@ -75,6 +75,7 @@ class LaunchConfig:
     # > 0: the flush launch as this many programs per SM walking the flush rows' tiles (a list
     # numbered from the ring launch's flags) instead of a program per (row, group, flush_heads).
     flush_persistent: int = 0
+    flush_max_registers: int | None = None  # ptxas .maxnreg of the flush launch
 
     def __post_init__(self):
         if self.kernel not in KERNELS:

@@ -142,8 +142,9 @@ def _fold_ring(upd, c, line, rx, lead, rx_base, rB_base, s_rx_j, s_rB_j, offs_p,
             B_j = tl.load(rB_base + j * s_rB_j + offs_n, mask=mask_n, other=0.0)
             upd += (w_j * x_j.to(tl.float32))[:, None] * B_j.to(tl.float32)[None, :]
     else:
-        rB = tl.load(rB_base + offs_j[:, None] * s_rB_j + offs_n[None, :], mask=in_ring[:, None] & mask_n[None, :],
-                     other=0.0).to(tl.float32)
+        rB = tl.load(rB_base + offs_j[:, None] * s_rB_j + offs_n[None, :],
+                     mask=(offs_j < CAP)[:, None] & mask_n[None, :], other=0.0)
+        rB = tl.where(in_ring[:, None], rB.to(tl.float32), 0.0)
         upd = tl.dot(rx * lead[None, :], rB, acc=upd, input_precision=FOLD)
     return upd
 
@@ -245,8 +246,10 @@ def _flush_tile(ckpt_ptr, x_ptr, D_ptr, z_ptr, y_ptr, rB_base, row, slot, h, pt,
     mask_p = offs_p < P
     ck_ptrs = ckpt_ptr + slot * s_ck_slot + h * s_ck_head + offs_p[:, None] * s_ck_p + offs_n[None, :]
     S = tl.load(ck_ptrs, mask=mask_p[:, None] & mask_n[None, :], other=0.0).to(tl.float32)
-    rx = tl.load(rx_base + offs_j[None, :] * s_rx_j + offs_p[:, None], mask=mask_p[:, None] & in_ring[None, :],
-                 other=0.0).to(tl.float32)
+    # Every ring entry, zeroed from c on in registers (NaN-safe): the load waits for no cursor.
+    rx = tl.load(rx_base + offs_j[None, :] * s_rx_j + offs_p[:, None],
+                 mask=mask_p[:, None] & (offs_j < CAP)[None, :], other=0.0)
+    rx = tl.where(in_ring[None, :], rx.to(tl.float32), 0.0)
     xf = tl.load(x_ptr + row * s_x_row + h * s_x_head + offs_p, mask=mask_p, other=0.0).to(tl.float32)
     upd = gamma * S + (dt * xf)[:, None] * Bv[None, :]
     upd = _fold_ring(upd, c, line, rx, lead, rx_base, rB_base, s_rx_j, s_rB_j, offs_p, offs_n, offs_j,
@@ -283,9 +286,10 @@ def _flush_kernel(
     g = tl.program_id(1) // chunks
     h0 = g * HEADS_PER_GROUP + (tl.program_id(1) % chunks) * HEADS_PER_PROGRAM
     slot, live = _slot_of(idx_ptr, row, pad_slot_id, HAS_INDICES)
+    # c with the flag and the slot (all indexed by row): nothing after the branch waits for it.
+    c = tl.load(info_ptr + 2 * row)
     is_flush = tl.load(info_ptr + 2 * row + 1) != 0
     if live & is_flush:
-        c = tl.load(info_ptr + 2 * row)
         offs_n = tl.arange(0, BLOCK_N)
         offs_j = tl.arange(0, BLOCK_J)
         mask_n = offs_n < N
@@ -414,7 +418,7 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
             HEADS=heads, HEADS_PER_GROUP=heads // groups, P=head_dim, N=d_state, CAP=capacity,
             BLOCK_P=cfg.flush_block_p, BLOCK_N=block_n, BLOCK_J=block_j, BLOCK_B=triton.next_power_of_2(batch),
             HAS_D=flags["HAS_D"], HAS_Z=flags["HAS_Z"], HAS_INDICES=flags["HAS_INDICES"], FOLD=cfg.fold,
-            num_warps=cfg.flush_warps,
+            num_warps=cfg.flush_warps, maxnreg=cfg.flush_max_registers,
         )
     elif cfg.flush_launch:
         per_program = cfg.flush_heads if (heads // groups) % cfg.flush_heads == 0 else 1
@@ -424,6 +428,6 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
             HEADS=heads, HEADS_PER_GROUP=heads // groups, HEADS_PER_PROGRAM=per_program, P=head_dim, N=d_state,
             CAP=capacity, BLOCK_P=cfg.flush_block_p, BLOCK_N=block_n, BLOCK_J=block_j,
             HAS_D=flags["HAS_D"], HAS_Z=flags["HAS_Z"], HAS_INDICES=flags["HAS_INDICES"], FOLD=cfg.fold,
-            STAGES=cfg.flush_stages, num_warps=cfg.flush_warps,
+            STAGES=cfg.flush_stages, num_warps=cfg.flush_warps, maxnreg=cfg.flush_max_registers,
         )
     return y

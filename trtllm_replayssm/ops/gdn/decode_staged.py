@@ -36,9 +36,9 @@ kernel's:
 
 ``flush_launch`` (as the Mamba-2 staged step): the fold's registers cost the stream programs
 occupancy on every step, so the flush rows can go to a third launch, ``_flush_kernel``, whose
-programs of non-flush rows exit after two loads; the stream launch then masks the flush rows'
-tiles off (the flag is read by row, next to the slot, so the checkpoint load waits for nothing
-more) and compiles without a fold (sm_90, Qwen3.5-4B dims: 96 -> 72 registers at BV=32 / 4
+programs of non-flush rows exit after two loads; in the stream launch a flush row's programs
+move its cursors and exit (the flag is read by row, next to the slot, so the checkpoint load
+waits for nothing more), and it compiles without a fold (sm_90, Qwen3.5-4B dims: 96 -> 72 registers at BV=32 / 4
 warps). ``raw_qk`` (Gated DeltaNet): the stream tile reads the raw 16-bit ``q`` and the ring's
 ``k`` at ``c`` of its key head, and the scalars ``e^{D_t}`` and ``e^{D_t} scale / ||q||`` from
 the coefficient line, instead of two fp32 ``[d_k]`` vectors written per value head.
@@ -295,22 +295,23 @@ def _stream_kernel(
     # Indexed by row, not slot: these loads run alongside the slot's, the checkpoint's waits for
     # no extra latency.
     c = tl.load(row_info + i_b * 2)
-    flag = tl.load(row_info + i_b * 2 + 1)
-    flush = flag != 0
+    flush = tl.load(row_info + i_b * 2 + 1) != 0
     slot = i_b.to(tl.int64)
     if HAS_INDICES:
         slot = tl.load(state_indices + i_b).to(tl.int64)
     if slot == pad_slot_id:
         tl.store(p_o, tl.zeros([BV], dtype=tl.float32).to(out.dtype.element_ty))
         return
+    if not FLUSH_HERE:
+        # Flush rows belong to the flush launch: their programs only move the cursors and exit.
+        if flush:
+            if (i_hv == 0) & (i_v == 0):
+                tl.store(committed + slot, 0)
+                tl.store(flush_at + slot, window)
+            return
     sh = slot * HV + i_hv
     p_s = checkpoint + sh * V * K + o_v[:, None] * K + o_k[None, :]
-    if FLUSH_HERE:
-        S = tl.load(p_s).to(tl.float32)
-    else:
-        # Flush rows belong to the flush launch: nothing of theirs is loaded or stored here.
-        m_v = o_v < tl.where(flag == 0, V, 0)
-        S = tl.load(p_s, mask=m_v[:, None], other=0.0).to(tl.float32)
+    S = tl.load(p_s).to(tl.float32)
     p_w = scratch + (i_b * HV + i_hv) * W
     p_rk = ring_k + (slot * H + i_h) * CAP * K
     p_rv = ring_v + sh * CAP * V
@@ -320,12 +321,12 @@ def _stream_kernel(
     b_v = tl.load(v + i_b * stride_v + i_hv * stride_vh + o_v).to(ring_v.dtype.element_ty).to(tl.float32)
     b_beta = tl.load(p_w + 2 * K + 2 * BC)
     if not FLUSH_HERE:
-        U = tl.load(p_ru + o_c[:, None] * V + o_v[None, :], mask=(o_c < CAP)[:, None] & m_v[None, :], other=0.0)
+        U = tl.load(p_ru + o_c[:, None] * V + o_v[None, :], mask=(o_c < CAP)[:, None], other=0.0)
         U = tl.where((o_c < c)[:, None], U, 0.0)
         b_u, b_o = _tile_read(S, U, c, b_v, b_beta, p_w, p_q, p_rk, o_k, o_c, K, BC, RAW_QK)
-        tl.store(p_o, b_o.to(out.dtype.element_ty), mask=m_v)
-        tl.store(p_ru + c * V + o_v, b_u, mask=m_v)
-        tl.store(p_rv + c * V + o_v, b_v.to(ring_v.dtype.element_ty), mask=m_v)
+        tl.store(p_o, b_o.to(out.dtype.element_ty))
+        tl.store(p_ru + c * V + o_v, b_u)
+        tl.store(p_rv + c * V + o_v, b_v.to(ring_v.dtype.element_ty))
     elif flush & WY:
         S = _tile_wy(S, c, b_v, p_rk, p_rv, p_rg, ring_beta + sh * CAP, p_w + 2 * K + 2 * BC + 4, o_k, o_v, o_c,
                      K, V, BV, BC, CAP, PER_CHANNEL, STAGES, UNROLL)

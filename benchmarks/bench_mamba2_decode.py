@@ -250,8 +250,9 @@ VARIANTS = [  # keyword arguments of decode.LaunchConfig; each set compiles once
     # flush rows in a third launch: the stream launch compiles without the fold (flush-launch
     # registers with the ring and checkpoint row strides as compile-time constants and the ring
     # tiles loaded whole, zeroed past c in registers)
-    dict(block_p=16, num_warps=2, fold="tf32x3", flush_launch=True, **_STAGED),  # 56; flush 132 (default)
-    dict(block_p=16, num_warps=2, fold="tf32x3", flush_launch=True, flush_max_registers=128, **_STAGED),  # 8 B spill
+    dict(block_p=16, num_warps=2, fold="tf32x3", flush_launch=True, **_STAGED),  # 56; flush 132
+    dict(block_p=16, num_warps=2, fold="tf32x3", flush_launch=True, flush_max_registers=128,
+         **_STAGED),  # flush 128 + 8 B spilled: 4 programs per SM (default)
     dict(block_p=16, num_warps=2, fold="tf32x3", flush_launch=True, flush_heads=1, **_STAGED),
     dict(block_p=16, num_warps=2, fold="tf32x3", flush_launch=True, flush_heads=1, flush_max_registers=128,
          **_STAGED),
@@ -275,7 +276,8 @@ def short(cfg) -> str:
             f" rw{cfg.ring_warps}" if cfg.ring_warps != 4 else "") + (" rows" if cfg.rows_fastest else "") + (
             " pf" if cfg.ring_prefetch else "") + (
             (f" +flush bp{cfg.flush_block_p} w{cfg.flush_warps} " +
-             (f"x{cfg.flush_persistent}/SM" if cfg.flush_persistent else f"h{cfg.flush_heads}")) if cfg.flush_launch else "")
+             (f"x{cfg.flush_persistent}/SM" if cfg.flush_persistent else f"h{cfg.flush_heads}") +
+             (f" r{cfg.flush_max_registers}" if cfg.flush_max_registers else "")) if cfg.flush_launch else "")
     if cfg.kernel == "v3":
         return f"v3 bp{cfg.block_p} w{cfg.num_warps}" + (f" r{cfg.max_registers}" if cfg.max_registers else "") + (
             " cur" if cfg.cursor_kernel else "") + (" rows" if cfg.rows_fastest else "")

@@ -467,6 +467,26 @@ def check_variant_gpu(per_channel, dims, dtype, batch, variant, monkeypatch, ref
     assert worst_c < (1e-5 if dtype == "fp32" else 5e-3), f"checkpoint error {worst_c:.2e}"
 
 
+def test_default_variant_by_batch_kind_and_fold():
+    """What the ops launch when no variant is named (measured choices, decode.default_variant)."""
+    assert isinstance(decode.default_variant(1, False, True, 128), ChunkedVariant)
+    assert decode.default_variant(1, True, True, 128) is None  # KDA: row-wise at every batch
+    assert decode.default_variant(64, False, False, 128) is None
+    assert decode.default_variant(256, False, True, 128) is None  # a refolding flush: row-wise
+    big = decode.default_variant(256, False, False, 128)
+    assert isinstance(big, StagedVariant) and big.flush_dot and big.flush_persistent and big.flush_launch
+    assert decode.default_variant(256, False, False, 48) is None  # d_v not a multiple of the 32-row tile
+    assert decode.default_variant(256, True, False, 128) is None
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("refold", [False, True])
+def test_default_large_batch_gpu(refold, monkeypatch):
+    """Batch 128 through the public op with no variant named: with refold=False the staged list
+    launch folding the cached u as one product (the default there), else the row-wise kernel."""
+    check_variant_gpu(False, GPU_DIMS[0], "fp32", 128, None, monkeypatch, refold=refold)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dims", [GPU_DIMS[0], GPU_DIMS[2]], ids=dims_id)
 @pytest.mark.parametrize("dtype,variant", CHUNKED_GPU)

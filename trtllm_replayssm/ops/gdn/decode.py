@@ -41,7 +41,8 @@ import triton.language as tl
 
 from .._arrivals import arrival_counters
 
-__all__ = ["REPLAY_VARIANT", "delta_standard_step", "delta_replay_step", "launch_config", "replay_config"]
+__all__ = ["REPLAY_VARIANT", "default_variant", "delta_standard_step", "delta_replay_step", "launch_config",
+           "replay_config"]
 
 #: The ReplaySSM kernel the ops launch: None (or "rowwise") for :func:`_replay_step_kernel`
 #: (row-wise refold), "chunked" for ``decode_chunked.py`` with its default
@@ -49,6 +50,33 @@ __all__ = ["REPLAY_VARIANT", "delta_standard_step", "delta_replay_step", "launch
 #: "staged" (or a :class:`~trtllm_replayssm.ops.gdn.decode_staged.StagedVariant`) for the
 #: two-launch step of ``decode_staged.py``.
 REPLAY_VARIANT = None
+
+
+def default_variant(batch: int, per_channel: bool, refold: bool, d_v: int):
+    """The replay kernel the ops launch when no variant is named: ``None`` for the row-wise kernel.
+
+    Measured on an H200 (``benchmarks/bench_gdn_decode.py --variants``, RESULTS.md):
+
+    - Gated DeltaNet below batch 16: the chunked flush with 2 warps (8.5 us amortized against
+      9.2 us row-wise at batch 1, Qwen3.5-4B dims);
+    - Gated DeltaNet from batch 128 when the flush folds the cached ``u`` (``refold=False``):
+      the staged step with the flush rows' tiles in a list launch and the fold as one tf32x3
+      product per 32-row tile (batch 256: 236.8 us amortized against 248.9 us row-wise, 1.10x
+      fla's step against 1.05x; batch 128: 127.6 us against 134.5 us);
+    - otherwise (KDA, refolding flushes, batch 16-127) the row-wise kernel.
+    """
+    if per_channel:
+        return None
+    if batch < 16:
+        from .decode_chunked import ChunkedVariant
+
+        return ChunkedVariant(num_warps=2)
+    if batch >= 128 and not refold and d_v % 32 == 0:
+        from .decode_staged import StagedVariant
+
+        return StagedVariant(block_v=16, num_warps=2, flush_launch=True, raw_qk=True, flush_dot=True,
+                             flush_persistent=4, flush_block_v=32, flush_warps=4)
+    return None
 
 
 @triton.jit
@@ -358,13 +386,8 @@ def delta_replay_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, com
     two-launch step, ``"rowwise"`` this module's; default :data:`REPLAY_VARIANT`.
     """
     variant = REPLAY_VARIANT if variant is None else variant
-    if variant is None and q.shape[0] < 16 and ring_g.dim() == 3 and block_v is None and split is None:
-        # Gated DeltaNet at small batch: the chunked flush with 2 warps measured 8.7 us amortized
-        # against 9.6 us row-wise on an H200 (Qwen3.5-4B dims, batch 1); at batch 128/256, and
-        # for KDA at any batch, the row-wise kernel is faster (benchmarks/RESULTS.md).
-        from .decode_chunked import ChunkedVariant
-
-        variant = ChunkedVariant(num_warps=2)
+    if variant is None and block_v is None and split is None:
+        variant = default_variant(q.shape[0], ring_g.dim() == 4, refold, v.shape[2])
     if variant is not None and variant != "rowwise":
         from .decode_chunked import ChunkedVariant, delta_replay_chunked_step
         from .decode_staged import StagedVariant, delta_replay_staged_step

@@ -37,11 +37,14 @@ per (row, group, ``flush_heads`` heads), whole heads in ``flush_block_p``-row ti
 ``B`` and ``C`` loaded once per program; ``flush_stages`` > 1 hands the tile loop to Triton's
 software pipeliner); programs of non-flush rows exit after two loads. The stream
 launch then serves only the non-flush rows and compiles without the fold (H200, batch 256:
-non-flush 290 us = 95% of copy against 336 us).
+non-flush 290 us = 95% of copy against 336 us); its programs of flush rows move the cursors and
+exit. ``flush_max_registers`` caps the flush launch's registers (128: 4 programs per SM, the
+default); ``flush_persistent=N`` replaces its grid by N programs per SM walking a list of the
+flush rows' tiles numbered from the ring launch's flags (fewer early exits on non-flush steps,
+a slower flush as measured: ``benchmarks/NOTES_mamba2.md``).
 """
 
 from __future__ import annotations
-
 
 import torch
 import triton
@@ -51,7 +54,6 @@ from .._flush_list import LIST_MAX_BATCH, list_grid
 from .decode import _common, _mixer_output, _program_ids, _slot_of, _softplus_clamp, _state_strides
 
 __all__ = ["replay_step_staged"]
-
 
 
 @triton.jit
@@ -286,7 +288,8 @@ def _flush_kernel(
 
     The row strides of the checkpoint and the rings are compile-time constants (the cache's
     layout): with them as arguments every element of the ``[J, d_state]`` ring tile and the
-    checkpoint tile needs its own 64-bit address (sm_90: 252 registers against 168)."""
+    checkpoint tile needs its own 64-bit address (sm_90: 252 registers against 168; 132 with the
+    ring tiles also loaded whole rather than masked by ``c``)."""
     row = tl.program_id(0).to(tl.int64)
     chunks: tl.constexpr = HEADS_PER_GROUP // HEADS_PER_PROGRAM
     TILES: tl.constexpr = (P + BLOCK_P - 1) // BLOCK_P
@@ -360,7 +363,7 @@ def _flush_list_kernel(
         row = tl.sum((ranks <= i // PER_ROW).to(tl.int32), axis=0).to(tl.int64)
         h = (i % PER_ROW) // TILES
         g = h // HEADS_PER_GROUP
-        slot, live = _slot_of(idx_ptr, row, pad_slot_id, HAS_INDICES)
+        slot, _ = _slot_of(idx_ptr, row, pad_slot_id, HAS_INDICES)  # a flush row is live
         c = tl.load(info_ptr + 2 * row)
         in_ring = offs_j < c
         rB_base = ring_B_ptr + slot * s_rB_slot + g * s_rB_group

@@ -260,6 +260,11 @@ VARIANTS = [  # keyword arguments of decode.LaunchConfig; each set compiles once
          **_STAGED),
     dict(block_p=16, num_warps=2, fold="tf32x3", flush_launch=True, flush_heads=16, flush_max_registers=128,
          **_STAGED),
+    # the flush launch on a side stream, under the stream launch
+    dict(block_p=16, num_warps=2, fold="tf32x3", flush_launch=True, flush_max_registers=128, flush_stream=True,
+         **_STAGED),
+    dict(block_p=16, num_warps=2, fold="tf32x3", flush_launch=True, flush_heads=1, flush_max_registers=128,
+         flush_stream=True, **_STAGED),
     # the flush launch as a wave of programs walking the flush rows' tiles
     dict(block_p=16, num_warps=2, fold="tf32x3", flush_launch=True, flush_persistent=3, **_STAGED),  # flush 130
     dict(block_p=16, num_warps=2, fold="tf32x3", flush_launch=True, flush_persistent=4, flush_max_registers=128,
@@ -281,7 +286,8 @@ def short(cfg) -> str:
             " pf" if cfg.ring_prefetch else "") + (
             (f" +flush bp{cfg.flush_block_p} w{cfg.flush_warps} " +
              (f"x{cfg.flush_persistent}/SM" if cfg.flush_persistent else f"h{cfg.flush_heads}") +
-             (f" r{cfg.flush_max_registers}" if cfg.flush_max_registers else "")) if cfg.flush_launch else "")
+             (f" r{cfg.flush_max_registers}" if cfg.flush_max_registers else "") +
+             (" side" if cfg.flush_stream else "")) if cfg.flush_launch else "")
     if cfg.kernel == "v3":
         return f"v3 bp{cfg.block_p} w{cfg.num_warps}" + (f" r{cfg.max_registers}" if cfg.max_registers else "") + (
             " cur" if cfg.cursor_kernel else "") + (" rows" if cfg.rows_fastest else "")

@@ -323,6 +323,8 @@ STAGED_CPU = [
                                                       flush_block_v=8), 0, id="flush-list-refold"),
     pytest.param(4, 1, 32, 32, 4, True, StagedVariant(block_v=8, fold="wy", flush_launch=True, flush_persistent=1),
                  0, id="flush-list-wy"),
+    pytest.param(4, 2, 16, 16, 4, True, StagedVariant(block_v=8, flush_launch=True, flush_stream=True), 0,
+                 id="flush-stream-in-order-on-cpu"),
 ]
 
 
@@ -382,6 +384,8 @@ def test_staged_variant_rejects_bad_options():
         StagedVariant(flush_heads=2)
     with pytest.raises(ValueError, match="flush_persistent"):
         StagedVariant(flush_persistent=4)
+    with pytest.raises(ValueError, match="flush_stream"):
+        StagedVariant(flush_stream=True)
     with pytest.raises(ValueError, match="flush_persistent"):
         StagedVariant(flush_launch=True, flush_persistent=-1)
     with pytest.raises(ValueError, match="flush_block_v"):
@@ -535,6 +539,9 @@ def test_staged_kernel_gpu(dims, dtype, batch, monkeypatch):
                                flush_block_v=32, flush_warps=4), False, id="flush-dot-bv32-refold-false"),
     pytest.param(StagedVariant(block_v=16, num_warps=2, flush_launch=True, raw_qk=True, flush_persistent=4), True,
                  id="flush-list-refold"),
+    pytest.param(StagedVariant(fold="u", block_v=16, num_warps=2, flush_launch=True, raw_qk=True, flush_dot=True,
+                               flush_persistent=4, flush_block_v=32, flush_warps=4, flush_stream=True), True,
+                 id="flush-stream-list-dot"),
 ])
 def test_staged_variants_gpu(variant, refold, monkeypatch):
     check_variant_gpu(False, GPU_DIMS[0], "fp32", 3, variant, monkeypatch, refold=refold)
@@ -574,7 +581,8 @@ def test_matches_fla_fused_recurrent_gpu(variant, monkeypatch):
 @pytest.mark.parametrize("variant", [
     None, "chunked", "staged",
     StagedVariant(block_v=16, num_warps=2, flush_launch=True, raw_qk=True, flush_split=8),
-], ids=["rowwise", "chunked", "staged", "staged-flush-launch"])
+    StagedVariant(block_v=16, num_warps=2, flush_launch=True, raw_qk=True, flush_stream=True),
+], ids=["rowwise", "chunked", "staged", "staged-flush-launch", "staged-flush-stream"])
 def test_cuda_graph_capture_gpu(variant, monkeypatch):
     """A captured replay step, replayed 40 times, walks the same states as eager calls."""
     monkeypatch.setattr(decode, "REPLAY_VARIANT", variant)

@@ -117,6 +117,8 @@ def test_staged_kernel_gpu(dtype, batch, monkeypatch):
                  id="flush-launch-bv16-ring-split2"),
     pytest.param(StagedVariant(fold="u", block_v=16, num_warps=2, flush_launch=True, flush_dot=True,
                                flush_persistent=8, flush_warps=4), True, id="flush-dot-list-fold-u"),
+    pytest.param(StagedVariant(block_v=16, num_warps=2, flush_launch=True, flush_stream=True), True,
+                 id="flush-stream"),
 ])
 def test_staged_variants_gpu(variant, refold, monkeypatch):
     check_variant_gpu(True, KIMI, "fp32", 3, variant, monkeypatch, refold=refold)

@@ -194,6 +194,9 @@ STAGED_INTERPRETER = [
     ((4, 80, 24, 1), dict(block_p=8, fold="loop", num_warps=2, flush_launch=True, flush_persistent=2, flush_block_p=32)),
     ((6, 32, 16, 2), dict(block_p=16, fold="tf32x3", num_warps=2, flush_launch=True, flush_persistent=1,
                           flush_block_p=16)),
+    # flush_stream (a side stream on CUDA; on the CPU the launches run in order)
+    ((4, 32, 16, 2), dict(block_p=16, fold="tf32x3", num_warps=2, flush_launch=True, flush_stream=True,
+                          flush_max_registers=128)),
     # the default's shape for d_state 256 (4-row tiles, capped registers)
     ((2, 16, 32, 1), dict(block_p=4, fold="loop", num_warps=2, max_registers=56)),
 ]
@@ -233,7 +236,8 @@ def test_launch_config_rejects_unknown_options():
                 dict(block_p=24), dict(kernel="v4", fold="ieee", block_p=8), dict(kernel="v4", split_flush=True),
                 dict(kernel="v4", fold="pipe"), dict(flush_launch=True),
                 dict(kernel="staged", fold="ieee", flush_launch=True, flush_block_p=8),
-                dict(kernel="staged", flush_launch=True, flush_persistent=-1)):
+                dict(kernel="staged", flush_launch=True, flush_persistent=-1),
+                dict(kernel="staged", flush_stream=True)):
         with pytest.raises(ValueError, match="LaunchConfig"):
             decode.LaunchConfig(**bad)
 
@@ -309,6 +313,7 @@ STAGED_GPU_CONFIGS = [
     dict(block_p=32, num_warps=8, fold="fma"),
     dict(block_p=16, num_warps=2, fold="tf32x3", flush_launch=True, flush_heads=2),
     dict(block_p=16, num_warps=2, fold="tf32x3", flush_launch=True, flush_persistent=4, flush_block_p=16),
+    dict(block_p=16, num_warps=2, fold="tf32x3", flush_launch=True, flush_stream=True, flush_max_registers=128),
 ]
 
 
@@ -393,6 +398,19 @@ def test_replay_step_cuda_graph_equals_eager():
     gen = torch.Generator().manual_seed(5)
     base, _ = allocate(6, *dims, 4, torch.bfloat16, "cuda", gen)
     eager, graph = _graph_vs_eager(lambda st, *a: mamba2_replay_step(st, *a), base.clone, 5, *dims, torch.bfloat16)
+    for name, t in eager.tensors().items():
+        assert torch.equal(t, getattr(graph, name)), name
+
+
+@pytest.mark.gpu
+def test_staged_flush_stream_cuda_graph_equals_eager():
+    # The flush launch on a side stream (fork / join captured as graph edges), window 4.
+    dims = (16, 64, 128, 2)
+    gen = torch.Generator().manual_seed(6)
+    base, _ = allocate(6, *dims, 4, torch.bfloat16, "cuda", gen)
+    cfg = decode.LaunchConfig(block_p=16, num_warps=2, kernel="staged", fold="tf32x3", flush_launch=True,
+                              flush_stream=True, flush_max_registers=128)
+    eager, graph = _graph_vs_eager(_kernel_replay(cfg), base.clone, 5, *dims, torch.bfloat16)
     for name, t in eager.tensors().items():
         assert torch.equal(t, getattr(graph, name)), name
 

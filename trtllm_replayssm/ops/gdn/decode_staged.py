@@ -57,6 +57,7 @@ import triton
 import triton.language as tl
 
 from .._flush_list import LIST_MAX_BATCH, list_grid
+from .._side_stream import fork, join
 from ._staged_tiles import _tile_fold_u, _tile_fold_u_dot, _tile_read, _tile_refold, _tile_wy
 from .decode import _load_token, _strides, launch_config
 from .decode_chunked import _coupling, _unit_lower_inverse
@@ -103,6 +104,8 @@ class StagedVariant:
     that many programs per SM walking a list of the flush rows' tiles (numbered from the ring
     launch's flags) instead of a program per (row, ``flush_heads``, ``flush_split``); non-flush
     steps then cost one wave of empty programs instead of ``batch x heads`` early exits.
+    ``flush_stream``: the flush launch is issued first on a high-priority side stream and runs
+    under the stream launch (disjoint rows; ``ops/_side_stream.py``), joined before returning.
 
     ``ring_split``: programs of the ring launch per (row, key head), each doing the coefficient
     work of ``G / ring_split`` of its ``G`` value heads (capped at one each: ``gcd(ring_split,
@@ -132,6 +135,7 @@ class StagedVariant:
     ring_prefetch: bool = False
     flush_dot: bool = False
     flush_persistent: int = 0
+    flush_stream: bool = False
 
     def __post_init__(self):
         if self.fold not in _FOLDS:
@@ -147,9 +151,10 @@ class StagedVariant:
         if self.flush_split < 1 or self.flush_split & (self.flush_split - 1):
             raise ValueError(f"flush_split: expected a power of two, got {self.flush_split}")
         if not self.flush_launch and (self.flush_heads != 1 or self.flush_split != 1 or self.flush_block_v
-                                      or self.flush_warps or self.flush_dot or self.flush_persistent):
-            raise ValueError("flush_heads, flush_split, flush_block_v, flush_warps, flush_dot, flush_persistent: "
-                             "only with flush_launch=True")
+                                      or self.flush_warps or self.flush_dot or self.flush_persistent
+                                      or self.flush_stream):
+            raise ValueError("flush_heads, flush_split, flush_block_v, flush_warps, flush_dot, flush_persistent, "
+                             "flush_stream: only with flush_launch=True")
         if self.flush_persistent < 0:
             raise ValueError(f"flush_persistent: expected >= 0, got {self.flush_persistent}")
         if self.flush_dot and self.flush_block_v is not None and self.flush_block_v < 16:
@@ -530,27 +535,38 @@ def delta_replay_staged_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, ring
     )
     common = dict(HV=HV, H=H, K=K, V=V, CAP=cap, BC=bc, W=width, PER_CHANNEL=per_channel, REFOLD=do_refold, WY=wy,
                   RAW_QK=raw_qk, STAGES=variant.stages, UNROLL=variant.unroll, HAS_INDICES=has_indices)
+
+    def flush_rows():
+        flush_bv, flush_warps, heads, split = flush_config(batch, HV, K, V, variant)
+        if dot:
+            flush_bv = max(flush_bv, 16)
+        if variant.flush_persistent and batch <= LIST_MAX_BATCH:
+            items = batch * HV * (V // flush_bv)
+            _flush_list_kernel[(list_grid(items, variant.flush_persistent, q.device),)](
+                q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, state_indices, scratch, row_info,
+                batch, sq, sqh, sv, svh, so, soh,
+                BV=flush_bv, BLOCK_B=triton.next_power_of_2(batch), DOT=dot, **common, num_warps=flush_warps,
+            )
+        else:
+            _flush_kernel[(batch * (HV // heads) * split,)](
+                q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, state_indices, pad_slot_id, scratch,
+                row_info, sq, sqh, sv, svh, so, soh,
+                BV=flush_bv, HEADS_PER_PROGRAM=heads, SPLIT=split, DOT=dot, **common, num_warps=flush_warps,
+            )
+
+    # flush_stream: the flush launch first, on a side stream, so that it runs under the stream
+    # launch (disjoint rows); joined before returning.
+    side = fork(q.device) if variant.flush_launch and variant.flush_stream else None
+    if side is not None:
+        with torch.cuda.stream(side):
+            flush_rows()
     _stream_kernel[(batch * HV * (V // bv),)](
         q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, committed, flush_at, state_indices,
         pad_slot_id, window, scratch, row_info, sq, sqh, sv, svh, so, soh,
         BV=bv, FLUSH_HERE=not variant.flush_launch, **common, num_warps=warps, maxnreg=variant.max_registers,
     )
-    if not variant.flush_launch:
-        return out
-    flush_bv, flush_warps, heads, split = flush_config(batch, HV, K, V, variant)
-    if dot:
-        flush_bv = max(flush_bv, 16)
-    if variant.flush_persistent and batch <= LIST_MAX_BATCH:
-        items = batch * HV * (V // flush_bv)
-        _flush_list_kernel[(list_grid(items, variant.flush_persistent, q.device),)](
-            q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, state_indices, scratch, row_info, batch,
-            sq, sqh, sv, svh, so, soh,
-            BV=flush_bv, BLOCK_B=triton.next_power_of_2(batch), DOT=dot, **common, num_warps=flush_warps,
-        )
-    else:
-        _flush_kernel[(batch * (HV // heads) * split,)](
-            q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, state_indices, pad_slot_id, scratch,
-            row_info, sq, sqh, sv, svh, so, soh,
-            BV=flush_bv, HEADS_PER_PROGRAM=heads, SPLIT=split, DOT=dot, **common, num_warps=flush_warps,
-        )
+    if side is not None:
+        join(side, q.device)
+    elif variant.flush_launch:
+        flush_rows()
     return out

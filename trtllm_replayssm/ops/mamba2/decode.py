@@ -76,6 +76,9 @@ class LaunchConfig:
     # numbered from the ring launch's flags) instead of a program per (row, group, flush_heads).
     flush_persistent: int = 0
     flush_max_registers: int | None = None  # ptxas .maxnreg of the flush launch
+    # True: the flush launch is issued first on a high-priority side stream and runs under the
+    # stream launch (they touch disjoint rows); the step joins the streams before returning.
+    flush_stream: bool = False
 
     def __post_init__(self):
         if self.kernel not in KERNELS:
@@ -94,6 +97,8 @@ class LaunchConfig:
             raise ValueError(f"LaunchConfig.flush_persistent: expected >= 0, got {self.flush_persistent}")
         if self.flush_stages < 1:
             raise ValueError(f"LaunchConfig.flush_stages: expected >= 1, got {self.flush_stages}")
+        if self.flush_stream and not self.flush_launch:
+            raise ValueError("LaunchConfig.flush_stream: needs flush_launch=True")
         if self.flush_launch and self.kernel != "staged":
             raise ValueError("LaunchConfig.flush_launch: needs kernel='staged'")
         if self.flush_launch and self.fold in ("ieee", "tf32x3") and self.flush_block_p < 16:

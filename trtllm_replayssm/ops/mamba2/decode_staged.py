@@ -51,6 +51,7 @@ import triton
 import triton.language as tl
 
 from .._flush_list import LIST_MAX_BATCH, list_grid
+from .._side_stream import fork, join
 from .decode import _common, _mixer_output, _program_ids, _slot_of, _softplus_clamp, _state_strides
 
 __all__ = ["replay_step_staged"]
@@ -405,6 +406,37 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
         HAS_DT_BIAS=flags["HAS_DT_BIAS"], DT_SOFTPLUS=bool(dt_softplus), HAS_CLAMP=flags["HAS_CLAMP"],
         HAS_INDICES=flags["HAS_INDICES"], num_warps=cfg.ring_warps,
     )
+    flush_strides = (s_ck_slot, s_ck_head, s_rx_slot, s_rx_head, s_rB_slot, s_rB_group,
+                     s_x_row, s_x_head, s_B_row, s_B_group, s_C_row, s_C_group, s_z_row, s_z_head, s_y_row, s_y_head)
+
+    def flush_rows():
+        if cfg.flush_persistent and batch <= LIST_MAX_BATCH:
+            items = batch * heads * triton.cdiv(head_dim, cfg.flush_block_p)
+            _flush_list_kernel[(list_grid(items, cfg.flush_persistent, x.device),)](
+                checkpoint, ring_x, ring_B, coef, info, x, B, C, D_, z_, idx_, y,
+                batch, pad_slot_id, *flush_strides, s_ck_p=s_ck_p, s_rx_j=s_rx_j, s_rB_j=s_rB_j,
+                HEADS=heads, HEADS_PER_GROUP=heads // groups, P=head_dim, N=d_state, CAP=capacity,
+                BLOCK_P=cfg.flush_block_p, BLOCK_N=block_n, BLOCK_J=block_j, BLOCK_B=triton.next_power_of_2(batch),
+                HAS_D=flags["HAS_D"], HAS_Z=flags["HAS_Z"], HAS_INDICES=flags["HAS_INDICES"], FOLD=cfg.fold,
+                num_warps=cfg.flush_warps, maxnreg=cfg.flush_max_registers,
+            )
+        else:
+            per_program = cfg.flush_heads if (heads // groups) % cfg.flush_heads == 0 else 1
+            _flush_kernel[(batch, heads // per_program)](
+                checkpoint, ring_x, ring_B, coef, info, x, B, C, D_, z_, idx_, y,
+                pad_slot_id, *flush_strides, s_ck_p=s_ck_p, s_rx_j=s_rx_j, s_rB_j=s_rB_j,
+                HEADS=heads, HEADS_PER_GROUP=heads // groups, HEADS_PER_PROGRAM=per_program, P=head_dim, N=d_state,
+                CAP=capacity, BLOCK_P=cfg.flush_block_p, BLOCK_N=block_n, BLOCK_J=block_j,
+                HAS_D=flags["HAS_D"], HAS_Z=flags["HAS_Z"], HAS_INDICES=flags["HAS_INDICES"], FOLD=cfg.fold,
+                STAGES=cfg.flush_stages, num_warps=cfg.flush_warps, maxnreg=cfg.flush_max_registers,
+            )
+
+    # flush_stream: the flush launch first, on a side stream, so that it runs under the stream
+    # launch (disjoint rows); joined before returning.
+    side = fork(x.device) if cfg.flush_launch and cfg.flush_stream else None
+    if side is not None:
+        with torch.cuda.stream(side):
+            flush_rows()
     tiles = triton.cdiv(head_dim, cfg.block_p)
     grid = (batch, heads, tiles) if cfg.rows_fastest else (tiles, heads, batch)
     _stream_kernel[grid](
@@ -418,26 +450,8 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
         ROWS_FASTEST=cfg.rows_fastest, RING_PREFETCH=cfg.ring_prefetch, FLUSH_HERE=not cfg.flush_launch,
         num_warps=cfg.num_warps, maxnreg=cfg.max_registers,
     )
-    flush_strides = (s_ck_slot, s_ck_head, s_rx_slot, s_rx_head, s_rB_slot, s_rB_group,
-                     s_x_row, s_x_head, s_B_row, s_B_group, s_C_row, s_C_group, s_z_row, s_z_head, s_y_row, s_y_head)
-    if cfg.flush_launch and cfg.flush_persistent and batch <= LIST_MAX_BATCH:
-        items = batch * heads * triton.cdiv(head_dim, cfg.flush_block_p)
-        _flush_list_kernel[(list_grid(items, cfg.flush_persistent, x.device),)](
-            checkpoint, ring_x, ring_B, coef, info, x, B, C, D_, z_, idx_, y,
-            batch, pad_slot_id, *flush_strides, s_ck_p=s_ck_p, s_rx_j=s_rx_j, s_rB_j=s_rB_j,
-            HEADS=heads, HEADS_PER_GROUP=heads // groups, P=head_dim, N=d_state, CAP=capacity,
-            BLOCK_P=cfg.flush_block_p, BLOCK_N=block_n, BLOCK_J=block_j, BLOCK_B=triton.next_power_of_2(batch),
-            HAS_D=flags["HAS_D"], HAS_Z=flags["HAS_Z"], HAS_INDICES=flags["HAS_INDICES"], FOLD=cfg.fold,
-            num_warps=cfg.flush_warps, maxnreg=cfg.flush_max_registers,
-        )
+    if side is not None:
+        join(side, x.device)
     elif cfg.flush_launch:
-        per_program = cfg.flush_heads if (heads // groups) % cfg.flush_heads == 0 else 1
-        _flush_kernel[(batch, heads // per_program)](
-            checkpoint, ring_x, ring_B, coef, info, x, B, C, D_, z_, idx_, y,
-            pad_slot_id, *flush_strides, s_ck_p=s_ck_p, s_rx_j=s_rx_j, s_rB_j=s_rB_j,
-            HEADS=heads, HEADS_PER_GROUP=heads // groups, HEADS_PER_PROGRAM=per_program, P=head_dim, N=d_state,
-            CAP=capacity, BLOCK_P=cfg.flush_block_p, BLOCK_N=block_n, BLOCK_J=block_j,
-            HAS_D=flags["HAS_D"], HAS_Z=flags["HAS_Z"], HAS_INDICES=flags["HAS_INDICES"], FOLD=cfg.fold,
-            STAGES=cfg.flush_stages, num_warps=cfg.flush_warps, maxnreg=cfg.flush_max_registers,
-        )
+        flush_rows()
     return y

@@ -478,7 +478,7 @@ def test_default_variant_by_batch_kind_and_fold():
     assert decode.default_variant(64, False, False, 128) is None
     assert decode.default_variant(256, False, True, 128) is None  # a refolding flush: row-wise
     big = decode.default_variant(256, False, False, 128)
-    assert isinstance(big, StagedVariant) and big.flush_dot and big.flush_persistent and big.flush_launch
+    assert isinstance(big, StagedVariant) and big.flush_dot and big.flush_persistent and big.flush_stream
     assert decode.default_variant(256, False, False, 48) is None  # d_v not a multiple of the 32-row tile
     assert decode.default_variant(256, True, False, 128) is None
 

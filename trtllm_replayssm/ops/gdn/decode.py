@@ -60,9 +60,10 @@ def default_variant(batch: int, per_channel: bool, refold: bool, d_v: int):
     - Gated DeltaNet below batch 16: the chunked flush with 2 warps (8.5 us amortized against
       9.2 us row-wise at batch 1, Qwen3.5-4B dims);
     - Gated DeltaNet from batch 128 when the flush folds the cached ``u`` (``refold=False``):
-      the staged step with the flush rows' tiles in a list launch and the fold as one tf32x3
-      product per 32-row tile (batch 256: 236.8 us amortized against 248.9 us row-wise, 1.10x
-      fla's step against 1.05x; batch 128: 127.6 us against 134.5 us);
+      the staged step with the flush rows' tiles in a list launch on a side stream (under the
+      stream launch) and the fold as one tf32x3 product per 32-row tile (batch 256: 231.9 us
+      amortized against 249.6 us row-wise, 1.13x fla's step against 1.05x; batch 128: 124.6 us
+      against 135.3 us);
     - otherwise (KDA, refolding flushes, batch 16-127) the row-wise kernel.
     """
     if per_channel:
@@ -75,7 +76,7 @@ def default_variant(batch: int, per_channel: bool, refold: bool, d_v: int):
         from .decode_staged import StagedVariant
 
         return StagedVariant(block_v=16, num_warps=2, flush_launch=True, raw_qk=True, flush_dot=True,
-                             flush_persistent=4, flush_block_v=32, flush_warps=4)
+                             flush_persistent=4, flush_block_v=32, flush_warps=4, flush_stream=True)
     return None
 
 

@@ -175,10 +175,7 @@ def _stream_kernel(
     c = tl.load(info_ptr + 2 * row)
     flag = tl.load(info_ptr + 2 * row + 1)
     is_flush = flag != 0
-    if FLUSH_HERE:
-        serve = live
-        y_rows = P
-    else:
+    if not FLUSH_HERE:
         # Flush rows belong to the flush launch: their programs only move the cursors and exit
         # (in a step where every row flushes, going on to masked loads cost 166 us of 1000 at
         # batch 256 on an H200). The flag is indexed by row, so its load runs alongside the
@@ -188,9 +185,7 @@ def _stream_kernel(
                 tl.store(committed_ptr + slot, 0)
                 tl.store(flush_at_ptr + slot, window)
             return
-        serve = live
-        y_rows = P
-    live_p = offs_p < tl.where(serve, P, 0)
+    live_p = offs_p < tl.where(live, P, 0)
     ck_ptrs = ckpt_ptr + slot * s_ck_slot + h * s_ck_head + offs_p[:, None] * s_ck_p + offs_n[None, :]
     # The checkpoint tile is the only large transfer: first, so everything else overlaps it.
     S = tl.load(ck_ptrs, mask=live_p[:, None] & mask_n[None, :], other=0.0).to(tl.float32)
@@ -224,7 +219,7 @@ def _stream_kernel(
     else:
         y = gamma * tl.sum(S * Cv[None, :], axis=1) + tl.sum(rx * lead[None, :], axis=1) + last * xf
         # The token's ring entry (entry c is not read by this step).
-        tl.store(rx_base + c * s_rx_j + offs_p, x, mask=offs_p < tl.where(serve & (c < CAP), P, 0))
+        tl.store(rx_base + c * s_rx_j + offs_p, x, mask=offs_p < tl.where(live & (c < CAP), P, 0))
     # The row's cursors: every ring program read `committed`, nothing here does.
     if live & (h == 0) & (pid_p == 0):
         tl.store(committed_ptr + slot, tl.where(is_flush, 0, c + 1))
@@ -233,7 +228,7 @@ def _stream_kernel(
     y = _mixer_output(y, xf, h, row, offs_p, mask_p, D_ptr, z_ptr, s_z_row, s_z_head, HAS_D, HAS_Z)
     y = tl.where(live, y, 0.0)
     tl.store(y_ptr + row * s_y_row + h * s_y_head + offs_p, y.to(y_ptr.dtype.element_ty),
-             mask=offs_p < y_rows)
+             mask=mask_p)
 
 
 @triton.jit

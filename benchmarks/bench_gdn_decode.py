@@ -49,7 +49,9 @@ from _timing import L2Flusher, capture_graph, copy_bandwidth_gbps, device_info, 
 from trtllm_replayssm.config import ReplaySSMConfig  # noqa: E402
 from trtllm_replayssm.ops.gdn import decode  # noqa: E402
 from trtllm_replayssm.ops.gdn.decode_chunked import ChunkedVariant, chunked_config  # noqa: E402
-from trtllm_replayssm.ops.gdn.decode_staged import StagedVariant, flush_config, ring_split, staged_config  # noqa: E402
+from trtllm_replayssm.ops.gdn.decode_staged import (  # noqa: E402
+    StagedVariant, flush_config, ring_split, staged_config, uses_flush_dot,
+)
 from trtllm_replayssm.ops.gdn.state import DeltaRuleReplayState  # noqa: E402
 
 BATCHES = (1, 32, 128, 256, 512)
@@ -336,7 +338,9 @@ def launch_text(layer, batch, variant):
         bv, warps, ring_warps = staged_config(batch, layer.HV, layer.d_k, layer.d_v, variant)
         text = f"BV={bv} warps={warps} ring warps={ring_warps} ring split={ring_split(layer.HV, layer.H, variant)}"
         if variant.flush_launch:
-            flush_bv, flush_warps, heads, split = flush_config(batch, layer.HV, layer.d_k, layer.d_v, variant)
+            # variant_step calls with refold=True
+            flush_bv, flush_warps, heads, split = flush_config(batch, layer.HV, layer.d_k, layer.d_v, variant,
+                                                               uses_flush_dot(variant, True))
             text += f" flush BV={flush_bv} warps={flush_warps} heads={heads} split={split}"
         return text
     if variant == "rowwise":

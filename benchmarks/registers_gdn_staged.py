@@ -65,7 +65,7 @@ def resources(per_channel: bool, act: str, HV: int, H: int, K: int, V: int, cap:
     refold = variant.fold != "u"
     wy = variant.fold == "wy"
     raw_qk = variant.raw_qk and not per_channel
-    dot = variant.flush_launch and variant.flush_dot and not refold
+    dot = staged.uses_flush_dot(variant, refold)
     bc, width = staged.scratch_width(K, cap, variant.fold, dot)
     ring_types = {
         "q": f"*{act}", "k": f"*{act}", "a": f"*{act}", "b": f"*{act}", "A_log": "*fp32", "dt_bias": "*fp32",
@@ -91,9 +91,8 @@ def resources(per_channel: bool, act: str, HV: int, H: int, K: int, V: int, cap:
     out = {"launch": f"BV={bv} warps={warps} ring_warps={ring_warps} ring_split={staged.ring_split(HV, H, variant)}",
            "ring": ring, "stream": stream}
     if variant.flush_launch:
-        flush_bv, flush_warps, heads, split = staged.flush_config(rows, HV, K, V, variant)
+        flush_bv, flush_warps, heads, split = staged.flush_config(rows, HV, K, V, variant, dot)
         flush_types = {n: t for n, t in tile_types.items() if n not in ("committed", "flush_at", "window")}
-        flush_bv = max(flush_bv, 16) if dot else flush_bv
         if variant.flush_persistent:
             list_types = {n: t for n, t in flush_types.items() if n != "pad_slot_id"}
             out["flush"] = _compile(staged._flush_list_kernel, {**list_types, "batch": "i32"},

@@ -325,6 +325,9 @@ STAGED_CPU = [
                  0, id="flush-list-wy"),
     pytest.param(4, 2, 16, 16, 4, True, StagedVariant(block_v=8, flush_launch=True, flush_stream=True), 0,
                  id="flush-stream-in-order-on-cpu"),
+    # the dot fold's 16-row tiles with a head's rows split over programs (split taken after the padding)
+    pytest.param(2, 1, 16, 32, 4, True, StagedVariant(block_v=8, fold="u", flush_launch=True, flush_dot=True,
+                                                      flush_split=4), 0, id="flush-dot-split-after-padding"),
 ]
 
 

@@ -482,12 +482,21 @@ def staged_config(rows: int, v_heads: int, d_k: int, d_v: int, variant: StagedVa
     return bv, variant.num_warps or warps, variant.ring_warps or (4 if d_k >= 128 else 2)
 
 
-def flush_config(rows: int, v_heads: int, d_k: int, d_v: int,
-                 variant: StagedVariant) -> tuple[int, int, int, int]:
+def uses_flush_dot(variant: StagedVariant, refold: bool) -> bool:
+    """Whether a flush of ``variant`` folds the cached ``u`` as one product (``flush_dot``, and
+    the flush folds the cached ``u``: ``refold=False`` or ``fold="u"``)."""
+    return variant.flush_launch and variant.flush_dot and not (refold and variant.fold != "u")
+
+
+def flush_config(rows: int, v_heads: int, d_k: int, d_v: int, variant: StagedVariant,
+                 dot: bool = False) -> tuple[int, int, int, int]:
     """``(BV, num_warps, heads per program, programs per head)`` of the flush launch
-    (``flush_launch=True``)."""
+    (``flush_launch=True``); ``dot`` (:func:`uses_flush_dot`): ``BV`` at least 16 rows, the
+    ``tl.dot`` minimum, before a head's rows are split over programs."""
     bv, warps, _ = staged_config(rows, v_heads, d_k, d_v, variant)
     bv = min(variant.flush_block_v or bv, d_v)
+    if dot:
+        bv = max(bv, 16)
     heads = variant.flush_heads if v_heads % variant.flush_heads == 0 else 1
     return bv, variant.flush_warps or warps, heads, min(variant.flush_split, d_v // bv)
 
@@ -512,7 +521,7 @@ def delta_replay_staged_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, ring
     HV, V = v.shape[1], v.shape[2]
     cap = ring_k.shape[2]
     per_channel, do_refold = a.dim() == 3, refold and variant.fold != "u"
-    dot = variant.flush_launch and variant.flush_dot and not do_refold
+    dot = uses_flush_dot(variant, refold)
     bc, width = scratch_width(K, cap, variant.fold, dot)
     scratch = torch.empty(batch * HV * width, dtype=torch.float32, device=q.device)
     row_info = torch.empty(batch * 2, dtype=torch.int32, device=q.device)
@@ -537,9 +546,7 @@ def delta_replay_staged_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, ring
                   RAW_QK=raw_qk, STAGES=variant.stages, UNROLL=variant.unroll, HAS_INDICES=has_indices)
 
     def flush_rows():
-        flush_bv, flush_warps, heads, split = flush_config(batch, HV, K, V, variant)
-        if dot:
-            flush_bv = max(flush_bv, 16)
+        flush_bv, flush_warps, heads, split = flush_config(batch, HV, K, V, variant, dot)
         if variant.flush_persistent and batch <= LIST_MAX_BATCH:
             items = batch * HV * (V // flush_bv)
             _flush_list_kernel[(list_grid(items, variant.flush_persistent, q.device),)](

@@ -56,7 +56,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .._flush_list import LIST_MAX_BATCH, list_grid
+from .._flush_list import LIST_MAX_BATCH, flush_ranks, flush_row, list_grid
 from .._side_stream import fork, join
 from ._staged_tiles import _tile_fold_u, _tile_fold_u_dot, _tile_read, _tile_refold, _tile_wy
 from .decode import _load_token, _strides, launch_config
@@ -451,12 +451,9 @@ def _flush_list_kernel(
     no item, instead of ``batch x heads`` early exits."""
     NVB: tl.constexpr = V // BV
     PER_ROW: tl.constexpr = HV * NVB
-    o_b = tl.arange(0, BLOCK_B)
-    flags = (tl.load(row_info + o_b * 2 + 1, mask=o_b < batch, other=0) != 0).to(tl.int32)
-    ranks = tl.cumsum(flags, axis=0)
-    n_items = tl.sum(flags, axis=0) * PER_ROW
-    for i in range(tl.program_id(0), n_items, tl.num_programs(0)):
-        i_b = tl.sum((ranks <= i // PER_ROW).to(tl.int32), axis=0)
+    ranks, n_flush = flush_ranks(row_info, batch, BLOCK_B)
+    for i in range(tl.program_id(0), n_flush * PER_ROW, tl.num_programs(0)):
+        i_b = flush_row(ranks, i // PER_ROW)
         slot = i_b.to(tl.int64)
         if HAS_INDICES:
             slot = tl.load(state_indices + i_b).to(tl.int64)

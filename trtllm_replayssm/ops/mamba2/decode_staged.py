@@ -50,7 +50,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .._flush_list import LIST_MAX_BATCH, list_grid
+from .._flush_list import LIST_MAX_BATCH, flush_ranks, flush_row, list_grid
 from .._side_stream import fork, join
 from .decode import _common, _mixer_output, _program_ids, _slot_of, _softplus_clamp, _state_strides
 
@@ -347,16 +347,13 @@ def _flush_list_kernel(
     flush step keeps each program to one tile at a time, as many programs in flight as fit."""
     TILES: tl.constexpr = (P + BLOCK_P - 1) // BLOCK_P
     PER_ROW: tl.constexpr = HEADS * TILES
-    offs_b = tl.arange(0, BLOCK_B)
-    flags = (tl.load(info_ptr + 2 * offs_b + 1, mask=offs_b < batch, other=0) != 0).to(tl.int32)
-    ranks = tl.cumsum(flags, axis=0)  # ranks[r] = flush rows among rows 0..r
-    n_items = tl.sum(flags, axis=0) * PER_ROW
+    ranks, n_flush = flush_ranks(info_ptr, batch, BLOCK_B)
+    n_items = n_flush * PER_ROW
     offs_n = tl.arange(0, BLOCK_N)
     offs_j = tl.arange(0, BLOCK_J)
     mask_n = offs_n < N
     for i in range(tl.program_id(0), n_items, tl.num_programs(0)):
-        # The flush row of rank i // PER_ROW: the number of rows whose rank is below it.
-        row = tl.sum((ranks <= i // PER_ROW).to(tl.int32), axis=0).to(tl.int64)
+        row = flush_row(ranks, i // PER_ROW).to(tl.int64)
         h = (i % PER_ROW) // TILES
         g = h // HEADS_PER_GROUP
         slot, _ = _slot_of(idx_ptr, row, pad_slot_id, HAS_INDICES)  # a flush row is live

@@ -126,6 +126,14 @@ def _delta_update(S, b_k, b_v, b_g, b_beta, PER_CHANNEL: tl.constexpr):
 
 
 @triton.jit
+def _program_ids(INNER: tl.constexpr, MID: tl.constexpr):
+    """``(inner, mid, row)`` of this program in a 1-D grid ordered ``[row, MID, INNER]`` (e.g.
+    ``INNER`` value-row tiles of ``MID`` value heads of each batch row)."""
+    pid = tl.program_id(0)
+    return pid % INNER, (pid // INNER) % MID, pid // (INNER * MID)
+
+
+@triton.jit
 def _standard_step_kernel(
     q, k, v, a, b, A_log, dt_bias, out, ssm_state, state_indices, pad_slot_id, scale,
     stride_q, stride_qh, stride_k, stride_kh, stride_v, stride_vh, stride_a, stride_b,
@@ -133,11 +141,7 @@ def _standard_step_kernel(
     HV: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr,
     PER_CHANNEL: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_INDICES: tl.constexpr,
 ):
-    NVB: tl.constexpr = V // BV
-    pid = tl.program_id(0)
-    i_v = pid % NVB
-    i_hv = (pid // NVB) % HV
-    i_b = pid // (NVB * HV)
+    i_v, i_hv, i_b = _program_ids(V // BV, HV)
     i_h = i_hv // (HV // H)
     o_k = tl.arange(0, K)
     o_v = i_v * BV + tl.arange(0, BV)
@@ -175,10 +179,7 @@ def _replay_step_kernel(
     # dot products) are computed once and the checkpoint rows are streamed in BV-row blocks.
     G: tl.constexpr = HV // H
     BLOCKS: tl.constexpr = V // BV // SPLIT
-    pid = tl.program_id(0)
-    i_s = pid % SPLIT
-    i_hv = (pid // SPLIT) % HV
-    i_b = pid // (SPLIT * HV)
+    i_s, i_hv, i_b = _program_ids(SPLIT, HV)
     i_h = i_hv // G
     o_k = tl.arange(0, K)
     o_bv = tl.arange(0, BV)

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import triton
 import triton.language as tl
 
-from .decode import _arrivals, _load_token, _strides, replay_config
+from .decode import _arrivals, _load_token, _program_ids, _strides, replay_config
 
 __all__ = ["ChunkedVariant", "delta_replay_chunked_step"]
 
@@ -240,10 +240,7 @@ def _chunked_replay_kernel(
 ):
     G: tl.constexpr = HV // H
     BLOCKS: tl.constexpr = V // BV // SPLIT
-    pid = tl.program_id(0)
-    i_s = pid % SPLIT
-    i_hv = (pid // SPLIT) % HV
-    i_b = pid // (SPLIT * HV)
+    i_s, i_hv, i_b = _program_ids(SPLIT, HV)
     i_h = i_hv // G
     o_k = tl.arange(0, K)
     o_bv = tl.arange(0, BV)

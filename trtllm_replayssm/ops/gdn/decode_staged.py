@@ -59,7 +59,7 @@ import triton.language as tl
 from .._flush_list import LIST_MAX_BATCH, flush_ranks, flush_row, list_grid
 from .._side_stream import fork, join
 from ._staged_tiles import _tile_fold_u, _tile_fold_u_dot, _tile_read, _tile_refold, _tile_wy
-from .decode import _load_token, _strides, launch_config
+from .decode import _load_token, _program_ids, _strides, launch_config
 from .decode_chunked import _coupling, _unit_lower_inverse
 
 __all__ = ["StagedVariant", "delta_replay_staged_step", "staged_config"]
@@ -180,10 +180,7 @@ def _ring_kernel(
 ):
     G: tl.constexpr = HV // H
     GP: tl.constexpr = G // SPLIT
-    pid = tl.program_id(0)
-    i_s = pid % SPLIT
-    i_h = (pid // SPLIT) % H
-    i_b = pid // (SPLIT * H)
+    i_s, i_h, i_b = _program_ids(SPLIT, H)
     o_k = tl.arange(0, K)
     o_c = tl.arange(0, BC)
     slot = i_b.to(tl.int64)
@@ -287,11 +284,7 @@ def _stream_kernel(
     RAW_QK: tl.constexpr, FLUSH_HERE: tl.constexpr, STAGES: tl.constexpr, UNROLL: tl.constexpr,
     HAS_INDICES: tl.constexpr,
 ):
-    NVB: tl.constexpr = V // BV
-    pid = tl.program_id(0)
-    i_v = pid % NVB
-    i_hv = (pid // NVB) % HV
-    i_b = pid // (NVB * HV)
+    i_v, i_hv, i_b = _program_ids(V // BV, HV)
     i_h = i_hv // (HV // H)
     o_k = tl.arange(0, K)
     o_c = tl.arange(0, BC)
@@ -418,10 +411,8 @@ def _flush_kernel(
     two loads (the stream launch moved every row's cursors, so none are read here)."""
     CHUNKS: tl.constexpr = HV // HEADS_PER_PROGRAM
     ROWS: tl.constexpr = V // SPLIT
-    pid = tl.program_id(0)
-    i_s = pid % SPLIT
-    i_b = pid // (SPLIT * CHUNKS)
-    hv0 = (pid // SPLIT) % CHUNKS * HEADS_PER_PROGRAM
+    i_s, i_chunk, i_b = _program_ids(SPLIT, CHUNKS)
+    hv0 = i_chunk * HEADS_PER_PROGRAM
     flag = tl.load(row_info + i_b * 2 + 1)
     slot = i_b.to(tl.int64)
     if HAS_INDICES:

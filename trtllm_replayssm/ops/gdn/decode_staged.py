@@ -38,8 +38,8 @@ kernel's:
 occupancy on every step, so the flush rows can go to a third launch, ``_flush_kernel``, whose
 programs of non-flush rows exit after two loads; in the stream launch a flush row's programs
 move its cursors and exit (the flag is read by row, next to the slot, so the checkpoint load
-waits for nothing more), and it compiles without a fold (sm_90, Qwen3.5-4B dims: 96 -> 72 registers at BV=32 / 4
-warps). ``raw_qk`` (Gated DeltaNet): the stream tile reads the raw 16-bit ``q`` and the ring's
+waits for nothing more), and it compiles without a fold (sm_90, Qwen3.5-4B dims: 96 -> 72
+registers at BV=32 / 4 warps). ``raw_qk`` (Gated DeltaNet): the stream tile reads the raw 16-bit ``q`` and the ring's
 ``k`` at ``c`` of its key head, and the scalars ``e^{D_t}`` and ``e^{D_t} scale / ||q||`` from
 the coefficient line, instead of two fp32 ``[d_k]`` vectors written per value head.
 

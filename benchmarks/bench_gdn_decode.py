@@ -44,6 +44,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from _derive import label, parse_fields  # noqa: E402
 from _timing import L2Flusher, capture_graph, copy_bandwidth_gbps, device_info, median, time_replays  # noqa: E402
 
 from trtllm_replayssm.config import ReplaySSMConfig  # noqa: E402
@@ -233,7 +234,7 @@ def warmup_only(layer, batches):
 #: or not; with the fold in it: BV=32 / 4 warps 96), BV=16 / 4 warps and BV=8 / 2 warps 48;
 #: flush kernel 80 (KDA whole heads 96), heads 4 split 2 72 (KDA 80); ring kernel 48 (raw_qk
 #: 56; KDA 72).
-VARIANTS = (
+VARIANTS = [
     ("rowwise", "rowwise", None),
     ("chunked 2 warps", ChunkedVariant(num_warps=2), (1, 32)),
     ("staged", StagedVariant(), None),
@@ -270,7 +271,25 @@ VARIANTS = (
     ("staged flush raw_qk list x16 BV=16 2 warps fold u dot",
      StagedVariant(block_v=16, num_warps=2, flush_launch=True, raw_qk=True, fold="u", flush_dot=True,
                    flush_persistent=16, flush_block_v=16, flush_warps=2), (128, 256, 512)),
-)
+]
+
+
+def derive_variants(specs):
+    """Add to ``VARIANTS`` one variant per ``"BASE: field=value, ..."`` (``BASE`` a staged or
+    chunked entry of ``VARIANTS``, the fields those of its dataclass); returns the new names."""
+    by_name = {name: (variant, batches) for name, variant, batches in VARIANTS}
+    names = []
+    for spec in specs:
+        base, sep, sets = spec.partition(":")
+        if not sep or base.strip() not in by_name or by_name[base.strip()][0] == "rowwise":
+            raise SystemExit(f"--derive: expected 'BASE: field=value, ...' with BASE a staged or chunked variant "
+                             f"name, got {spec!r}")
+        variant, batches = by_name[base.strip()]
+        fields = parse_fields(sets, type(variant))
+        name = f"{base.strip()} + {label(fields)}"
+        VARIANTS.append((name, dataclasses.replace(variant, **fields), batches))
+        names.append(name)
+    return names
 
 
 def nonflush_phases(L):
@@ -327,8 +346,12 @@ def check_variant(layer, batch, variant):
     errors["checkpoint_vs_standard"] = _rel(mine.checkpoint, plain)
     torch.cuda.synchronize()
     loose = 1e-4 if fp32 else 5e-2
-    ok = (cursors_equal and bool((mine.committed == 0).all()) and errors["checkpoint_vs_rowwise"] < 1e-4
-          and errors["ring_u_vs_rowwise"] < 1e-4 and errors["out_vs_rowwise"] < (1e-4 if fp32 else 2e-2)
+    # 16-bit activations: the ring keeps the l2-normalised k in that dtype, and a kernel whose
+    # norm reduces in another order (other warps per program) can round an element one ulp apart
+    # (2^-8 in bf16), which moves the checkpoint and u by up to ~1e-3; fp32 keeps the tight bound.
+    near = 1e-4 if fp32 else 5e-3
+    ok = (cursors_equal and bool((mine.committed == 0).all()) and errors["checkpoint_vs_rowwise"] < near
+          and errors["ring_u_vs_rowwise"] < near and errors["out_vs_rowwise"] < (1e-4 if fp32 else 2e-2)
           and errors["out_vs_standard"] < loose and errors["checkpoint_vs_standard"] < loose)
     return ok, errors
 
@@ -537,11 +560,16 @@ def main(kind="gdn", argv=None):
     p.add_argument("--variants", nargs="*", metavar="NAME",
                    help="check and time the replay kernel variants (all, or these names of VARIANTS) at "
                         "--batches (default 1 128 256), --rounds (default 10)")
+    p.add_argument("--derive", nargs="+", default=[], metavar="SPEC",
+                   help="--variants: also time 'BASE: field=value, ...' (a VARIANTS entry with fields replaced)")
     p.add_argument("--compile-workers", type=int, default=8,
                    help="--variants: processes compiling the kernels before the run (0: compile as they come)")
     args = p.parse_args(argv)
     dtype = DTYPES[args.dtype]
     layer = Layer(kind, *args.dims, dtype, args.window)
+    derived = derive_variants(args.derive)
+    if derived and args.variants:
+        args.variants += derived
     if args.variants is not None:
         if args.batches == list(BATCHES):
             args.batches = [1, 128, 256]

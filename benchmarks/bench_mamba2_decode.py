@@ -23,6 +23,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -30,6 +31,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _derive import parse_fields  # noqa: E402
 from _timing import L2Flusher, capture_graph, copy_bandwidths_gbps, device_info, median, time_replays  # noqa: E402
 
 from trtllm_replayssm.config import ReplaySSMConfig  # noqa: E402
@@ -478,6 +480,9 @@ def main(argv=None):
                    help="check and time every replay kernel variant (VARIANTS) at batch 1/128/256, then stop")
     p.add_argument("--variant-batches", type=int, nargs="+", default=list(VARIANT_BATCHES),
                    help="--variants: batches at Nemotron-H dims, the first also at Nemotron-3-Nano dims")
+    p.add_argument("--derive", nargs="+", default=[], metavar="FIELDS",
+                   help="--variants: time these instead of VARIANTS, each 'field=value, ...' replacing fields "
+                        "of the default replay configuration at batch 256 (Nemotron-H dims)")
     p.add_argument("--variant-rounds", type=int, default=10)
     p.add_argument("--budget-s", type=float, default=120.0, help="--variants: skip what starts after this many seconds")
     p.add_argument("--compile-workers", type=int, default=8,
@@ -485,6 +490,10 @@ def main(argv=None):
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv)
     import time
+
+    if args.derive:
+        base = dataclasses.asdict(decode.launch_config("replay", DIMS["nemotron_h"][1], DIMS["nemotron_h"][2], 256))
+        VARIANTS[:] = [dict(base, **parse_fields(spec, decode.LaunchConfig)) for spec in args.derive]
 
     start = time.perf_counter()
     dtype = getattr(torch, args.dtype)

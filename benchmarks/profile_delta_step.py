@@ -4,7 +4,8 @@ non-flush steps, from the CUDA profiler; fla's decode kernel and the in-project 
 on the same inputs for scale.
 
     PYTHONPATH=$PWD python3 benchmarks/profile_delta_step.py --kind gdn --batch 256 \\
-        --variants rowwise "staged flush raw_qk BV=16 2 warps whole heads"
+        --variants rowwise "staged flush raw_qk BV=16 2 warps whole heads" \\
+        --derive "staged flush raw_qk BV=16 2 warps whole heads: ring_warps=2, max_registers=64"
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_gdn_decode import VARIANTS, Layer, variant_step  # noqa: E402
+from bench_gdn_decode import VARIANTS, Layer, derive_variants, variant_step  # noqa: E402
 from profile_mamba2_step import kernel_times  # noqa: E402
 
 
@@ -25,20 +26,28 @@ def main(argv=None):
     p.add_argument("--kind", default="gdn", choices=["gdn", "kda"])
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--variants", nargs="+", default=["rowwise", "staged flush raw_qk BV=16 2 warps whole heads"])
+    p.add_argument("--derive", nargs="+", default=[], metavar="SPEC",
+                   help="also profile 'BASE: field=value, ...' (a VARIANTS entry with fields replaced)")
     p.add_argument("--steps", type=int, default=8, help="non-flush steps profiled (ring lengths 0..steps-1)")
+    p.add_argument("--flush", action="store_true",
+                   help="profile flush steps instead (every row at ring length window - 1; the cursor "
+                        "fill appears as its own kernel)")
     args = p.parse_args(argv)
+    args.variants += derive_variants(args.derive)
     dims = {"gdn": (32, 16, 128, 128), "kda": (32, 32, 128, 128)}[args.kind]
     layer = Layer(args.kind, *dims, torch.bfloat16, 16)
     x = layer.tokens(args.batch)
     idx = torch.arange(args.batch, dtype=torch.int32, device="cuda")
     by_name = {name: variant for name, variant, _ in VARIANTS}
-    print(f"{args.kind} batch {args.batch}, dims {dims}, bf16, mean device us per step over ring lengths "
-          f"0..{args.steps - 1}")
+    what = "flush steps" if args.flush else f"non-flush steps over ring lengths 0..{args.steps - 1}"
+    print(f"{args.kind} batch {args.batch}, dims {dims}, bf16, mean device us per step, {what}")
     for name in args.variants:
         variant = by_name[name]
         state = layer.state(args.batch)
 
         def step():
+            if args.flush:
+                state.committed.fill_(state.window - 1)
             variant_step(layer, variant, state, x, idx)
 
         step()  # compile

@@ -1,0 +1,35 @@
+"""``field=value, ...`` strings to keyword arguments of a launch-configuration dataclass, for the
+benchmarks' ``--derive`` options (a listed configuration with some fields replaced)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+def field_value(text: str):
+    """``"4"`` -> 4, ``"true"`` -> True, ``"none"`` -> None, anything else the stripped string."""
+    low = text.strip().lower()
+    if low in ("true", "false"):
+        return low == "true"
+    if low == "none":
+        return None
+    try:
+        return int(low)
+    except ValueError:
+        return text.strip()
+
+
+def parse_fields(text: str, cls) -> dict:
+    """``"a=1, b=true"`` -> ``{"a": 1, "b": True}``, every key a field of dataclass ``cls``."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    fields = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, eq, value = item.partition("=")
+        if not eq or key.strip() not in names:
+            raise SystemExit(f"--derive: {item!r} is not field=value of {cls.__name__} (fields: {sorted(names)})")
+        fields[key.strip()] = field_value(value)
+    return fields
+
+
+def label(fields: dict) -> str:
+    return ", ".join(f"{k}={v}" for k, v in fields.items())

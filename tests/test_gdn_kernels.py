@@ -325,6 +325,11 @@ STAGED_CPU = [
                  0, id="flush-list-wy"),
     pytest.param(4, 2, 16, 16, 4, True, StagedVariant(block_v=8, flush_launch=True, flush_stream=True), 0,
                  id="flush-stream-in-order-on-cpu"),
+    # the defaults' shapes from batch 128 (8-row stream tiles, one-warp ring and stream; 32-row
+    # dot-fold tiles in a list launch, or refolding 16-row tiles two programs per head; the side
+    # stream runs in order on the CPU); KDA's in test_kda_kernels.py
+    pytest.param(4, 2, 16, 32, 4, False, decode.default_variant(256, False, False, 32), 0, id="default-256-fold-u"),
+    pytest.param(4, 2, 16, 32, 4, True, decode.default_variant(256, False, True, 32), 0, id="default-256-refold"),
     # the dot fold's 16-row tiles with a head's rows split over programs (split taken after the padding)
     pytest.param(2, 1, 16, 32, 4, True, StagedVariant(block_v=8, fold="u", flush_launch=True, flush_dot=True,
                                                       flush_split=4), 0, id="flush-dot-split-after-padding"),
@@ -477,13 +482,22 @@ def check_variant_gpu(per_channel, dims, dtype, batch, variant, monkeypatch, ref
 def test_default_variant_by_batch_kind_and_fold():
     """What the ops launch when no variant is named (measured choices, decode.default_variant)."""
     assert isinstance(decode.default_variant(1, False, True, 128), ChunkedVariant)
-    assert decode.default_variant(1, True, True, 128) is None  # KDA: row-wise at every batch
+    assert decode.default_variant(1, True, True, 128) is None  # KDA below 128: row-wise
     assert decode.default_variant(64, False, False, 128) is None
-    assert decode.default_variant(256, False, True, 128) is None  # a refolding flush: row-wise
-    big = decode.default_variant(256, False, False, 128)
-    assert isinstance(big, StagedVariant) and big.flush_dot and big.flush_persistent and big.flush_stream
-    assert decode.default_variant(256, False, False, 48) is None  # d_v not a multiple of the 32-row tile
-    assert decode.default_variant(256, True, False, 128) is None
+    assert decode.default_variant(64, True, True, 128) is None
+    for per_channel in (False, True):
+        fold_u = decode.default_variant(256, per_channel, False, 128)
+        assert isinstance(fold_u, StagedVariant) and fold_u.flush_dot and fold_u.flush_persistent
+        assert fold_u.flush_warps == 2 and fold_u.flush_block_v == 32
+        refolding = decode.default_variant(256, per_channel, True, 128)
+        assert isinstance(refolding, StagedVariant) and not refolding.flush_dot and refolding.fold == "refold"
+        assert (refolding.flush_split, refolding.flush_block_v, refolding.flush_warps) == (2, 16, 1)
+        for big in (fold_u, refolding):
+            # one-warp ring and stream programs: their reductions over d_k stay inside a warp
+            assert big.flush_launch and big.flush_stream and (big.ring_warps, big.num_warps) == (1, 1)
+            assert big.block_v == (16 if per_channel else 8) and big.raw_qk == (not per_channel)
+        for refold in (False, True):
+            assert decode.default_variant(256, per_channel, refold, 48) is None  # d_v not a multiple of 32
 
 
 @pytest.mark.gpu
@@ -492,6 +506,18 @@ def test_default_large_batch_gpu(refold, monkeypatch):
     """Batch 128 through the public op with no variant named: with refold=False the staged list
     launch folding the cached u as one product (the default there), else the row-wise kernel."""
     check_variant_gpu(False, GPU_DIMS[0], "fp32", 128, None, monkeypatch, refold=refold)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("refold", [False, True])
+@pytest.mark.parametrize("per_channel,dtype", [(False, "bf16"), (True, "fp32"), (True, "bf16")],
+                         ids=["gdn-bf16", "kda-fp32", "kda-bf16"])
+def test_default_large_batch_kinds_gpu(per_channel, dtype, refold, monkeypatch):
+    """The defaults from batch 128 (one-warp ring and stream programs, the flush launch on a side
+    stream: a list launch with the dot fold, or refolding 16-row tiles) in 16-bit activations and
+    for KDA (Kimi-Linear dims)."""
+    dims = (32, 32, 128, 128) if per_channel else GPU_DIMS[0]
+    check_variant_gpu(per_channel, dims, dtype, 128, None, monkeypatch, refold=refold)
 
 
 @pytest.mark.gpu

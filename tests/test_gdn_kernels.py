@@ -491,7 +491,7 @@ def test_default_variant_by_batch_kind_and_fold():
         assert fold_u.flush_warps == 2 and fold_u.flush_block_v == 32
         refolding = decode.default_variant(256, per_channel, True, 128)
         assert isinstance(refolding, StagedVariant) and not refolding.flush_dot and refolding.fold == "refold"
-        assert (refolding.flush_split, refolding.flush_block_v, refolding.flush_warps) == (2, 16, 1)
+        assert (refolding.flush_persistent, refolding.flush_block_v, refolding.flush_warps) == (16, 16, 1)
         for big in (fold_u, refolding):
             # one-warp ring and stream programs: their reductions over d_k stay inside a warp
             assert big.flush_launch and big.flush_stream and (big.ring_warps, big.num_warps) == (1, 1)

@@ -56,20 +56,18 @@ def default_variant(batch: int, per_channel: bool, refold: bool, d_v: int):
     """The replay kernel the ops launch when no variant is named: ``None`` for the row-wise kernel.
 
     Measured on an H200 (``benchmarks/bench_gdn_decode.py --variants`` / ``bench_kda_decode.py``,
-    RESULTS.md):
+    RESULTS.md; Qwen3.5-4B GDN dims, Kimi-Linear KDA dims, bf16):
 
-    - Gated DeltaNet below batch 16: the chunked flush with 2 warps (8.5 us amortized against
-      9.2 us row-wise at batch 1, Qwen3.5-4B dims);
+    - Gated DeltaNet below batch 16: the chunked flush with 2 warps (8.6 us amortized against
+      9.8 us row-wise at batch 1);
     - from batch 128, both kinds: the staged step with one-warp ring and stream programs (their
       reductions over ``d_k`` stay inside a warp: the ring launch 24.5 -> 12.2 us for GDN,
-      88.8 -> 28.3 us for KDA) and the flush rows in a launch of their own on a side stream
-      (under the stream launch). A flush that folds the cached ``u`` (``refold=False``) walks
-      the flush rows' 32-row tiles in a list launch of 2-warp programs, the fold one tf32x3
-      product per tile (batch 256 amortized: GDN 200.8 us = 1.31x fla's step, KDA 257.6 us =
-      1.48x); a refolding flush gives each (row, value head) two one-warp programs walking
-      16-row tiles, so that a staggered batch's few flushing rows still spread over the GPU
-      (GDN 218.8 us = 1.19x, staggered 219.6 us against 277.3 us row-wise; KDA 251.8 us =
-      1.46x, staggered 266.8 us against 340.3 us);
+      88.8 -> 28.3 us for KDA) and the flush rows' tiles in a list launch on a side stream
+      (under the stream launch). A flush that folds the cached ``u`` (``refold=False``) folds
+      32-row tiles as one tf32x3 product, 4 two-warp programs per SM (batch 256 amortized: GDN
+      192.8 us = 1.35x fla's step, KDA 250.6 us = 1.51x); a refolding flush walks 16-row tiles
+      with 16 one-warp programs per SM (GDN 206.0 us = 1.27x, staggered 211.9 us against
+      277.8 us row-wise; KDA 251.4 us = 1.50x, staggered 251.8 us against 340.4 us);
     - otherwise (batch 16-127, KDA below 16, ``d_v`` not a multiple of 32) the row-wise kernel.
     """
     if batch < 16 and not per_channel:
@@ -84,18 +82,8 @@ def default_variant(batch: int, per_channel: bool, refold: bool, d_v: int):
         stream = dict(block_v=16 if per_channel else 8, num_warps=1, ring_warps=1, raw_qk=not per_channel,
                       flush_launch=True, flush_stream=True)
         if refold:
-            return StagedVariant(**stream, flush_block_v=16, flush_warps=1, flush_split=2)
+            return StagedVariant(**stream, flush_block_v=16, flush_warps=1, flush_persistent=16)
         return StagedVariant(**stream, flush_dot=True, flush_persistent=4, flush_block_v=32, flush_warps=2)
-    return None
-    if batch < 16:
-        from .decode_chunked import ChunkedVariant
-
-        return ChunkedVariant(num_warps=2)
-    if batch >= 128 and not refold and d_v % 32 == 0:
-        from .decode_staged import StagedVariant
-
-        return StagedVariant(block_v=16, num_warps=2, flush_launch=True, raw_qk=True, flush_dot=True,
-                             flush_persistent=4, flush_block_v=32, flush_warps=4, flush_stream=True)
     return None
 
 

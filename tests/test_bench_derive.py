@@ -1,0 +1,49 @@
+"""The benchmarks' ``--derive`` parsing: a listed launch configuration with fields replaced."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+import bench_gdn_decode  # noqa: E402
+from _derive import field_value, parse_fields  # noqa: E402
+
+from trtllm_replayssm.ops.gdn.decode_staged import StagedVariant  # noqa: E402
+from trtllm_replayssm.ops.mamba2 import decode as mamba2_decode  # noqa: E402
+
+
+def test_field_values_and_unknown_fields():
+    assert [field_value(t) for t in ("4", " True", "none", "tf32x3")] == [4, True, None, "tf32x3"]
+    assert parse_fields("ring_warps=1, flush_stream=false, fold=u,", StagedVariant) == {
+        "ring_warps": 1, "flush_stream": False, "fold": "u"}
+    with pytest.raises(SystemExit, match="'warps=1' is not field=value of StagedVariant"):
+        parse_fields("warps=1", StagedVariant)
+    with pytest.raises(SystemExit, match="is not field=value"):
+        parse_fields("ring_warps", StagedVariant)
+
+
+def test_mamba2_fields_build_a_checked_config():
+    base = dataclasses.asdict(mamba2_decode.launch_config("replay", 64, 128, 256))
+    cfg = mamba2_decode.LaunchConfig(**dict(base, **parse_fields("flush_warps=2, ring_warps=1", mamba2_decode.LaunchConfig)))
+    assert (cfg.flush_warps, cfg.ring_warps, cfg.kernel) == (2, 1, "staged")
+    # the config's own validation still applies to a derived one
+    with pytest.raises(ValueError, match="flush_block_p"):
+        mamba2_decode.LaunchConfig(**dict(base, **parse_fields("flush_block_p=8", mamba2_decode.LaunchConfig)))
+
+
+def test_gdn_derive_appends_a_named_variant(monkeypatch):
+    monkeypatch.setattr(bench_gdn_decode, "VARIANTS", list(bench_gdn_decode.VARIANTS))
+    base = "staged flush raw_qk list x4 BV=32 4 warps fold u dot side stream"
+    (name,) = bench_gdn_decode.derive_variants([f"{base}: ring_warps=1, block_v=8"])
+    assert name == f"{base} + ring_warps=1, block_v=8"
+    entry = bench_gdn_decode.VARIANTS[-1]
+    parent = dict((n, v) for n, v, _ in bench_gdn_decode.VARIANTS)[base]
+    assert entry[0] == name and entry[1] == dataclasses.replace(parent, ring_warps=1, block_v=8)
+    for bad in ("rowwise: block_v=8", "no such variant: block_v=8", f"{base} block_v=8"):
+        with pytest.raises(SystemExit, match="--derive"):
+            bench_gdn_decode.derive_variants([bad])

@@ -325,7 +325,7 @@ STAGED_CPU = [
                  0, id="flush-list-wy"),
     pytest.param(4, 2, 16, 16, 4, True, StagedVariant(block_v=8, flush_launch=True, flush_stream=True), 0,
                  id="flush-stream-in-order-on-cpu"),
-    # the defaults' shapes from batch 128 (8-row stream tiles, one-warp ring and stream; 32-row
+    # the defaults' shapes from batch 32 (8-row stream tiles, one-warp ring and stream; 32-row
     # dot-fold tiles in a list launch, or refolding 16-row tiles two programs per head; the side
     # stream runs in order on the CPU); KDA's in test_kda_kernels.py
     pytest.param(4, 2, 16, 32, 4, False, decode.default_variant(256, False, False, 32), 0, id="default-256-fold-u"),
@@ -483,8 +483,9 @@ def test_default_variant_by_batch_kind_and_fold():
     """What the ops launch when no variant is named (measured choices, decode.default_variant)."""
     assert isinstance(decode.default_variant(1, False, True, 128), ChunkedVariant)
     assert decode.default_variant(1, True, True, 128) is None  # KDA below 128: row-wise
-    assert decode.default_variant(64, False, False, 128) is None
-    assert decode.default_variant(64, True, True, 128) is None
+    assert decode.default_variant(16, False, False, 128) is None  # 16-31: row-wise
+    assert decode.default_variant(31, True, True, 128) is None
+    assert decode.default_variant(32, True, True, 128) == decode.default_variant(4096, True, True, 128)
     for per_channel in (False, True):
         fold_u = decode.default_variant(256, per_channel, False, 128)
         assert isinstance(fold_u, StagedVariant) and fold_u.flush_dot and fold_u.flush_persistent
@@ -510,10 +511,20 @@ def test_default_large_batch_gpu(refold, monkeypatch):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("refold", [False, True])
+@pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
+def test_staged_defaults_at_batch_32_gpu(per_channel, refold, monkeypatch):
+    """The staged defaults at batch 32, the smallest batch they serve (bf16)."""
+    dims = (32, 32, 128, 128) if per_channel else GPU_DIMS[0]
+    variant = decode.default_variant(256, per_channel, refold, dims[3])
+    check_variant_gpu(per_channel, dims, "bf16", 32, variant, monkeypatch, refold=refold)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("refold", [False, True])
 @pytest.mark.parametrize("per_channel,dtype", [(False, "bf16"), (True, "fp32"), (True, "bf16")],
                          ids=["gdn-bf16", "kda-fp32", "kda-bf16"])
 def test_default_large_batch_kinds_gpu(per_channel, dtype, refold, monkeypatch):
-    """The defaults from batch 128 (one-warp ring and stream programs, the flush launch on a side
+    """The defaults at batch 128 (one-warp ring and stream programs, the flush launch on a side
     stream: a list launch with the dot fold, or refolding 16-row tiles) in 16-bit activations and
     for KDA (Kimi-Linear dims)."""
     dims = (32, 32, 128, 128) if per_channel else GPU_DIMS[0]

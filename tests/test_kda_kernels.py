@@ -64,7 +64,7 @@ def test_chunked_kernel_matches_reference_cpu(HV, H, d_k, d_v, window, refold, v
     pytest.param(4, 1, 32, 16, True, StagedVariant(block_v=8, fold="u", flush_launch=True, flush_dot=True,
                                                    flush_persistent=1), id="flush-dot-list-fold-u"),
     pytest.param(2, 2, 16, 32, False, StagedVariant(block_v=8, flush_launch=True, flush_dot=True), id="flush-dot"),
-    # the defaults' shapes from batch 128 (one-warp ring and stream; 32-row dot-fold tiles in a
+    # the defaults' shapes from batch 32 (one-warp ring and stream; 32-row dot-fold tiles in a
     # list launch, or refolding 16-row tiles two programs per head; the side stream in order on the CPU)
     pytest.param(2, 2, 16, 32, False, decode.default_variant(256, True, False, 32), id="default-256-fold-u"),
     pytest.param(2, 2, 16, 32, True, decode.default_variant(256, True, True, 32), id="default-256-refold"),

@@ -44,8 +44,9 @@ from .._arrivals import arrival_counters
 __all__ = ["REPLAY_VARIANT", "default_variant", "delta_standard_step", "delta_replay_step", "launch_config",
            "replay_config"]
 
-#: The ReplaySSM kernel the ops launch: None (or "rowwise") for :func:`_replay_step_kernel`
-#: (row-wise refold), "chunked" for ``decode_chunked.py`` with its default
+#: The ReplaySSM kernel the ops launch: None for :func:`default_variant`'s measured choice per
+#: call (batch, kind, flush kind), "rowwise" for :func:`_replay_step_kernel` (row-wise refold),
+#: "chunked" for ``decode_chunked.py`` with its default
 #: :class:`~trtllm_replayssm.ops.gdn.decode_chunked.ChunkedVariant`, or such a variant;
 #: "staged" (or a :class:`~trtllm_replayssm.ops.gdn.decode_staged.StagedVariant`) for the
 #: two-launch step of ``decode_staged.py``.
@@ -60,21 +61,24 @@ def default_variant(batch: int, per_channel: bool, refold: bool, d_v: int):
 
     - Gated DeltaNet below batch 16: the chunked flush with 2 warps (8.6 us amortized against
       9.8 us row-wise at batch 1);
-    - from batch 128, both kinds: the staged step with one-warp ring and stream programs (their
+    - from batch 32, both kinds: the staged step with one-warp ring and stream programs (their
       reductions over ``d_k`` stay inside a warp: the ring launch 24.5 -> 12.2 us for GDN,
       88.8 -> 28.3 us for KDA) and the flush rows' tiles in a list launch on a side stream
       (under the stream launch). A flush that folds the cached ``u`` (``refold=False``) folds
       32-row tiles as one tf32x3 product, 4 two-warp programs per SM (batch 256 amortized: GDN
       192.8 us = 1.35x fla's step, KDA 250.6 us = 1.51x); a refolding flush walks 16-row tiles
       with 16 one-warp programs per SM (GDN 206.0 us = 1.27x, staggered 211.9 us against
-      277.8 us row-wise; KDA 251.4 us = 1.50x, staggered 251.8 us against 340.4 us);
-    - otherwise (batch 16-127, KDA below 16, ``d_v`` not a multiple of 32) the row-wise kernel.
+      277.8 us row-wise; KDA 251.4 us = 1.50x, staggered 251.8 us against 340.4 us). At batch
+      32 / 64 they also beat the row-wise kernel (GDN 38.6 / 61.2 us against 54.5 / 77.8 us with
+      ``refold=False``, 40.2 / 63.1 us refolding; KDA 47.8 / 80.0 and 45.4 / 72.7 us against
+      61.2 / 86.8 us; staggered about half the row-wise kernel's);
+    - otherwise (batch 16-31, KDA below 16, ``d_v`` not a multiple of 32) the row-wise kernel.
     """
     if batch < 16 and not per_channel:
         from .decode_chunked import ChunkedVariant
 
         return ChunkedVariant(num_warps=2)
-    if batch >= 128 and d_v % 32 == 0:
+    if batch >= 32 and d_v % 32 == 0:
         from .decode_staged import StagedVariant
 
         # GDN streams 8-row tiles (82% of copy at batch 256 against 79% for 16 rows); KDA's

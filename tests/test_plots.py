@@ -42,3 +42,53 @@ def test_plot_rejects_a_file_without_results(tmp_path):
     with pytest.raises(ValueError, match="^json: expected the output of bench_mamba2_decode.py --json"):
         _module().main([str(src)])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["variants.json"]
+
+
+def _delta_module():
+    spec = importlib.util.spec_from_file_location("plot_delta", _SCRIPT.parent / "plot_delta.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _variants_file(path, batches, fla_us):
+    rows = []
+    for b in batches:
+        rows.append({"batch": b, "mode": "fla", "amortized_us": fla_us * b})
+        rows.append({"batch": b, "mode": "standard", "amortized_us": 2.0 * b})
+        for mode, us in (("rowwise", 1.0), ("staged + ring_warps=1", 0.5)):
+            rows.append({"batch": b, "mode": mode, "nonflush_us": us * b, "amortized_us": us * b,
+                         "staggered_us": 2 * us * b, "nonflush_pct_copy": 50.0 / us})
+    path.write_text(json.dumps({"kind": "gdn", "dtype": "bf16", "window": 16, "device": {"gpu": "test GPU"},
+                                "rows": rows}))
+    return path
+
+
+def test_delta_plot_merges_files_with_their_own_baselines(tmp_path):
+    mod = _delta_module()
+    a = _variants_file(tmp_path / "a.json", (32, 64), fla_us=1.0)
+    b = _variants_file(tmp_path / "b.json", (128,), fla_us=3.0)
+    _, rows = mod.load_rows([a, b])
+    x = {(r["batch"], r["mode"]): r["x_fla"] for r in rows}
+    # each ratio from its own file's fla time: 1.0 / 0.5 in a, 3.0 / 0.5 in b
+    assert x[64, "staged + ring_warps=1"] == pytest.approx(2.0) and x[128, "staged + ring_warps=1"] == pytest.approx(6.0)
+    assert {r["mode"] for r in rows} == {"rowwise", "staged + ring_warps=1"}
+    mod.main([str(a), str(b), "--out", str(tmp_path / "d.png"), "--name", "ring_warps=1", "one warp"])
+    png = (tmp_path / "d.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+    assert mod.label_of("staged + ring_warps=1", [("ring_warps", "one warp")]) == "one warp"
+    assert mod.label_of("rowwise", [("ring_warps", "one warp")]) is None
+
+
+def test_delta_plot_rejects_other_files_and_missing_baselines(tmp_path):
+    mod = _delta_module()
+    src = tmp_path / "mamba2.json"
+    src.write_text(json.dumps({"results": []}))
+    with pytest.raises(ValueError, match="'rows' list"):
+        mod.load_rows([src])
+    data = json.loads(_variants_file(tmp_path / "a.json", (32,), fla_us=1.0).read_text())
+    data["rows"] = [r for r in data["rows"] if r["mode"] != "fla"]
+    (tmp_path / "nofla.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="--baseline fla"):
+        mod.main([str(tmp_path / "nofla.json"), "--out", str(tmp_path / "x.png")])
+    assert not (tmp_path / "x.png").exists()

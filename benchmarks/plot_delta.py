@@ -1,0 +1,115 @@
+"""Plot ``bench_gdn_decode.py`` / ``bench_kda_decode.py --variants --json`` results: each kernel's
+amortized and staggered speedup over a baseline measured in the same file, and its non-flush
+step's share of copy bandwidth, against batch size. Several files (e.g. runs at different
+batches) are merged; a ratio only ever uses the baseline of its own file and batch.
+
+    python benchmarks/plot_delta.py gdn_128_256.json gdn_32_64.json --out gdn.png \\
+        --name "flush_warps=2" "default, refold=False" --name rowwise row-wise
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+BASELINES = ("fla", "standard")
+
+
+def load_rows(paths) -> tuple[dict, list[dict]]:
+    """``(first file's description, timed rows)``; each row gains ``x_baseline`` per baseline of its
+    own file and batch (``x_fla``, ``x_standard``) where that baseline was timed."""
+    rows, first = [], None
+    for path in paths:
+        data = json.loads(Path(path).read_text())
+        if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
+            raise ValueError(f"json: expected the output of bench_gdn_decode.py / bench_kda_decode.py --variants "
+                             f"--json (a 'rows' list), got none in {path}")
+        first = first or data
+        base = {(r["batch"], r["mode"]): r["amortized_us"] for r in data["rows"] if r["mode"] in BASELINES}
+        for r in data["rows"]:
+            if r["mode"] in BASELINES or "nonflush_us" not in r:
+                continue
+            row = dict(r)
+            for name in BASELINES:
+                if (r["batch"], name) in base:
+                    row[f"x_{name}"] = base[r["batch"], name] / r["amortized_us"]
+                    row[f"x_{name}_staggered"] = base[r["batch"], name] / r["staggered_us"]
+            rows.append(row)
+    if not rows:
+        raise ValueError(f"json: no timed ReplaySSM rows in {', '.join(map(str, paths))}")
+    return first, rows
+
+
+def label_of(mode: str, names: list[tuple[str, str]]) -> str | None:
+    """The label of the first ``(substring, label)`` whose substring is in ``mode``; with no
+    ``names`` the mode itself; ``None`` (not plotted) when ``names`` match nothing."""
+    if not names:
+        return mode
+    return next((label for sub, label in names if sub in mode), None)
+
+
+def plot(data: dict, rows: list[dict], out: Path, baseline: str = "fla", names=(), target: float = 1.8) -> Path:
+    """Two panels (speedup over ``baseline``; non-flush % of copy) against batch; saves ``out``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    key = f"x_{baseline}"
+    lines = {}
+    for r in rows:
+        label = label_of(r["mode"], list(names))
+        if label is not None and key in r:
+            lines.setdefault(label, {})[r["batch"]] = r
+    if not lines:
+        raise ValueError(f"--baseline {baseline}: no plotted row has that baseline in its own file")
+    fig, (ax_speed, ax_copy) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for i, (label, by_batch) in enumerate(sorted(lines.items())):
+        batches = sorted(by_batch)
+        color = f"C{i}"
+        ax_speed.plot(batches, [by_batch[b][key] for b in batches], marker="o", color=color,
+                      label=f"{label}: amortized (15 + 1)")
+        ax_speed.plot(batches, [by_batch[b][f"{key}_staggered"] for b in batches], marker="o", linestyle="--",
+                      color=color, alpha=0.6, label=f"{label}: staggered phases")
+        ax_copy.plot(batches, [by_batch[b]["nonflush_pct_copy"] for b in batches], marker="o", color=color,
+                     label=label)
+    ticks = sorted({b for by_batch in lines.values() for b in by_batch})
+    for ax in (ax_speed, ax_copy):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ticks, [str(b) for b in ticks])
+        ax.set_xlabel("batch (sequences)")
+        ax.grid(True, which="both", alpha=0.3)
+    ax_speed.axhline(1.0, color="gray", linewidth=1)
+    ax_speed.axhline(target, color="tab:red", linewidth=1, linestyle=":", label=f"target {target}x")
+    ax_speed.set_ylabel(f"speedup over {baseline} (same run)")
+    ax_copy.set_ylabel("non-flush step, % of device copy bandwidth")
+    ax_speed.legend(fontsize=7)
+    ax_copy.legend(fontsize=7)
+    device = data.get("device", {})
+    fig.suptitle(f"{str(data.get('kind', 'delta rule')).upper()} decode, {device.get('gpu', 'GPU')}: fp32 state, "
+                 f"{data.get('dtype', '')} activations, L={data.get('window', '')}")
+    fig.tight_layout()
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("json", type=Path, nargs="+", help="bench_gdn_decode.py / bench_kda_decode.py --variants --json")
+    p.add_argument("--out", type=Path, default=None, help="PNG path (default: beside the first JSON)")
+    p.add_argument("--baseline", default="fla", choices=BASELINES)
+    p.add_argument("--name", nargs=2, action="append", default=[], metavar=("SUBSTRING", "LABEL"),
+                   help="plot only kernels whose name contains SUBSTRING, as LABEL (repeatable; first match wins)")
+    p.add_argument("--target", type=float, default=1.8, help="speedup line to draw")
+    args = p.parse_args(argv)
+    data, rows = load_rows(args.json)
+    out = plot(data, rows, args.out or args.json[0].with_suffix(".png"), args.baseline, args.name, args.target)
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -11,7 +11,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _plotting import batch_axes, save, speedup_lines  # noqa: E402
 
 BASELINES = ("fla", "standard")
 
@@ -74,27 +78,13 @@ def plot(data: dict, rows: list[dict], out: Path, baseline: str = "fla", names=(
                       color=color, alpha=0.6, label=f"{label}: staggered phases")
         ax_copy.plot(batches, [by_batch[b]["nonflush_pct_copy"] for b in batches], marker="o", color=color,
                      label=label)
-    ticks = sorted({b for by_batch in lines.values() for b in by_batch})
-    for ax in (ax_speed, ax_copy):
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(ticks, [str(b) for b in ticks])
-        ax.set_xlabel("batch (sequences)")
-        ax.grid(True, which="both", alpha=0.3)
-    ax_speed.axhline(1.0, color="gray", linewidth=1)
-    ax_speed.axhline(target, color="tab:red", linewidth=1, linestyle=":", label=f"target {target}x")
-    ax_speed.set_ylabel(f"speedup over {baseline} (same run)")
+    batch_axes((ax_speed, ax_copy), sorted({b for by_batch in lines.values() for b in by_batch}))
+    speedup_lines(ax_speed, target, f"speedup over {baseline} (same run)")
     ax_copy.set_ylabel("non-flush step, % of device copy bandwidth")
-    ax_speed.legend(fontsize=7)
-    ax_copy.legend(fontsize=7)
     device = data.get("device", {})
-    fig.suptitle(f"{str(data.get('kind', 'delta rule')).upper()} decode, {device.get('gpu', 'GPU')}: fp32 state, "
-                 f"{data.get('dtype', '')} activations, L={data.get('window', '')}")
-    fig.tight_layout()
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return save(fig, (ax_speed, ax_copy), f"{str(data.get('kind', 'delta rule')).upper()} decode, "
+                f"{device.get('gpu', 'GPU')}: fp32 state, {data.get('dtype', '')} activations, "
+                f"L={data.get('window', '')}", out)
 
 
 def main(argv=None):

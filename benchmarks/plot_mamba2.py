@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _plotting import batch_axes, save, speedup_lines  # noqa: E402
 
 
 def load_results(path: Path) -> tuple[dict, list[dict]]:
@@ -38,27 +42,12 @@ def plot(data: dict, records: list[dict], out: Path, target: float = 1.8) -> Pat
         for key, label in (("standard_pct_copy", "standard"), ("nonflush_pct_copy", "ReplaySSM non-flush"),
                            ("flush_pct_copy", "ReplaySSM flush")):
             ax_copy.plot(batches, [r[key] for r in rows], label=f"{name}: {label}", **style)
-    ticks = sorted({r["batch"] for r in records})
-    for ax in (ax_speed, ax_copy):
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(ticks, [str(b) for b in ticks])
-        ax.set_xlabel("batch (sequences)")
-        ax.grid(True, which="both", alpha=0.3)
-    ax_speed.axhline(1.0, color="gray", linewidth=1)
-    ax_speed.axhline(target, color="tab:red", linewidth=1, linestyle=":", label=f"target {target}x")
-    ax_speed.set_ylabel("speedup over the standard step (same run)")
+    batch_axes((ax_speed, ax_copy), sorted({r["batch"] for r in records}))
+    speedup_lines(ax_speed, target, "speedup over the standard step (same run)")
     ax_copy.set_ylabel("% of device copy bandwidth")
-    ax_speed.legend(fontsize=7)
-    ax_copy.legend(fontsize=7)
     device = data.get("device", {})
-    fig.suptitle(f"Mamba-2 decode, {device.get('gpu', 'GPU')}: fp32 state, {data.get('activation', '')} activations, "
-                 f"L={data.get('window', '')}")
-    fig.tight_layout()
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return save(fig, (ax_speed, ax_copy), f"Mamba-2 decode, {device.get('gpu', 'GPU')}: fp32 state, "
+                f"{data.get('activation', '')} activations, L={data.get('window', '')}", out)
 
 
 def main(argv=None):

@@ -1,0 +1,36 @@
+"""What the benchmark plots share: batch axes, the speedup reference lines, saving."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def batch_axes(axes, ticks) -> None:
+    """Log2 batch axes labelled with the batches run, with a light grid."""
+    for ax in axes:
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ticks, [str(b) for b in ticks])
+        ax.set_xlabel("batch (sequences)")
+        ax.grid(True, which="both", alpha=0.3)
+
+
+def speedup_lines(ax, target: float, ylabel: str) -> None:
+    """Parity at 1.0 and the ``target`` speedup as reference lines."""
+    ax.axhline(1.0, color="gray", linewidth=1)
+    ax.axhline(target, color="tab:red", linewidth=1, linestyle=":", label=f"target {target}x")
+    ax.set_ylabel(ylabel)
+
+
+def save(fig, axes, title: str, out) -> Path:
+    """Legends, ``title``, then ``out`` (parents created) as a PNG; closes ``fig``."""
+    import matplotlib.pyplot as plt
+
+    for ax in axes:
+        ax.legend(fontsize=7)
+    fig.suptitle(title)
+    fig.tight_layout()
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out

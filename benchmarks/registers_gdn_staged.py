@@ -6,6 +6,7 @@ reports the resources. Pointers and the row strides carry the 16-byte divisibili
 launch-time specialisation gives them on the device. Must run without ``TRITON_INTERPRET``.
 
     python benchmarks/registers_gdn_staged.py            # GDN and KDA, the --variants configs
+    python benchmarks/registers_gdn_staged.py --defaults # the ops' defaults at batch 256
 """
 
 from __future__ import annotations
@@ -58,11 +59,11 @@ def _compile(fn, types: dict[str, str], constexprs: dict[str, object], num_warps
 
 
 def resources(per_channel: bool, act: str, HV: int, H: int, K: int, V: int, cap: int, variant: staged.StagedVariant,
-              rows: int = 256) -> dict[str, str]:
+              rows: int = 256, refold: bool = True) -> dict[str, str]:
     """ptxas's resource line of each kernel (ring, stream, and flush with ``flush_launch``) for
-    one launch choice."""
+    one launch choice, called with ``refold`` (the benchmarks' ``--variants`` call with True)."""
     bv, warps, ring_warps = staged.staged_config(rows, HV, K, V, variant)
-    refold = variant.fold != "u"
+    refold = refold and variant.fold != "u"
     wy = variant.fold == "wy"
     raw_qk = variant.raw_qk and not per_channel
     dot = staged.uses_flush_dot(variant, refold)
@@ -106,13 +107,30 @@ def resources(per_channel: bool, act: str, HV: int, H: int, K: int, V: int, cap:
     return out
 
 
-def main():
+def main(argv=None):
+    import argparse
+
+    from trtllm_replayssm.ops.gdn import decode
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--defaults", action="store_true",
+                   help="only the ops' defaults at batch 256 (decode.default_variant, both flush kinds)")
+    args = p.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET") == "1":
         raise SystemExit("unset TRITON_INTERPRET: the interpreter does not compile")
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from bench_gdn_decode import VARIANTS
 
-    for kind, dims in (("gdn", (32, 16, 128, 128)), ("kda", (32, 32, 128, 128))):
+    dims_of = {"gdn": (32, 16, 128, 128), "kda": (32, 32, 128, 128)}
+    if args.defaults:
+        for kind, dims in dims_of.items():
+            for refold in (False, True):
+                variant = decode.default_variant(256, kind == "kda", refold, dims[3])
+                r = resources(kind == "kda", "bf16", *dims, 16, variant, 256, refold)
+                print(f"{kind} default refold={refold} (batch 256) {r['launch']}: ring {r['ring']}; "
+                      f"stream {r['stream']}; flush {r['flush']}", flush=True)
+        return
+    for kind, dims in dims_of.items():
         for name, variant, batches in VARIANTS:
             if not isinstance(variant, staged.StagedVariant):
                 continue

@@ -77,7 +77,7 @@ def resources(per_channel: bool, act: str, HV: int, H: int, K: int, V: int, cap:
     ring = _compile(staged._ring_kernel, ring_types, dict(
         HV=HV, H=H, K=K, CAP=cap, BC=bc, W=width, PER_CHANNEL=per_channel, REFOLD=refold, WY=wy, RAW_QK=raw_qk,
         HAS_BIAS=True, HAS_INDICES=True, SPLIT=staged.ring_split(HV, H, variant),
-        RING_PREFETCH=variant.ring_prefetch), ring_warps)
+        RING_PREFETCH=variant.ring_prefetch, PDL=variant.pdl), ring_warps)
     tile_types = {
         "q": f"*{act}", "v": f"*{act}", "out": f"*{act}", "checkpoint": "*fp32", "ring_k": f"*{act}",
         "ring_v": f"*{act}", "ring_beta": "*fp32", "ring_g": "*fp32", "ring_u": "*fp32", "committed": "*i32",
@@ -87,7 +87,8 @@ def resources(per_channel: bool, act: str, HV: int, H: int, K: int, V: int, cap:
     }
     common = dict(HV=HV, H=H, K=K, V=V, CAP=cap, BC=bc, W=width, PER_CHANNEL=per_channel, REFOLD=refold, WY=wy,
                   RAW_QK=raw_qk, STAGES=variant.stages, UNROLL=variant.unroll, HAS_INDICES=True)
-    stream = _compile(staged._stream_kernel, tile_types, dict(BV=bv, FLUSH_HERE=not variant.flush_launch, **common),
+    stream = _compile(staged._stream_kernel, tile_types, dict(BV=bv, FLUSH_HERE=not variant.flush_launch,
+                                                              PDL=variant.pdl, **common),
                       warps, variant.max_registers)
     out = {"launch": f"BV={bv} warps={warps} ring_warps={ring_warps} ring_split={staged.ring_split(HV, H, variant)}",
            "ring": ring, "stream": stream}

@@ -8,6 +8,8 @@ kernel, CUDA-graph capture. The KDA cases live in test_kda_kernels.py and reuse 
 
 from __future__ import annotations
 
+import dataclasses
+
 import os
 
 import pytest
@@ -330,6 +332,9 @@ STAGED_CPU = [
     # stream runs in order on the CPU); KDA's in test_kda_kernels.py
     pytest.param(4, 2, 16, 32, 4, False, decode.default_variant(256, False, False, 32), 0, id="default-256-fold-u"),
     pytest.param(4, 2, 16, 32, 4, True, decode.default_variant(256, False, True, 32), 0, id="default-256-refold"),
+    # pdl: programmatic dependent launch of the stream launch (off in the interpreter: the plumbing)
+    pytest.param(4, 2, 16, 32, 4, False, dataclasses.replace(decode.default_variant(256, False, False, 32), pdl=True),
+                 0, id="default-256-fold-u-pdl"),
     # the dot fold's 16-row tiles with a head's rows split over programs (split taken after the padding)
     pytest.param(2, 1, 16, 32, 4, True, StagedVariant(block_v=8, fold="u", flush_launch=True, flush_dot=True,
                                                       flush_split=4), 0, id="flush-dot-split-after-padding"),
@@ -509,6 +514,24 @@ def test_default_large_batch_gpu(refold, monkeypatch):
     check_variant_gpu(False, GPU_DIMS[0], "fp32", 128, None, monkeypatch, refold=refold)
 
 
+def test_pdl_only_for_compiled_sm90_launches():
+    """Programmatic dependent launch stays off off-GPU and in the interpreter (no such instructions)."""
+    from trtllm_replayssm.ops._pdl import pdl_supported
+
+    assert not pdl_supported(torch.device("cpu"))
+    assert StagedVariant().pdl is False
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("refold", [False, True])
+@pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
+def test_staged_defaults_pdl_gpu(per_channel, refold, monkeypatch):
+    """The staged defaults with the stream launch as a programmatic dependent launch (bf16, batch 64)."""
+    dims = (32, 32, 128, 128) if per_channel else GPU_DIMS[0]
+    variant = dataclasses.replace(decode.default_variant(256, per_channel, refold, dims[3]), pdl=True)
+    check_variant_gpu(per_channel, dims, "bf16", 64, variant, monkeypatch, refold=refold)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("refold", [False, True])
 @pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
@@ -622,7 +645,8 @@ def test_matches_fla_fused_recurrent_gpu(variant, monkeypatch):
     None, "chunked", "staged",
     StagedVariant(block_v=16, num_warps=2, flush_launch=True, raw_qk=True, flush_split=8),
     StagedVariant(block_v=16, num_warps=2, flush_launch=True, raw_qk=True, flush_stream=True),
-], ids=["rowwise", "chunked", "staged", "staged-flush-launch", "staged-flush-stream"])
+    dataclasses.replace(decode.default_variant(256, False, True, 128), pdl=True),
+], ids=["rowwise", "chunked", "staged", "staged-flush-launch", "staged-flush-stream", "staged-default-pdl"])
 def test_cuda_graph_capture_gpu(variant, monkeypatch):
     """A captured replay step, replayed 40 times, walks the same states as eager calls."""
     monkeypatch.setattr(decode, "REPLAY_VARIANT", variant)

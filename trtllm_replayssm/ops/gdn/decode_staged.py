@@ -57,6 +57,7 @@ import triton
 import triton.language as tl
 
 from .._flush_list import LIST_MAX_BATCH, flush_ranks, flush_row, list_grid
+from .._pdl import gdc_launch_dependents, gdc_wait, pdl_supported
 from .._side_stream import fork, join
 from ._staged_tiles import _tile_fold_u, _tile_fold_u_dot, _tile_read, _tile_refold, _tile_wy
 from .decode import _load_token, _program_ids, _strides, launch_config
@@ -116,6 +117,10 @@ class StagedVariant:
     launch loads every ring entry's ``k`` and log-decay together with the cursors rather than
     after them (one memory latency less per program, up to twice those bytes; entries from
     ``c`` on are zeroed in registers), the per-channel decays of KDA being the largest.
+
+    ``pdl``: the stream launch is a programmatic dependent launch of the ring launch
+    (``ops/_pdl.py``; sm_90+ compiled kernels, otherwise ignored): its programs are dispatched
+    while the ring launch finishes and wait for it before their first load.
     """
 
     block_v: int | None = None
@@ -136,6 +141,7 @@ class StagedVariant:
     flush_dot: bool = False
     flush_persistent: int = 0
     flush_stream: bool = False
+    pdl: bool = False
 
     def __post_init__(self):
         if self.fold not in _FOLDS:
@@ -176,8 +182,11 @@ def _ring_kernel(
     stride_q, stride_qh, stride_k, stride_kh, stride_a, stride_b,
     HV: tl.constexpr, H: tl.constexpr, K: tl.constexpr, CAP: tl.constexpr, BC: tl.constexpr, W: tl.constexpr,
     PER_CHANNEL: tl.constexpr, REFOLD: tl.constexpr, WY: tl.constexpr, RAW_QK: tl.constexpr, HAS_BIAS: tl.constexpr,
-    HAS_INDICES: tl.constexpr, SPLIT: tl.constexpr, RING_PREFETCH: tl.constexpr,
+    HAS_INDICES: tl.constexpr, SPLIT: tl.constexpr, RING_PREFETCH: tl.constexpr, PDL: tl.constexpr,
 ):
+    if PDL:
+        # The stream launch may be dispatched now; its programs wait for this launch to end.
+        gdc_launch_dependents()
     G: tl.constexpr = HV // H
     GP: tl.constexpr = G // SPLIT
     i_s, i_h, i_b = _program_ids(SPLIT, H)
@@ -282,8 +291,12 @@ def _stream_kernel(
     HV: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, CAP: tl.constexpr,
     BC: tl.constexpr, W: tl.constexpr, PER_CHANNEL: tl.constexpr, REFOLD: tl.constexpr, WY: tl.constexpr,
     RAW_QK: tl.constexpr, FLUSH_HERE: tl.constexpr, STAGES: tl.constexpr, UNROLL: tl.constexpr,
-    HAS_INDICES: tl.constexpr,
+    HAS_INDICES: tl.constexpr, PDL: tl.constexpr,
 ):
+    if PDL:
+        # Launched as a programmatic dependent of the ring launch: everything below reads what
+        # it wrote (scratch, row info, ring entries) or what it reads (the cursors).
+        gdc_wait()
     i_v, i_hv, i_b = _program_ids(V // BV, HV)
     i_h = i_hv // (HV // H)
     o_k = tl.arange(0, K)
@@ -521,12 +534,13 @@ def delta_replay_staged_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, ring
     scale = K ** -0.5 if scale is None else scale
     sq, sqh, sk, skh, sv, svh, sa, sb, so, soh = _strides(q, k, v, a, b, out)
     ring_programs = ring_split(HV, H, variant)
+    pdl = variant.pdl and pdl_supported(q.device)
     _ring_kernel[(batch * H * ring_programs,)](
         q, k, a, b, A_log, A_log if dt_bias is None else dt_bias, ring_k, ring_beta, ring_g, committed, flush_at,
         state_indices, pad_slot_id, scale, scratch, row_info, sq, sqh, sk, skh, sa, sb,
         HV=HV, H=H, K=K, CAP=cap, BC=bc, W=width, PER_CHANNEL=per_channel, REFOLD=do_refold, WY=wy, RAW_QK=raw_qk,
         HAS_BIAS=dt_bias is not None, HAS_INDICES=has_indices, SPLIT=ring_programs,
-        RING_PREFETCH=variant.ring_prefetch, num_warps=ring_warps,
+        RING_PREFETCH=variant.ring_prefetch, PDL=pdl, num_warps=ring_warps,
     )
     common = dict(HV=HV, H=H, K=K, V=V, CAP=cap, BC=bc, W=width, PER_CHANNEL=per_channel, REFOLD=do_refold, WY=wy,
                   RAW_QK=raw_qk, STAGES=variant.stages, UNROLL=variant.unroll, HAS_INDICES=has_indices)
@@ -556,7 +570,8 @@ def delta_replay_staged_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, ring
     _stream_kernel[(batch * HV * (V // bv),)](
         q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, committed, flush_at, state_indices,
         pad_slot_id, window, scratch, row_info, sq, sqh, sv, svh, so, soh,
-        BV=bv, FLUSH_HERE=not variant.flush_launch, **common, num_warps=warps, maxnreg=variant.max_registers,
+        BV=bv, FLUSH_HERE=not variant.flush_launch, **common, PDL=pdl, num_warps=warps,
+        maxnreg=variant.max_registers, **({"launch_pdl": True} if pdl else {}),
     )
     if side is not None:
         join(side, q.device)

@@ -565,6 +565,8 @@ def main(kind="gdn", argv=None):
     p.add_argument("--compile-workers", type=int, default=8,
                    help="--variants: processes compiling the kernels before the run (0: compile as they come)")
     args = p.parse_args(argv)
+    if args.derive and args.variants is None:
+        p.error("--derive: only with --variants (it adds variants to that run)")
     dtype = DTYPES[args.dtype]
     layer = Layer(kind, *args.dims, dtype, args.window)
     derived = derive_variants(args.derive)

@@ -489,6 +489,8 @@ def main(argv=None):
                    help="--variants: processes compiling the kernels before the run (0: compile as they come)")
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv)
+    if args.derive and not args.variants:
+        p.error("--derive: only with --variants (it replaces the variants of that run)")
     import time
 
     if args.derive:

@@ -62,11 +62,11 @@ def launches(S, C, y, head_dim, sms):
     """``{name: zero-argument launch}`` for every kernel shape and launch choice."""
     rows, n = S.shape
     out = {}
-    for bp, warps in ((8, 2), (16, 2), (16, 4), (32, 4)):
+    for bp, warps in ((4, 1), (8, 1), (16, 1), (8, 2), (16, 2), (16, 4), (32, 4)):
         tiles = rows // bp
         out[f"plain bp{bp} w{warps}"] = (lambda bp=bp, warps=warps, tiles=tiles: _gemv_plain[(tiles,)](
             S, C, y, TILES_PER_HEAD=head_dim // bp, BLOCK_P=bp, N=n, num_warps=warps))
-    for bp, warps, per_sm, stages in ((16, 4, 8, 3), (32, 4, 4, 3)):
+    for bp, warps, per_sm, stages in ((8, 1, 16, 3), (16, 1, 8, 3), (16, 4, 8, 3), (32, 4, 4, 3)):
         tiles = rows // bp
         out[f"persistent bp{bp} w{warps} x{per_sm} s{stages}"] = (
             lambda bp=bp, warps=warps, tiles=tiles, per_sm=per_sm, stages=stages: _gemv_persistent[(sms * per_sm,)](
@@ -75,7 +75,7 @@ def launches(S, C, y, head_dim, sms):
         from triton.tools.tensor_descriptor import TensorDescriptor
     except ImportError:
         return out
-    for bp, warps, per_sm, stages in ((16, 4, 4, 4), (32, 4, 2, 4), (32, 4, 4, 3), (64, 4, 2, 3), (64, 8, 2, 4),
+    for bp, warps, per_sm, stages in ((8, 1, 16, 4), (16, 1, 8, 4), (16, 4, 4, 4), (32, 4, 2, 4), (32, 4, 4, 3), (64, 4, 2, 3), (64, 8, 2, 4),
                                       (32, 8, 2, 6)):
         tiles = rows // bp
         desc = TensorDescriptor.from_tensor(S, [bp, n])

@@ -77,7 +77,7 @@ def resources(per_channel: bool, act: str, HV: int, H: int, K: int, V: int, cap:
     ring = _compile(staged._ring_kernel, ring_types, dict(
         HV=HV, H=H, K=K, CAP=cap, BC=bc, W=width, PER_CHANNEL=per_channel, REFOLD=refold, WY=wy, RAW_QK=raw_qk,
         HAS_BIAS=True, HAS_INDICES=True, SPLIT=staged.ring_split(HV, H, variant),
-        RING_PREFETCH=variant.ring_prefetch, PDL=variant.pdl), ring_warps)
+        RING_PREFETCH=variant.ring_prefetch, PDL=variant.pdl), ring_warps, variant.ring_max_registers)
     tile_types = {
         "q": f"*{act}", "v": f"*{act}", "out": f"*{act}", "checkpoint": "*fp32", "ring_k": f"*{act}",
         "ring_v": f"*{act}", "ring_beta": "*fp32", "ring_g": "*fp32", "ring_u": "*fp32", "committed": "*i32",
@@ -98,12 +98,13 @@ def resources(per_channel: bool, act: str, HV: int, H: int, K: int, V: int, cap:
         if variant.flush_persistent:
             list_types = {n: t for n, t in flush_types.items() if n != "pad_slot_id"}
             out["flush"] = _compile(staged._flush_list_kernel, {**list_types, "batch": "i32"},
-                                    dict(BV=flush_bv, BLOCK_B=rows, DOT=dot, **common), flush_warps)
+                                    dict(BV=flush_bv, BLOCK_B=rows, DOT=dot, **common), flush_warps,
+                                    variant.flush_max_registers)
             out["launch"] += f" flush list BV={flush_bv} warps={flush_warps} x{variant.flush_persistent}/SM"
         else:
             out["flush"] = _compile(staged._flush_kernel, flush_types, dict(BV=flush_bv, HEADS_PER_PROGRAM=heads,
                                                                              SPLIT=split, DOT=dot, **common),
-                                    flush_warps)
+                                    flush_warps, variant.flush_max_registers)
             out["launch"] += f" flush BV={flush_bv} warps={flush_warps} heads={heads} split={split}"
     return out
 

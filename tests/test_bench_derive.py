@@ -47,3 +47,16 @@ def test_gdn_derive_appends_a_named_variant(monkeypatch):
     for bad in ("rowwise: block_v=8", "no such variant: block_v=8", f"{base} block_v=8"):
         with pytest.raises(SystemExit, match="--derive"):
             bench_gdn_decode.derive_variants([bad])
+
+
+def test_derive_without_variants_is_an_error(capsys):
+    """``--derive`` only feeds a ``--variants`` run; alone it is refused before anything runs."""
+    import bench_mamba2_decode
+
+    spec = "staged flush raw_qk list x4 BV=32 4 warps fold u dot side stream: ring_warps=1"
+    with pytest.raises(SystemExit):
+        bench_gdn_decode.main("gdn", ["--derive", spec])
+    assert "--derive: only with --variants" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        bench_mamba2_decode.main(["--derive", "ring_warps=1"])
+    assert "--derive: only with --variants" in capsys.readouterr().err

@@ -332,6 +332,10 @@ STAGED_CPU = [
     # stream runs in order on the CPU); KDA's in test_kda_kernels.py
     pytest.param(4, 2, 16, 32, 4, False, decode.default_variant(256, False, False, 32), 0, id="default-256-fold-u"),
     pytest.param(4, 2, 16, 32, 4, True, decode.default_variant(256, False, True, 32), 0, id="default-256-refold"),
+    # register caps of the ring and flush launches (ptxas .maxnreg; the interpreter runs them uncapped)
+    pytest.param(4, 2, 16, 32, 4, False, dataclasses.replace(decode.default_variant(256, False, False, 32),
+                                                             ring_max_registers=128, flush_max_registers=168),
+                 0, id="default-256-fold-u-register-caps"),
     # pdl: programmatic dependent launch of the stream launch (off in the interpreter: the plumbing)
     pytest.param(4, 2, 16, 32, 4, False, dataclasses.replace(decode.default_variant(256, False, False, 32), pdl=True),
                  0, id="default-256-fold-u-pdl"),
@@ -403,6 +407,12 @@ def test_staged_variant_rejects_bad_options():
         StagedVariant(flush_launch=True, flush_persistent=-1)
     with pytest.raises(ValueError, match="flush_block_v"):
         StagedVariant(flush_launch=True, flush_dot=True, flush_block_v=8)
+    with pytest.raises(ValueError, match="^ring_max_registers: expected None or 24..255"):
+        StagedVariant(ring_max_registers=300)
+    with pytest.raises(ValueError, match="^max_registers:"):
+        StagedVariant(max_registers=8)
+    with pytest.raises(ValueError, match="^flush_max_registers: only with flush_launch"):
+        StagedVariant(flush_max_registers=128)
 
 
 def test_chunked_variant_rejects_bad_options():
@@ -498,10 +508,12 @@ def test_default_variant_by_batch_kind_and_fold():
         refolding = decode.default_variant(256, per_channel, True, 128)
         assert isinstance(refolding, StagedVariant) and not refolding.flush_dot and refolding.fold == "refold"
         assert (refolding.flush_persistent, refolding.flush_block_v, refolding.flush_warps) == (16, 16, 1)
+        # the flush launch under the stream launch on a side stream, but not KDA's dot fold
+        assert refolding.flush_stream and fold_u.flush_stream == (not per_channel)
         for big in (fold_u, refolding):
-            # one-warp ring and stream programs: their reductions over d_k stay inside a warp
-            assert big.flush_launch and big.flush_stream and (big.ring_warps, big.num_warps) == (1, 1)
-            assert big.block_v == (16 if per_channel else 8) and big.raw_qk == (not per_channel)
+            # one-warp ring and stream programs (their reductions over d_k stay inside a warp), 8-row tiles
+            assert big.flush_launch and (big.ring_warps, big.num_warps) == (1, 1)
+            assert big.block_v == 8 and big.raw_qk == (not per_channel)
         for refold in (False, True):
             assert decode.default_variant(256, per_channel, refold, 48) is None  # d_v not a multiple of 32
 

@@ -64,14 +64,15 @@ def default_variant(batch: int, per_channel: bool, refold: bool, d_v: int):
     - from batch 32, both kinds: the staged step with one-warp ring and stream programs (their
       reductions over ``d_k`` stay inside a warp: the ring launch 24.5 -> 12.2 us for GDN,
       88.8 -> 28.3 us for KDA) and the flush rows' tiles in a list launch on a side stream
-      (under the stream launch). A flush that folds the cached ``u`` (``refold=False``) folds
-      32-row tiles as one tf32x3 product, 4 two-warp programs per SM (batch 256 amortized: GDN
-      192.8 us = 1.35x fla's step, KDA 250.6 us = 1.51x); a refolding flush walks 16-row tiles
-      with 16 one-warp programs per SM (GDN 206.0 us = 1.27x, staggered 211.9 us against
-      277.8 us row-wise; KDA 251.4 us = 1.50x, staggered 251.8 us against 340.4 us). At batch
-      32 / 64 they also beat the row-wise kernel (GDN 38.6 / 61.2 us against 54.5 / 77.8 us with
-      ``refold=False``, 40.2 / 63.1 us refolding; KDA 47.8 / 80.0 and 45.4 / 72.7 us against
-      61.2 / 86.8 us; staggered about half the row-wise kernel's);
+      (under the stream launch; for KDA's dot fold after it), 8-row stream tiles. A flush that
+      folds the cached ``u`` (``refold=False``) folds 32-row tiles as one tf32x3 product, 4
+      two-warp programs per SM (batch 256 amortized: GDN 192.8 us = 1.35x fla's step, KDA
+      231.3 us = 1.65x); a refolding flush walks 16-row tiles with 16 one-warp programs per SM
+      (GDN 206.0 us = 1.27x, staggered 211.9 us against 277.8 us row-wise; KDA 230.3 us =
+      1.66x, staggered 236.3 us against 342.6 us). At batch 32 / 64 they also beat the row-wise kernel (GDN
+      38.6 / 61.2 us against 54.5 / 77.8 us with ``refold=False``, 40.2 / 63.1 us refolding;
+      KDA 42.5 / 70.1 us refolding and 74.3 us at 64 with ``refold=False``, against 61.4 /
+      87.0 us; staggered about half the row-wise kernel's);
     - otherwise (batch 16-31, KDA below 16, ``d_v`` not a multiple of 32) the row-wise kernel.
     """
     if batch < 16 and not per_channel:
@@ -81,13 +82,15 @@ def default_variant(batch: int, per_channel: bool, refold: bool, d_v: int):
     if batch >= 32 and d_v % 32 == 0:
         from .decode_staged import StagedVariant
 
-        # GDN streams 8-row tiles (82% of copy at batch 256 against 79% for 16 rows); KDA's
-        # per-channel vectors make 16-row tiles the better trade.
-        stream = dict(block_v=16 if per_channel else 8, num_warps=1, ring_warps=1, raw_qk=not per_channel,
-                      flush_launch=True, flush_stream=True)
+        # 8-row stream tiles, both kinds: 64 registers, so 32 one-warp programs per SM (16-row
+        # tiles take 122-123 and halve that; the KDA stream launch 169.4 -> 146.8 us at batch 256).
+        stream = dict(block_v=8, num_warps=1, ring_warps=1, raw_qk=not per_channel, flush_launch=True)
         if refold:
-            return StagedVariant(**stream, flush_block_v=16, flush_warps=1, flush_persistent=16)
-        return StagedVariant(**stream, flush_dot=True, flush_persistent=4, flush_block_v=32, flush_warps=2)
+            return StagedVariant(**stream, flush_stream=True, flush_block_v=16, flush_warps=1, flush_persistent=16)
+        # KDA's dot-fold flush programs (255 registers, 2 warps) slow its stream launch when they
+        # run beside it: non-flush 212.5 -> 193.5 us at batch 256 in order; GDN's gain beside it.
+        return StagedVariant(**stream, flush_stream=not per_channel, flush_dot=True, flush_persistent=4,
+                             flush_block_v=32, flush_warps=2)
     return None
 
 

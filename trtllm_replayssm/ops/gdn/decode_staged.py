@@ -74,7 +74,10 @@ class StagedVariant:
     """Launch choices of the two-launch step; ``None`` fields take :func:`staged_config`'s.
 
     ``block_v``: rows of ``S`` per streaming program; ``num_warps`` / ``max_registers``: the
-    streaming kernel's warps and ptxas ``.maxnreg``; ``ring_warps``: the ring kernel's warps.
+    streaming kernel's warps and ptxas ``.maxnreg``; ``ring_warps`` / ``ring_max_registers``: the
+    ring kernel's (one-warp ring programs hold ``[CAP, d_k]`` fp32 tiles: 128 registers for GDN,
+    168 for KDA, so 16 or 12 of them per SM and a batch-256 launch in 2-3 waves; the cap trades
+    spills for one wave). ``flush_max_registers``: the flush launch's ``.maxnreg``.
     ``fold``: how a flush folds the window when ``refold=True`` (``refold=False`` always folds
     the cached ``u``): "refold", ``c + 1`` dependent exact updates of the tile from the raw ring;
     "wy", the same refold in the chunked form (``decode_chunked.py``): launch 1 solves the
@@ -127,6 +130,8 @@ class StagedVariant:
     num_warps: int | None = None
     ring_warps: int | None = None
     max_registers: int | None = None
+    ring_max_registers: int | None = None
+    flush_max_registers: int | None = None
     fold: str = "refold"
     stages: int = 1
     unroll: bool = False
@@ -169,6 +174,12 @@ class StagedVariant:
             raise ValueError(f"unroll: only with fold='wy', got fold={self.fold!r}")
         if self.stages < 1:
             raise ValueError(f"stages: expected >= 1, got {self.stages}")
+        for name in ("max_registers", "ring_max_registers", "flush_max_registers"):
+            r = getattr(self, name)
+            if r is not None and not 24 <= r <= 255:
+                raise ValueError(f"{name}: expected None or 24..255 (ptxas .maxnreg), got {r}")
+        if self.flush_max_registers and not self.flush_launch:
+            raise ValueError("flush_max_registers: only with flush_launch=True")
         for name in ("num_warps", "ring_warps", "flush_warps"):
             w = getattr(self, name)
             if w is not None and w not in (1, 2, 4, 8, 16):
@@ -540,7 +551,7 @@ def delta_replay_staged_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, ring
         state_indices, pad_slot_id, scale, scratch, row_info, sq, sqh, sk, skh, sa, sb,
         HV=HV, H=H, K=K, CAP=cap, BC=bc, W=width, PER_CHANNEL=per_channel, REFOLD=do_refold, WY=wy, RAW_QK=raw_qk,
         HAS_BIAS=dt_bias is not None, HAS_INDICES=has_indices, SPLIT=ring_programs,
-        RING_PREFETCH=variant.ring_prefetch, PDL=pdl, num_warps=ring_warps,
+        RING_PREFETCH=variant.ring_prefetch, PDL=pdl, num_warps=ring_warps, maxnreg=variant.ring_max_registers,
     )
     common = dict(HV=HV, H=H, K=K, V=V, CAP=cap, BC=bc, W=width, PER_CHANNEL=per_channel, REFOLD=do_refold, WY=wy,
                   RAW_QK=raw_qk, STAGES=variant.stages, UNROLL=variant.unroll, HAS_INDICES=has_indices)
@@ -553,12 +564,14 @@ def delta_replay_staged_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, ring
                 q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, state_indices, scratch, row_info,
                 batch, sq, sqh, sv, svh, so, soh,
                 BV=flush_bv, BLOCK_B=triton.next_power_of_2(batch), DOT=dot, **common, num_warps=flush_warps,
+                maxnreg=variant.flush_max_registers,
             )
         else:
             _flush_kernel[(batch * (HV // heads) * split,)](
                 q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, state_indices, pad_slot_id, scratch,
                 row_info, sq, sqh, sv, svh, so, soh,
                 BV=flush_bv, HEADS_PER_PROGRAM=heads, SPLIT=split, DOT=dot, **common, num_warps=flush_warps,
+                maxnreg=variant.flush_max_registers,
             )
 
     # flush_stream: the flush launch first, on a side stream, so that it runs under the stream

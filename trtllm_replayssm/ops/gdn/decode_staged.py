@@ -49,9 +49,6 @@ call (``torch.empty``: fine under CUDA-graph capture).
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-
 import torch
 import triton
 import triton.language as tl
@@ -60,130 +57,12 @@ from .._flush_list import LIST_MAX_BATCH, flush_ranks, flush_row, list_grid
 from .._pdl import gdc_launch_dependents, gdc_wait, pdl_supported
 from .._side_stream import fork, join
 from ._staged_tiles import _tile_fold_u, _tile_fold_u_dot, _tile_read, _tile_refold, _tile_wy
-from .decode import _load_token, _program_ids, _strides, launch_config
+from ._staged_variant import StagedVariant, flush_config, ring_split, scratch_width, staged_config, uses_flush_dot
+from .decode import _load_token, _program_ids, _strides
 from .decode_chunked import _coupling, _unit_lower_inverse
 
-__all__ = ["StagedVariant", "delta_replay_staged_step", "staged_config"]
-
-
-_FOLDS = ("refold", "wy", "u")
-
-
-@dataclass(frozen=True)
-class StagedVariant:
-    """Launch choices of the two-launch step; ``None`` fields take :func:`staged_config`'s.
-
-    ``block_v``: rows of ``S`` per streaming program; ``num_warps`` / ``max_registers``: the
-    streaming kernel's warps and ptxas ``.maxnreg``; ``ring_warps`` / ``ring_max_registers``: the
-    ring kernel's (one-warp ring programs hold ``[CAP, d_k]`` fp32 tiles: 128 registers for GDN,
-    168 for KDA, so 16 or 12 of them per SM and a batch-256 launch in 2-3 waves; the cap trades
-    spills for one wave). ``flush_max_registers``: the flush launch's ``.maxnreg``.
-    ``fold``: how a flush folds the window when ``refold=True`` (``refold=False`` always folds
-    the cached ``u``): "refold", ``c + 1`` dependent exact updates of the tile from the raw ring;
-    "wy", the same refold in the chunked form (``decode_chunked.py``): launch 1 solves the
-    window's ``(I + M)^{-1}`` per (row, value head) (fp32 FMA, no tensor cores), the tile then
-    takes ``c + 1`` independent reductions ``S_c Kg_j`` and ``c + 1`` rank-1 updates with no
-    reduction between them; or "u", fold the cached ``u`` even when ``refold=True`` (exact only
-    while the outputs read the recurrence checkpoint itself, as this state's do; it measures
-    the refold's cost). ``stages``: software-pipelining depth of the flush's loops over the
-    window (``tl.range(num_stages=...)``). ``unroll``: "wy" only, the two loops unrolled over
-    the ring's capacity (entries past ``c`` masked) so that the independent reductions of the
-    window's entries can overlap.
-
-    ``flush_launch``: flush rows go to a third launch, ``_flush_kernel`` (one program per row,
-    ``flush_heads`` value heads and ``1 / flush_split`` of their ``d_v`` rows, in
-    ``flush_block_v``-row tiles with ``flush_warps`` warps; defaults: whole heads, the stream
-    launch's ``BV`` and warps); the stream launch then serves only non-flush rows and compiles
-    without any fold. The refold of a tile is a chain of ``c + 1`` dependent updates, so the
-    tiles a program walks add up in latency: ``flush_split`` spreads a head over programs (capped
-    at one tile each). ``flush_heads`` that does not divide the value heads falls back to 1.
-    ``raw_qk`` (Gated DeltaNet; KDA's decay is a ``d_k``-vector per value head, so it keeps the
-    fp32 vectors): the stream programs read the key head's raw ``q`` (activation dtype) and the
-    ring's ``k`` at ``c`` instead of two fp32 ``[d_k]`` vectors per value head, and scale them by
-    scalars of the coefficient line.
-
-    ``flush_dot``: a flush that folds the cached ``u`` (``fold="u"`` or ``refold=False``) does it as
-    one tf32x3 product per tile, ``S Diag(e^{G_c}) + U^T Kd``, instead of ``c + 1`` dependent
-    rank-1 updates (the tile is then at least 16 rows). ``flush_persistent``: the flush launch as
-    that many programs per SM walking a list of the flush rows' tiles (numbered from the ring
-    launch's flags) instead of a program per (row, ``flush_heads``, ``flush_split``); non-flush
-    steps then cost one wave of empty programs instead of ``batch x heads`` early exits.
-    ``flush_stream``: the flush launch is issued first on a high-priority side stream and runs
-    under the stream launch (disjoint rows; ``ops/_side_stream.py``), joined before returning.
-
-    ``ring_split``: programs of the ring launch per (row, key head), each doing the coefficient
-    work of ``G / ring_split`` of its ``G`` value heads (capped at one each: ``gcd(ring_split,
-    G)``). That work is a chain of dependent latency per value head, so shorter programs finish
-    sooner; each reads the key head's ring ``k`` (an L2 hit for all but the first), the first
-    appends the token's ``k``. Per value head the arithmetic is unchanged (bit-for-bit). Key heads
-    that serve one value head each (KDA) have nothing to spread. ``ring_prefetch``: the ring
-    launch loads every ring entry's ``k`` and log-decay together with the cursors rather than
-    after them (one memory latency less per program, up to twice those bytes; entries from
-    ``c`` on are zeroed in registers), the per-channel decays of KDA being the largest.
-
-    ``pdl``: the stream launch is a programmatic dependent launch of the ring launch
-    (``ops/_pdl.py``; sm_90+ compiled kernels, otherwise ignored): its programs are dispatched
-    while the ring launch finishes and wait for it before their first load.
-    """
-
-    block_v: int | None = None
-    num_warps: int | None = None
-    ring_warps: int | None = None
-    max_registers: int | None = None
-    ring_max_registers: int | None = None
-    flush_max_registers: int | None = None
-    fold: str = "refold"
-    stages: int = 1
-    unroll: bool = False
-    flush_launch: bool = False
-    flush_heads: int = 1
-    flush_split: int = 1
-    flush_block_v: int | None = None
-    flush_warps: int | None = None
-    raw_qk: bool = False
-    ring_split: int = 1
-    ring_prefetch: bool = False
-    flush_dot: bool = False
-    flush_persistent: int = 0
-    flush_stream: bool = False
-    pdl: bool = False
-
-    def __post_init__(self):
-        if self.fold not in _FOLDS:
-            raise ValueError(f"fold: expected one of {_FOLDS}, got {self.fold!r}")
-        for name in ("block_v", "flush_block_v"):
-            bv = getattr(self, name)
-            if bv is not None and (bv < 1 or bv & (bv - 1)):
-                raise ValueError(f"{name}: expected None or a power of two, got {bv}")
-        if self.ring_split < 1 or self.ring_split & (self.ring_split - 1):
-            raise ValueError(f"ring_split: expected a power of two, got {self.ring_split}")
-        if self.flush_heads < 1:
-            raise ValueError(f"flush_heads: expected >= 1, got {self.flush_heads}")
-        if self.flush_split < 1 or self.flush_split & (self.flush_split - 1):
-            raise ValueError(f"flush_split: expected a power of two, got {self.flush_split}")
-        if not self.flush_launch and (self.flush_heads != 1 or self.flush_split != 1 or self.flush_block_v
-                                      or self.flush_warps or self.flush_dot or self.flush_persistent
-                                      or self.flush_stream):
-            raise ValueError("flush_heads, flush_split, flush_block_v, flush_warps, flush_dot, flush_persistent, "
-                             "flush_stream: only with flush_launch=True")
-        if self.flush_persistent < 0:
-            raise ValueError(f"flush_persistent: expected >= 0, got {self.flush_persistent}")
-        if self.flush_dot and self.flush_block_v is not None and self.flush_block_v < 16:
-            raise ValueError(f"flush_block_v: flush_dot (tl.dot) needs >= 16, got {self.flush_block_v}")
-        if self.unroll and self.fold != "wy":
-            raise ValueError(f"unroll: only with fold='wy', got fold={self.fold!r}")
-        if self.stages < 1:
-            raise ValueError(f"stages: expected >= 1, got {self.stages}")
-        for name in ("max_registers", "ring_max_registers", "flush_max_registers"):
-            r = getattr(self, name)
-            if r is not None and not 24 <= r <= 255:
-                raise ValueError(f"{name}: expected None or 24..255 (ptxas .maxnreg), got {r}")
-        if self.flush_max_registers and not self.flush_launch:
-            raise ValueError("flush_max_registers: only with flush_launch=True")
-        for name in ("num_warps", "ring_warps", "flush_warps"):
-            w = getattr(self, name)
-            if w is not None and w not in (1, 2, 4, 8, 16):
-                raise ValueError(f"{name}: expected None or one of 1, 2, 4, 8, 16, got {w}")
+__all__ = ["StagedVariant", "delta_replay_staged_step", "flush_config", "ring_split", "scratch_width",
+           "staged_config", "uses_flush_dot"]
 
 
 @triton.jit
@@ -474,51 +353,6 @@ def _flush_list_kernel(
                     (i % PER_ROW) // NVB, slot, tl.load(row_info + i_b * 2), (i % NVB) * BV,
                     stride_q, stride_qh, stride_v, stride_vh, stride_o, stride_oh,
                     HV, H, K, V, BV, CAP, BC, W, PER_CHANNEL, REFOLD, WY, RAW_QK, STAGES, UNROLL, DOT)
-
-
-def ring_split(v_heads: int, k_heads: int, variant: StagedVariant) -> int:
-    """Programs of the ring launch per (row, key head): ``ring_split`` capped to divide the
-    value heads each key head serves."""
-    return math.gcd(variant.ring_split, v_heads // k_heads)
-
-
-def staged_config(rows: int, v_heads: int, d_k: int, d_v: int, variant: StagedVariant) -> tuple[int, int, int]:
-    """``(BV, num_warps, ring_warps)``: the streaming kernel tiles ``S`` as the standard step
-    (:func:`decode.launch_config`); the ring kernel's tile is ``[CAP, d_k]``."""
-    bv, warps = launch_config(rows, v_heads, d_k, d_v)
-    bv = min(variant.block_v or bv, d_v)
-    if variant.block_v is not None and variant.num_warps is None:
-        warps = 4 if bv * d_k >= 4096 else 2
-    return bv, variant.num_warps or warps, variant.ring_warps or (4 if d_k >= 128 else 2)
-
-
-def uses_flush_dot(variant: StagedVariant, refold: bool) -> bool:
-    """Whether a flush of ``variant`` folds the cached ``u`` as one product (``flush_dot``, and
-    the flush folds the cached ``u``: ``refold=False`` or ``fold="u"``)."""
-    return variant.flush_launch and variant.flush_dot and not (refold and variant.fold != "u")
-
-
-def flush_config(rows: int, v_heads: int, d_k: int, d_v: int, variant: StagedVariant,
-                 dot: bool = False) -> tuple[int, int, int, int]:
-    """``(BV, num_warps, heads per program, programs per head)`` of the flush launch
-    (``flush_launch=True``); ``dot`` (:func:`uses_flush_dot`): ``BV`` at least 16 rows, the
-    ``tl.dot`` minimum, before a head's rows are split over programs."""
-    bv, warps, _ = staged_config(rows, v_heads, d_k, d_v, variant)
-    bv = min(variant.flush_block_v or bv, d_v)
-    if dot:
-        bv = max(bv, 16)
-    heads = variant.flush_heads if v_heads % variant.flush_heads == 0 else 1
-    return bv, variant.flush_warps or warps, heads, min(variant.flush_split, d_v // bv)
-
-
-def scratch_width(d_k: int, capacity: int, fold: str, dot: bool = False) -> tuple[int, int]:
-    """``(BC, W)``: the ring's padded capacity and the fp32 scratch line per (row, value head): 2
-    vectors ``[d_k]``, 2 coefficient vectors ``[BC]``, ``beta``, ``k . q`` and the ``raw_qk``
-    scalars, and for "wy" the window's ``[BC, BC]`` inverse."""
-    wy = fold == "wy"
-    # tl.dot (the window's k_i . k_j in launch 1, the flush_dot fold) takes 16-row tiles.
-    bc = max(triton.next_power_of_2(capacity), 16 if wy or dot else 2)
-    return bc, 2 * d_k + 2 * bc + 4 + (bc * bc if wy else 0)
 
 
 def delta_replay_staged_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, committed, flush_at, window,

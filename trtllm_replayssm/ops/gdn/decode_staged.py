@@ -210,6 +210,15 @@ def _stream_kernel(
                 tl.store(committed + slot, 0)
                 tl.store(flush_at + slot, window)
             return
+    elif flush:
+        # Without a flush launch a flush row's tile is folded here, as that launch would.
+        _flush_tile(q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, scratch, i_b, i_hv, slot, c,
+                    i_v * BV, stride_q, stride_qh, stride_v, stride_vh, stride_o, stride_oh,
+                    HV, H, K, V, BV, CAP, BC, W, PER_CHANNEL, REFOLD, WY, RAW_QK, STAGES, UNROLL, False)
+        if (i_hv == 0) & (i_v == 0):
+            tl.store(committed + slot, 0)
+            tl.store(flush_at + slot, window)
+        return
     sh = slot * HV + i_hv
     p_s = checkpoint + sh * V * K + o_v[:, None] * K + o_k[None, :]
     S = tl.load(p_s).to(tl.float32)
@@ -217,38 +226,16 @@ def _stream_kernel(
     p_rk = ring_k + (slot * H + i_h) * CAP * K
     p_rv = ring_v + sh * CAP * V
     p_ru = ring_u + sh * CAP * V
-    p_rg = ring_g + sh * CAP * (K if PER_CHANNEL else 1)
     p_q = q + i_b * stride_q + i_h * stride_qh
     b_v = tl.load(v + i_b * stride_v + i_hv * stride_vh + o_v).to(ring_v.dtype.element_ty).to(tl.float32)
     b_beta = tl.load(p_w + 2 * K + 2 * BC)
-    if not FLUSH_HERE:
-        # Only the c live entries: c arrives with the slot (both read first), so this mask costs
-        # no latency and the ring's stale tail (7% of the state's bytes at 8-row tiles) stays in DRAM.
-        U = tl.load(p_ru + o_c[:, None] * V + o_v[None, :], mask=(o_c < c)[:, None], other=0.0)
-        b_u, b_o = _tile_read(S, U, c, b_v, b_beta, p_w, p_q, p_rk, o_k, o_c, K, BC, RAW_QK)
-        tl.store(p_o, b_o.to(out.dtype.element_ty))
-        tl.store(p_ru + c * V + o_v, b_u)
-        tl.store(p_rv + c * V + o_v, b_v.to(ring_v.dtype.element_ty))
-    elif flush & WY:
-        S = _tile_wy(S, c, b_v, p_rk, p_rv, p_rg, ring_beta + sh * CAP, p_w + 2 * K + 2 * BC + 4, o_k, o_v, o_c,
-                     K, V, BV, BC, CAP, PER_CHANNEL, STAGES, UNROLL)
-        tl.store(p_s, S.to(checkpoint.dtype.element_ty))
-        tl.store(p_o, tl.sum(S * tl.load(p_w + o_k)[None, :], axis=1).to(out.dtype.element_ty))
-    elif flush & REFOLD:
-        S = _tile_refold(S, c, b_v, b_beta, p_rk, p_rv, p_rg, ring_beta + sh * CAP, o_k, o_v, K, V, PER_CHANNEL,
-                         STAGES)
-        tl.store(p_s, S.to(checkpoint.dtype.element_ty))
-        tl.store(p_o, tl.sum(S * tl.load(p_w + o_k)[None, :], axis=1).to(out.dtype.element_ty))
-    else:
-        U = tl.load(p_ru + o_c[:, None] * V + o_v[None, :], mask=(o_c < c)[:, None], other=0.0)
-        b_u, b_o = _tile_read(S, U, c, b_v, b_beta, p_w, p_q, p_rk, o_k, o_c, K, BC, RAW_QK)
-        tl.store(p_o, b_o.to(out.dtype.element_ty))
-        if flush:
-            S = _tile_fold_u(S, b_u, c, p_rk, p_ru, p_rg, o_k, o_v, K, V, PER_CHANNEL, STAGES)
-            tl.store(p_s, S.to(checkpoint.dtype.element_ty))
-        else:
-            tl.store(p_ru + c * V + o_v, b_u)
-            tl.store(p_rv + c * V + o_v, b_v.to(ring_v.dtype.element_ty))
+    # Only the c live entries: c arrives with the slot (both read first), so this mask costs no
+    # latency and the ring's stale tail (7% of the state's bytes at 8-row tiles) stays in DRAM.
+    U = tl.load(p_ru + o_c[:, None] * V + o_v[None, :], mask=(o_c < c)[:, None], other=0.0)
+    b_u, b_o = _tile_read(S, U, c, b_v, b_beta, p_w, p_q, p_rk, o_k, o_c, K, BC, RAW_QK)
+    tl.store(p_o, b_o.to(out.dtype.element_ty))
+    tl.store(p_ru + c * V + o_v, b_u)
+    tl.store(p_rv + c * V + o_v, b_v.to(ring_v.dtype.element_ty))
     if (i_hv == 0) & (i_v == 0):
         tl.store(committed + slot, tl.where(flush, 0, c + 1))
         if flush:

@@ -10,6 +10,10 @@ shapes, against the streaming copy of the same run:
   longer bounded by registers.
 
     PYTHONPATH=$PWD python3 benchmarks/bench_read_ceiling.py [--batch 256]
+    PYTHONPATH=$PWD python3 benchmarks/bench_read_ceiling.py --dims 32 128 128   # a delta-rule state:
+        # value heads, d_v, d_k of Qwen3.5-4B GDN (C then plays q)
+
+The tile shapes include one-warp programs of 4-16 rows, the delta-rule stream launch's shape.
 """
 
 from __future__ import annotations

@@ -78,7 +78,7 @@ def rel_err(actual, expected):
 
 
 def drive(layer, batch, slots, steps, window=4, refold=True, pads=True, use_wrapper=False, seed=0,
-          oracle_device="cpu", drafts=0, **launch):
+          oracle_device="cpu", drafts=0, stagger=True, **launch):
     """Run the kernel and the float64 reference side by side for ``steps`` decode steps.
 
     Rows address a shuffled subset of ``slots`` (so slots sit at staggered flush phases) with a
@@ -87,9 +87,10 @@ def drive(layer, batch, slots, steps, window=4, refold=True, pads=True, use_wrap
     field the kernel wrote). Returns ``(worst output error, worst checkpoint error, flushes)``.
     ``oracle_device``: where the float64 reference runs (the GPU for large batches: the CPU
     reference at batch 64 and model dims dominates the test time). ``drafts`` widens the ring
-    (capacity ``window + drafts``) without using it.
+    (capacity ``window + drafts``) without using it. ``stagger=False``: every slot flushes at the
+    same steps (``flush_stagger``), so a flush step has several flush rows.
     """
-    config = ReplaySSMConfig(window=window, max_draft_tokens=drafts)
+    config = ReplaySSMConfig(window=window, max_draft_tokens=drafts, flush_stagger=stagger)
     state = layer.state(slots, config)
     # The oracle: same ring dtypes (so both see identically rounded k, v), float64 checkpoint.
     ref_dev = torch.device(oracle_device)
@@ -350,6 +351,21 @@ def test_staged_kernel_matches_reference_cpu(HV, H, d_k, d_v, window, refold, va
     check_variant_cpu(False, HV, H, d_k, d_v, window, refold, variant, drafts=drafts)
 
 
+@pytest.mark.parametrize("prefetch", [False, True], ids=["plain", "prefetch"])
+@pytest.mark.parametrize("refold", [False, True], ids=["fold-u", "refold"])
+@pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
+def test_list_flush_with_several_flush_rows_cpu(per_channel, refold, prefetch):
+    """The list flush launch when several rows flush in one step (aligned phases): one program
+    per SM (2 here) walks the tiles of several flush rows, numbered from the ring launch's flags;
+    with ``flush_prefetch`` it loads each next row's slot and ring length ahead."""
+    variant = dataclasses.replace(decode.default_variant(256, per_channel, refold, 32), flush_persistent=1,
+                                  flush_prefetch=prefetch)
+    layer = Layer(per_channel, 4, 2, 16, 32, seed=7)
+    _, worst_c, flushes = drive(layer, 4, slots=6, steps=2 * 4 + 1, window=4, refold=refold, stagger=False,
+                                variant=variant)
+    assert flushes >= 2 * 3 and worst_c < 1e-5, (flushes, worst_c)
+
+
 @pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
 def test_ring_split_is_bitwise_cpu(per_channel):
     """``ring_split`` moves a value head's ring work to another program and ``ring_prefetch``
@@ -413,6 +429,8 @@ def test_staged_variant_rejects_bad_options():
         StagedVariant(max_registers=8)
     with pytest.raises(ValueError, match="^flush_max_registers: only with flush_launch"):
         StagedVariant(flush_max_registers=128)
+    with pytest.raises(ValueError, match="^flush_prefetch: only with flush_persistent"):
+        StagedVariant(flush_launch=True, flush_prefetch=True)
 
 
 def test_chunked_variant_rejects_bad_options():
@@ -541,6 +559,18 @@ def test_staged_defaults_pdl_gpu(per_channel, refold, monkeypatch):
     """The staged defaults with the stream launch as a programmatic dependent launch (bf16, batch 64)."""
     dims = (32, 32, 128, 128) if per_channel else GPU_DIMS[0]
     variant = dataclasses.replace(decode.default_variant(256, per_channel, refold, dims[3]), pdl=True)
+    check_variant_gpu(per_channel, dims, "bf16", 64, variant, monkeypatch, refold=refold)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("refold", [False, True])
+@pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
+def test_staged_defaults_flush_prefetch_gpu(per_channel, refold, monkeypatch):
+    """The staged defaults with ``flush_prefetch`` and one list program per SM, so that each walks
+    the tiles of several flush rows (bf16, batch 64: ~4 flush rows per step)."""
+    dims = (32, 32, 128, 128) if per_channel else GPU_DIMS[0]
+    variant = dataclasses.replace(decode.default_variant(256, per_channel, refold, dims[3]), flush_persistent=1,
+                                  flush_prefetch=True)
     check_variant_gpu(per_channel, dims, "bf16", 64, variant, monkeypatch, refold=refold)
 
 

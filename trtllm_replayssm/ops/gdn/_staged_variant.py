@@ -51,8 +51,9 @@ class StagedVariant:
     rank-1 updates (the tile is then at least 16 rows). ``flush_persistent``: the flush launch as
     that many programs per SM walking a list of the flush rows' tiles (numbered from the ring
     launch's flags) instead of a program per (row, ``flush_heads``, ``flush_split``); non-flush
-    steps then cost one wave of empty programs instead of ``batch x heads`` early exits.
-    ``flush_stream``: the flush launch is issued first on a high-priority side stream and runs
+    steps then cost one wave of empty programs instead of ``batch x heads`` early exits;
+    ``flush_prefetch``: each list program loads its next item's row, slot and ring length before
+    folding the current tile (not yet timed). ``flush_stream``: the flush launch is issued first on a high-priority side stream and runs
     under the stream launch (disjoint rows; ``ops/_side_stream.py``), joined before returning.
 
     ``ring_split``: programs of the ring launch per (row, key head), each doing the coefficient
@@ -89,6 +90,7 @@ class StagedVariant:
     ring_prefetch: bool = False
     flush_dot: bool = False
     flush_persistent: int = 0
+    flush_prefetch: bool = False
     flush_stream: bool = False
     pdl: bool = False
 
@@ -110,6 +112,8 @@ class StagedVariant:
                                       or self.flush_stream):
             raise ValueError("flush_heads, flush_split, flush_block_v, flush_warps, flush_dot, flush_persistent, "
                              "flush_stream: only with flush_launch=True")
+        if self.flush_prefetch and not self.flush_persistent:
+            raise ValueError("flush_prefetch: only with flush_persistent > 0 (the list flush launch)")
         if self.flush_persistent < 0:
             raise ValueError(f"flush_persistent: expected >= 0, got {self.flush_persistent}")
         if self.flush_dot and self.flush_block_v is not None and self.flush_block_v < 16:

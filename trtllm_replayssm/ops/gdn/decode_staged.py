@@ -315,22 +315,49 @@ def _flush_kernel(
 
 
 @triton.jit
+def _list_item(ranks, i, n_items, state_indices, row_info, PER_ROW: tl.constexpr, HAS_INDICES: tl.constexpr):
+    """``(row, slot, ring length)`` of list item ``i``; past ``n_items`` the loads are masked off
+    (the values are then never used)."""
+    live = i < n_items
+    i_b = flush_row(ranks, i // PER_ROW)
+    slot = i_b.to(tl.int64)
+    if HAS_INDICES:
+        slot = tl.load(state_indices + i_b, mask=live, other=0).to(tl.int64)
+    return i_b, slot, tl.load(row_info + i_b * 2, mask=live, other=0)
+
+
+@triton.jit
 def _flush_list_kernel(
     q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, state_indices, scratch, row_info, batch,
     stride_q, stride_qh, stride_v, stride_vh, stride_o, stride_oh,
     HV: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, CAP: tl.constexpr,
     BC: tl.constexpr, W: tl.constexpr, PER_CHANNEL: tl.constexpr, REFOLD: tl.constexpr, WY: tl.constexpr,
     RAW_QK: tl.constexpr, STAGES: tl.constexpr, UNROLL: tl.constexpr, HAS_INDICES: tl.constexpr, DOT: tl.constexpr,
-    BLOCK_B: tl.constexpr,
+    BLOCK_B: tl.constexpr, PREFETCH: tl.constexpr,
 ):
     """The flush rows' ``[BV, d_k]`` tiles as a list walked by a fixed wave of programs
     (``flush_persistent`` per SM): each program numbers the flush rows by a prefix sum of the
     ring launch's flags (padded rows have flag 0), item ``i`` is tile ``i % (HV * V / BV)`` of
     the ``i // (HV * V / BV)``-th flush row. Non-flush steps cost one wave of programs that find
-    no item, instead of ``batch x heads`` early exits."""
+    no item, instead of ``batch x heads`` early exits. ``PREFETCH``: the next item's row, slot
+    and ring length are loaded before this item's tile (they are a chain of dependent loads
+    that otherwise precedes every tile)."""
     NVB: tl.constexpr = V // BV
     PER_ROW: tl.constexpr = HV * NVB
     ranks, n_flush = flush_ranks(row_info, batch, BLOCK_B)
+    if PREFETCH:
+        n_items = n_flush * PER_ROW
+        i = tl.program_id(0)
+        i_b, slot, c = _list_item(ranks, i, n_items, state_indices, row_info, PER_ROW, HAS_INDICES)
+        while i < n_items:
+            nxt = i + tl.num_programs(0)
+            n_b, n_slot, n_c = _list_item(ranks, nxt, n_items, state_indices, row_info, PER_ROW, HAS_INDICES)
+            _flush_tile(q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, scratch, i_b,
+                        (i % PER_ROW) // NVB, slot, c, (i % NVB) * BV,
+                        stride_q, stride_qh, stride_v, stride_vh, stride_o, stride_oh,
+                        HV, H, K, V, BV, CAP, BC, W, PER_CHANNEL, REFOLD, WY, RAW_QK, STAGES, UNROLL, DOT)
+            i, i_b, slot, c = nxt, n_b, n_slot, n_c
+        return
     for i in range(tl.program_id(0), n_flush * PER_ROW, tl.num_programs(0)):
         i_b = flush_row(ranks, i // PER_ROW)
         slot = i_b.to(tl.int64)
@@ -384,7 +411,8 @@ def delta_replay_staged_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, ring
             _flush_list_kernel[(list_grid(items, variant.flush_persistent, q.device),)](
                 q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, state_indices, scratch, row_info,
                 batch, sq, sqh, sv, svh, so, soh,
-                BV=flush_bv, BLOCK_B=triton.next_power_of_2(batch), DOT=dot, **common, num_warps=flush_warps,
+                BV=flush_bv, BLOCK_B=triton.next_power_of_2(batch), DOT=dot, PREFETCH=variant.flush_prefetch, **common,
+                num_warps=flush_warps,
                 maxnreg=variant.flush_max_registers,
             )
         else:

@@ -53,7 +53,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .._flush_list import LIST_MAX_BATCH, flush_ranks, flush_row, list_grid
+from .._flush_list import LIST_MAX_BATCH, flush_ranks, flush_row, list_grid, list_item
 from .._pdl import gdc_launch_dependents, gdc_wait, pdl_supported
 from .._side_stream import fork, join
 from ._staged_tiles import _tile_fold_u, _tile_fold_u_dot, _tile_read, _tile_refold, _tile_wy
@@ -315,18 +315,6 @@ def _flush_kernel(
 
 
 @triton.jit
-def _list_item(ranks, i, n_items, state_indices, row_info, PER_ROW: tl.constexpr, HAS_INDICES: tl.constexpr):
-    """``(row, slot, ring length)`` of list item ``i``; past ``n_items`` the loads are masked off
-    (the values are then never used)."""
-    live = i < n_items
-    i_b = flush_row(ranks, i // PER_ROW)
-    slot = i_b.to(tl.int64)
-    if HAS_INDICES:
-        slot = tl.load(state_indices + i_b, mask=live, other=0).to(tl.int64)
-    return i_b, slot, tl.load(row_info + i_b * 2, mask=live, other=0)
-
-
-@triton.jit
 def _flush_list_kernel(
     q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, state_indices, scratch, row_info, batch,
     stride_q, stride_qh, stride_v, stride_vh, stride_o, stride_oh,
@@ -348,10 +336,10 @@ def _flush_list_kernel(
     if PREFETCH:
         n_items = n_flush * PER_ROW
         i = tl.program_id(0)
-        i_b, slot, c = _list_item(ranks, i, n_items, state_indices, row_info, PER_ROW, HAS_INDICES)
+        i_b, slot, c = list_item(ranks, i, n_items, state_indices, row_info, PER_ROW, HAS_INDICES)
         while i < n_items:
             nxt = i + tl.num_programs(0)
-            n_b, n_slot, n_c = _list_item(ranks, nxt, n_items, state_indices, row_info, PER_ROW, HAS_INDICES)
+            n_b, n_slot, n_c = list_item(ranks, nxt, n_items, state_indices, row_info, PER_ROW, HAS_INDICES)
             _flush_tile(q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, scratch, i_b,
                         (i % PER_ROW) // NVB, slot, c, (i % NVB) * BV,
                         stride_q, stride_qh, stride_v, stride_vh, stride_o, stride_oh,

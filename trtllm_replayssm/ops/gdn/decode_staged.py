@@ -39,9 +39,10 @@ occupancy on every step, so the flush rows can go to a third launch, ``_flush_ke
 programs of non-flush rows exit after two loads; in the stream launch a flush row's programs
 move its cursors and exit (the flag is read by row, next to the slot, so the checkpoint load
 waits for nothing more), and it compiles without a fold (sm_90, Qwen3.5-4B dims: 96 -> 72
-registers at BV=32 / 4 warps). ``raw_qk`` (Gated DeltaNet): the stream tile reads the raw 16-bit ``q`` and the ring's
-``k`` at ``c`` of its key head, and the scalars ``e^{D_t}`` and ``e^{D_t} scale / ||q||`` from
-the coefficient line, instead of two fp32 ``[d_k]`` vectors written per value head.
+registers at BV=32 / 4 warps). ``raw_qk`` (Gated DeltaNet): the stream tile reads the raw
+16-bit ``q`` and the ring's ``k`` at ``c`` of its key head, and the scalars ``e^{D_t}`` and
+``e^{D_t} scale / ||q||`` from the coefficient line, instead of two fp32 ``[d_k]`` vectors
+written per value head.
 
 Padded rows (``pad_slot_id``) get a zero output and touch nothing. The scratch is allocated per
 call (``torch.empty``: fine under CUDA-graph capture).
@@ -203,18 +204,13 @@ def _stream_kernel(
     if slot == pad_slot_id:
         tl.store(p_o, tl.zeros([BV], dtype=tl.float32).to(out.dtype.element_ty))
         return
-    if not FLUSH_HERE:
-        # Flush rows belong to the flush launch: their programs only move the cursors and exit.
-        if flush:
-            if (i_hv == 0) & (i_v == 0):
-                tl.store(committed + slot, 0)
-                tl.store(flush_at + slot, window)
-            return
-    elif flush:
-        # Without a flush launch a flush row's tile is folded here, as that launch would.
-        _flush_tile(q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, scratch, i_b, i_hv, slot, c,
-                    i_v * BV, stride_q, stride_qh, stride_v, stride_vh, stride_o, stride_oh,
-                    HV, H, K, V, BV, CAP, BC, W, PER_CHANNEL, REFOLD, WY, RAW_QK, STAGES, UNROLL, False)
+    if flush:
+        # With a flush launch, that launch folds this row's tiles; without one, they are folded
+        # here as it would. Either way the row's first program moves the cursors.
+        if FLUSH_HERE:
+            _flush_tile(q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, scratch, i_b, i_hv, slot,
+                        c, i_v * BV, stride_q, stride_qh, stride_v, stride_vh, stride_o, stride_oh,
+                        HV, H, K, V, BV, CAP, BC, W, PER_CHANNEL, REFOLD, WY, RAW_QK, STAGES, UNROLL, False)
         if (i_hv == 0) & (i_v == 0):
             tl.store(committed + slot, 0)
             tl.store(flush_at + slot, window)
@@ -237,9 +233,7 @@ def _stream_kernel(
     tl.store(p_ru + c * V + o_v, b_u)
     tl.store(p_rv + c * V + o_v, b_v.to(ring_v.dtype.element_ty))
     if (i_hv == 0) & (i_v == 0):
-        tl.store(committed + slot, tl.where(flush, 0, c + 1))
-        if flush:
-            tl.store(flush_at + slot, window)
+        tl.store(committed + slot, c + 1)
 
 
 @triton.jit
@@ -400,8 +394,7 @@ def delta_replay_staged_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, ring
                 q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, state_indices, scratch, row_info,
                 batch, sq, sqh, sv, svh, so, soh,
                 BV=flush_bv, BLOCK_B=triton.next_power_of_2(batch), DOT=dot, PREFETCH=variant.flush_prefetch, **common,
-                num_warps=flush_warps,
-                maxnreg=variant.flush_max_registers,
+                num_warps=flush_warps, maxnreg=variant.flush_max_registers,
             )
         else:
             _flush_kernel[(batch * (HV // heads) * split,)](

@@ -390,47 +390,35 @@ def test_ring_split_is_bitwise_cpu(per_channel):
             assert torch.equal(getattr(states[0], name), getattr(other, name)), name
 
 
-def test_staged_variant_rejects_bad_options():
-    with pytest.raises(ValueError, match="^fold:"):
-        StagedVariant(fold="chunked")
-    with pytest.raises(ValueError, match="^block_v:"):
-        StagedVariant(block_v=12)
-    with pytest.raises(ValueError, match="^num_warps:"):
-        StagedVariant(num_warps=3)
-    with pytest.raises(ValueError, match="^ring_warps:"):
-        StagedVariant(ring_warps=0)
-    with pytest.raises(ValueError, match="^stages:"):
-        StagedVariant(stages=0)
-    with pytest.raises(ValueError, match="^unroll:"):
-        StagedVariant(unroll=True)
-    with pytest.raises(ValueError, match="^flush_block_v:"):
-        StagedVariant(flush_launch=True, flush_block_v=24)
-    with pytest.raises(ValueError, match="^ring_split:"):
-        StagedVariant(ring_split=3)
-    with pytest.raises(ValueError, match="^flush_heads:"):
-        StagedVariant(flush_launch=True, flush_heads=0)
-    with pytest.raises(ValueError, match="^flush_split:"):
-        StagedVariant(flush_launch=True, flush_split=3)
-    with pytest.raises(ValueError, match="^flush_warps:"):
-        StagedVariant(flush_launch=True, flush_warps=5)
-    with pytest.raises(ValueError, match="only with flush_launch=True"):
-        StagedVariant(flush_heads=2)
-    with pytest.raises(ValueError, match="flush_persistent"):
-        StagedVariant(flush_persistent=4)
-    with pytest.raises(ValueError, match="flush_stream"):
-        StagedVariant(flush_stream=True)
-    with pytest.raises(ValueError, match="flush_persistent"):
-        StagedVariant(flush_launch=True, flush_persistent=-1)
-    with pytest.raises(ValueError, match="flush_block_v"):
-        StagedVariant(flush_launch=True, flush_dot=True, flush_block_v=8)
-    with pytest.raises(ValueError, match="^ring_max_registers: expected None or 24..255"):
-        StagedVariant(ring_max_registers=300)
-    with pytest.raises(ValueError, match="^max_registers:"):
-        StagedVariant(max_registers=8)
-    with pytest.raises(ValueError, match="^flush_max_registers: only with flush_launch"):
-        StagedVariant(flush_max_registers=128)
-    with pytest.raises(ValueError, match="^flush_prefetch: only with flush_persistent"):
-        StagedVariant(flush_launch=True, flush_prefetch=True)
+# (fields, the error's start) of options StagedVariant refuses
+STAGED_BAD_OPTIONS = [
+    (dict(fold="chunked"), "^fold:"),
+    (dict(block_v=12), "^block_v:"),
+    (dict(num_warps=3), "^num_warps:"),
+    (dict(ring_warps=0), "^ring_warps:"),
+    (dict(stages=0), "^stages:"),
+    (dict(unroll=True), "^unroll:"),
+    (dict(flush_launch=True, flush_block_v=24), "^flush_block_v:"),
+    (dict(ring_split=3), "^ring_split:"),
+    (dict(flush_launch=True, flush_heads=0), "^flush_heads:"),
+    (dict(flush_launch=True, flush_split=3), "^flush_split:"),
+    (dict(flush_launch=True, flush_warps=5), "^flush_warps:"),
+    (dict(flush_heads=2), "only with flush_launch=True"),
+    (dict(flush_persistent=4), "flush_persistent"),
+    (dict(flush_stream=True), "flush_stream"),
+    (dict(flush_launch=True, flush_persistent=-1), "flush_persistent"),
+    (dict(flush_launch=True, flush_dot=True, flush_block_v=8), "flush_block_v"),
+    (dict(ring_max_registers=300), "^ring_max_registers: expected None or 24..255"),
+    (dict(max_registers=8), "^max_registers:"),
+    (dict(flush_max_registers=128), "^flush_max_registers: only with flush_launch"),
+    (dict(flush_launch=True, flush_prefetch=True), "^flush_prefetch: only with flush_persistent"),
+]
+
+
+@pytest.mark.parametrize("fields,error", STAGED_BAD_OPTIONS, ids=lambda v: str(v) if isinstance(v, str) else None)
+def test_staged_variant_rejects_bad_options(fields, error):
+    with pytest.raises(ValueError, match=error):
+        StagedVariant(**fields)
 
 
 def test_chunked_variant_rejects_bad_options():

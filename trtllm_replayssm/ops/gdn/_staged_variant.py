@@ -53,8 +53,9 @@ class StagedVariant:
     launch's flags) instead of a program per (row, ``flush_heads``, ``flush_split``); non-flush
     steps then cost one wave of empty programs instead of ``batch x heads`` early exits;
     ``flush_prefetch``: each list program loads its next item's row, slot and ring length before
-    folding the current tile (not yet timed). ``flush_stream``: the flush launch is issued first on a high-priority side stream and runs
-    under the stream launch (disjoint rows; ``ops/_side_stream.py``), joined before returning.
+    folding the current tile (not yet timed). ``flush_stream``: the flush launch is issued first
+    on a high-priority side stream and runs under the stream launch (disjoint rows;
+    ``ops/_side_stream.py``), joined before returning.
 
     ``ring_split``: programs of the ring launch per (row, key head), each doing the coefficient
     work of ``G / ring_split`` of its ``G`` value heads (capped at one each: ``gcd(ring_split,

@@ -67,10 +67,10 @@ def default_variant(batch: int, per_channel: bool, refold: bool, d_v: int):
       (under the stream launch; for KDA's dot fold after it), 8-row stream tiles. A flush that
       folds the cached ``u`` (``refold=False``) folds 32-row tiles as one tf32x3 product, 4
       two-warp programs per SM (batch 256 amortized: GDN 192.8 us = 1.35x fla's step, KDA
-      231.3 us = 1.65x); a refolding flush walks 16-row tiles with 16 one-warp programs per SM
+      230.1 us = 1.66x); a refolding flush walks 16-row tiles with 16 one-warp programs per SM
       (GDN 206.0 us = 1.27x, staggered 211.9 us against 277.8 us row-wise; KDA 230.3 us =
-      1.66x, staggered 236.3 us against 342.6 us). At batch 32 / 64 they also beat the row-wise kernel (GDN
-      38.6 / 61.2 us against 54.5 / 77.8 us with ``refold=False``, 40.2 / 63.1 us refolding;
+      1.66x, staggered 236.3 us against 342.6 us). At batch 32 / 64 they also beat the row-wise
+      kernel (GDN 38.6 / 61.2 us against 54.5 / 77.8 us with ``refold=False``, 40.2 / 63.1 us refolding;
       KDA 42.5 / 70.1 us refolding and 74.3 us at 64 with ``refold=False``, against 61.4 /
       87.0 us; staggered about half the row-wise kernel's);
     - otherwise (batch 16-31, KDA below 16, ``d_v`` not a multiple of 32) the row-wise kernel.

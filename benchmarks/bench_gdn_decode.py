@@ -10,8 +10,9 @@ each replay (benchmarks/_timing.py):
 * ``standard``: the in-project standard kernel (read + write the state every token).
 * ``replay non-flush``: mean over ring lengths ``c = 0..L-2``; ``replay flush``: ``c = L-1``;
   ``replay amortized``: the mean over the ``L`` phases of a window (15 + 1 at L=16);
-  ``replay staggered``: one step of a batch whose slots sit at phases ``slot % L``.
-* ``flush, fold u``: the flush folding the cached ``u`` instead of refolding (ring design).
+  ``replay staggered``: one step of a batch whose slots sit at phases ``slot % L``; the
+  refolding flush (``refold=True``, the ops' default).
+* ``replay fold u ...``: the same four with ``refold=False`` (the flush folds the cached ``u``).
 
 The cursors are set before each replay, outside the timed region, so the same graph is timed at
 every phase. GB/s counts the bytes each step must move; ``% copy`` is against a device-to-device
@@ -174,27 +175,27 @@ def bench_batch(layer, batch, flusher, rounds, copy_bw, with_fla, sweep):
     del ssm
 
     state = layer.state(batch)
-    variants = [(None, "replay")] + ([(bv, f"replay BV={bv}") for bv in (8, 16, 32)] if sweep else [])
-    for block_v, name in variants:
-        graph = capture_graph(replay_fn(layer, state, x, idx, block_v=block_v))
+    variants = [(None, "replay", True)] + ([(bv, f"replay BV={bv}", True) for bv in (8, 16, 32)] if sweep else [])
+    variants.append((None, "replay fold u", False))
+    for block_v, name, refold in variants:
+        graph = capture_graph(replay_fn(layer, state, x, idx, refold=refold, block_v=block_v))
         phases = [torch.full((batch,), c, dtype=torch.int32, device="cuda") for c in range(L)]
         per_phase = [median([r[0] for r in time_replays([graph], rounds=rounds, flush=Cursors(state, [p], flusher))])
                      for p in phases]
         nonflush = sum(per_phase[:-1]) / (L - 1)
         nonflush_bytes = sum(layer.step_bytes(batch, c, False) for c in range(L - 1)) / (L - 1)
+        flush_bytes = layer.step_bytes(batch, L - 1, True, fold_u=not refold)
         row(f"{name} non-flush", nonflush, nonflush_bytes)
-        row(f"{name} flush", per_phase[-1], layer.step_bytes(batch, L - 1, True, fold_u=False))
-        amort_bytes = (nonflush_bytes * (L - 1) + layer.step_bytes(batch, L - 1, True, fold_u=False)) / L
-        row(f"{name} amortized", sum(per_phase) / L, amort_bytes, per_phase_us=per_phase)
-    stagger = (torch.arange(batch, device="cuda", dtype=torch.int32) % L)
-    t = time_replays([capture_graph(replay_fn(layer, state, x, idx))], rounds=rounds,
-                     flush=Cursors(state, [stagger], flusher))
-    st_bytes = sum(layer.step_bytes(1, c, c == L - 1, fold_u=c != L - 1) * int((stagger == c).sum()) for c in range(L))
-    row("replay staggered", median([r[0] for r in t]), st_bytes)
-    graph = capture_graph(replay_fn(layer, state, x, idx, refold=False))
-    t = time_replays([graph], rounds=rounds,
-                     flush=Cursors(state, [torch.full((batch,), L - 1, dtype=torch.int32, device="cuda")], flusher))
-    row("flush, fold u", median([r[0] for r in t]), layer.step_bytes(batch, L - 1, True, fold_u=True))
+        row(f"{name} flush", per_phase[-1], flush_bytes)
+        row(f"{name} amortized", sum(per_phase) / L, (nonflush_bytes * (L - 1) + flush_bytes) / L,
+            per_phase_us=per_phase)
+        if block_v is None:
+            stagger = (torch.arange(batch, device="cuda", dtype=torch.int32) % L)
+            t = time_replays([capture_graph(replay_fn(layer, state, x, idx, refold=refold))], rounds=rounds,
+                             flush=Cursors(state, [stagger], flusher))
+            st_bytes = sum(layer.step_bytes(1, c, c == L - 1, fold_u=not refold or c != L - 1) * int((stagger == c).sum())
+                           for c in range(L))
+            row(f"{name} staggered", median([r[0] for r in t]), st_bytes)
     del state
     torch.cuda.empty_cache()
     for r in rows:

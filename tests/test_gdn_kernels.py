@@ -366,6 +366,21 @@ def test_list_flush_with_several_flush_rows_cpu(per_channel, refold, prefetch):
     assert flushes >= 2 * 3 and worst_c < 1e-5, (flushes, worst_c)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=["fp16", "fp32"])
+@pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
+def test_flush_tf32x2_cpu(per_channel, dtype):
+    """``flush_precision="tf32x2"``: with a 16-bit ring and a scalar decay (GDN, fp16 here: the
+    interpreter's bf16 is unreliable) the dot fold moves the decay onto ``u`` and takes the raw
+    keys; KDA's per-channel decay and fp32 rings keep tf32x3. Checkpoint within 1e-5 of float64
+    over 3+ windows, several rows flushing in one step."""
+    variant = dataclasses.replace(decode.default_variant(256, per_channel, False, 32), flush_precision="tf32x2",
+                                  flush_persistent=1)
+    layer = Layer(per_channel, 4, 2, 16, 32, dtype=dtype, seed=11)
+    _, worst_c, flushes = drive(layer, 3, slots=4, steps=3 * 4 + 2, window=4, refold=False, stagger=False,
+                                variant=variant)
+    assert flushes >= 2 * 3 and worst_c < 1e-5, (flushes, worst_c)
+
+
 @pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
 def test_ring_split_is_bitwise_cpu(per_channel):
     """``ring_split`` moves a value head's ring work to another program and ``ring_prefetch``
@@ -412,6 +427,8 @@ STAGED_BAD_OPTIONS = [
     (dict(max_registers=8), "^max_registers:"),
     (dict(flush_max_registers=128), "^flush_max_registers: only with flush_launch"),
     (dict(flush_launch=True, flush_prefetch=True), "^flush_prefetch: only with flush_persistent"),
+    (dict(flush_launch=True, flush_dot=True, flush_precision="tf32"), "^flush_precision: expected one of"),
+    (dict(flush_launch=True, flush_precision="tf32x2"), "^flush_precision: only with flush_dot"),
 ]
 
 
@@ -509,8 +526,10 @@ def test_default_variant_by_batch_kind_and_fold():
     assert decode.default_variant(32, True, True, 128) == decode.default_variant(4096, True, True, 128)
     for per_channel in (False, True):
         fold_u = decode.default_variant(256, per_channel, False, 128)
-        assert isinstance(fold_u, StagedVariant) and fold_u.flush_dot and fold_u.flush_persistent
-        assert fold_u.flush_warps == 2 and fold_u.flush_block_v == 32
+        assert isinstance(fold_u, StagedVariant) and fold_u.flush_dot
+        # GDN: 16-row one-warp tiles, the product in two TF32 passes; KDA: 32-row two-warp tiles, tf32x3
+        assert (fold_u.flush_warps, fold_u.flush_block_v, fold_u.flush_persistent, fold_u.flush_precision) == \
+            ((2, 32, 4, "tf32x3") if per_channel else (1, 16, 8, "tf32x2"))
         refolding = decode.default_variant(256, per_channel, True, 128)
         assert isinstance(refolding, StagedVariant) and not refolding.flush_dot and refolding.fold == "refold"
         assert (refolding.flush_persistent, refolding.flush_block_v, refolding.flush_warps) == (16, 16, 1)
@@ -560,6 +579,41 @@ def test_staged_defaults_flush_prefetch_gpu(per_channel, refold, monkeypatch):
     variant = dataclasses.replace(decode.default_variant(256, per_channel, refold, dims[3]), flush_persistent=1,
                                   flush_prefetch=True)
     check_variant_gpu(per_channel, dims, "bf16", 64, variant, monkeypatch, refold=refold)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32"])
+@pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
+def test_staged_defaults_flush_tf32x2_gpu(per_channel, dtype, monkeypatch):
+    """The ``refold=False`` defaults with ``flush_precision="tf32x2"`` (GDN's default; KDA and
+    fp32 rings fall back to tf32x3), batch 64, every activation dtype, against float64."""
+    dims = (32, 32, 128, 128) if per_channel else GPU_DIMS[0]
+    variant = dataclasses.replace(decode.default_variant(256, per_channel, False, dims[3]), flush_precision="tf32x2")
+    check_variant_gpu(per_channel, dims, dtype, 64, variant, monkeypatch, refold=False)
+
+
+@pytest.mark.gpu
+def test_flush_tf32x2_agrees_with_tf32x3_gpu():
+    """GDN, bf16 rings, batch 64, 3 windows at L=16 from the same inputs: the checkpoints of the
+    two-pass and the three-pass dot folds agree to fp32 level (``check_variant_gpu``'s 16-bit
+    tolerance, set by the reference's own key rounding, could not tell a one-pass TF32 fold)."""
+    layer = Layer(False, *GPU_DIMS[0], dtype=torch.bfloat16, seed=3)
+    base = decode.default_variant(256, False, False, GPU_DIMS[0][3])
+    variants = [dataclasses.replace(base, flush_precision="tf32x3"), dataclasses.replace(base, flush_precision="tf32x2")]
+    config = ReplaySSMConfig(window=16, flush_stagger=False)
+    states = [layer.state(66, config) for _ in variants]
+    for st in states:
+        st.checkpoint.copy_(torch.randn(st.checkpoint.shape, generator=torch.Generator().manual_seed(4)) * 0.1)
+    idx = torch.arange(64, dtype=torch.int32, device="cuda")
+    for _ in range(3 * 16 + 2):
+        inputs = layer.tokens(64)
+        for st, variant in zip(states, variants):
+            decode.delta_replay_step(
+                st.checkpoint, st.ring_k, st.ring_v, st.ring_beta, st.ring_g, st.ring_u, st.committed, st.flush_at,
+                st.window, **inputs, **layer.params("cuda"), state_indices=idx, pad_slot_id=-1, scale=None,
+                refold=False, variant=variant)
+    assert int(states[0].committed[0]) == 2  # three flushes behind every row
+    assert rel_err(states[1].checkpoint, states[0].checkpoint) < 2e-6
 
 
 @pytest.mark.gpu

@@ -10,6 +10,7 @@ and ``d_v`` offsets; ``p_*`` pointers to the (row, head)'s ring entries and scra
 import triton
 import triton.language as tl
 
+from .._tf32 import dot_tf32x2
 from .decode import _delta_update
 
 
@@ -136,11 +137,13 @@ def _tile_fold_u(S, b_u, c, p_rk, p_ru, p_rg, o_k, o_v, K: tl.constexpr, V: tl.c
 
 @triton.jit
 def _tile_fold_u_dot(S, U, b_u, c, p_rk, p_rg, o_k, o_c, K: tl.constexpr, CAP: tl.constexpr,
-                     PER_CHANNEL: tl.constexpr):
+                     PER_CHANNEL: tl.constexpr, TF32X2: tl.constexpr):
     """``_tile_fold_u`` as one product: ``S Diag(e^{G_c}) + U^T Kd`` with ``Kd_j = e^{G_c - G_j} k_j``
     (``G`` the inclusive cumulative log-decay, all exponents <= 0) and ``U`` ``[BC, BV]`` the
     cached ``u`` (zero from ``c`` on; ``u_t`` goes in at ``c``), tf32x3 (fp32-level products on
-    tensor cores). ``BC`` >= 16 and ``BV`` >= 16 (``tl.dot``)."""
+    tensor cores). ``BC`` >= 16 and ``BV`` >= 16 (``tl.dot``). ``TF32X2`` with a scalar decay
+    and a 16-bit ring: the decay moves onto ``U`` (``(U^T Diag(w)) K``), the raw keys are exact in
+    TF32 and the product takes two TF32 passes (``ops/_tf32.py``)."""
     live = o_c <= c
     Ut = tl.where((o_c == c)[None, :], b_u[:, None], tl.trans(U))
     # Whole ring tiles, zeroed past c in registers (NaN-safe): no load waits for the cursor.
@@ -151,10 +154,14 @@ def _tile_fold_u_dot(S, U, b_u, c, p_rk, p_rg, o_k, o_c, K: tl.constexpr, CAP: t
         gr = tl.where(live[:, None], gr, 0.0)
         G_c = tl.sum(gr, axis=0)
         Kd = kr * tl.exp(G_c[None, :] - tl.cumsum(gr, axis=0))
-        S = S * tl.exp(G_c)[None, :]
+        S = tl.dot(Ut, Kd, acc=S * tl.exp(G_c)[None, :], input_precision="tf32x3")
     else:
         gr = tl.where(live, tl.load(p_rg + o_c, mask=o_c < CAP, other=0.0), 0.0)
         G_c = tl.sum(gr, axis=0)
-        Kd = kr * tl.exp(G_c - tl.cumsum(gr, axis=0))[:, None]
+        w = tl.exp(G_c - tl.cumsum(gr, axis=0))
         S = S * tl.exp(G_c)
-    return tl.dot(Ut, Kd, acc=S, input_precision="tf32x3")
+        if TF32X2 and p_rk.dtype.element_ty != tl.float32:
+            S = dot_tf32x2(Ut * w[None, :], kr, S)
+        else:
+            S = tl.dot(Ut, kr * w[:, None], acc=S, input_precision="tf32x3")
+    return S

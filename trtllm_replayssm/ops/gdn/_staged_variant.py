@@ -11,6 +11,7 @@ import triton
 from .decode import launch_config
 
 _FOLDS = ("refold", "wy", "u")
+_DOT_PRECISIONS = ("tf32x3", "tf32x2")
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,10 @@ class StagedVariant:
 
     ``flush_dot``: a flush that folds the cached ``u`` (``fold="u"`` or ``refold=False``) does it as
     one tf32x3 product per tile, ``S Diag(e^{G_c}) + U^T Kd``, instead of ``c + 1`` dependent
-    rank-1 updates (the tile is then at least 16 rows). ``flush_persistent``: the flush launch as
+    rank-1 updates (the tile is then at least 16 rows); ``flush_precision="tf32x2"``: that
+    product in two TF32 passes instead of three where the ring's keys are 16-bit and the decay
+    is a scalar (Gated DeltaNet): the decay moves onto ``U`` and the raw keys are exact in TF32
+    (``ops/_tf32.py``); elsewhere tf32x3. ``flush_persistent``: the flush launch as
     that many programs per SM walking a list of the flush rows' tiles (numbered from the ring
     launch's flags) instead of a program per (row, ``flush_heads``, ``flush_split``); non-flush
     steps then cost one wave of empty programs instead of ``batch x heads`` early exits;
@@ -93,9 +97,14 @@ class StagedVariant:
     flush_persistent: int = 0
     flush_prefetch: bool = False
     flush_stream: bool = False
+    flush_precision: str = "tf32x3"
     pdl: bool = False
 
     def __post_init__(self):
+        if self.flush_precision not in _DOT_PRECISIONS:
+            raise ValueError(f"flush_precision: expected one of {_DOT_PRECISIONS}, got {self.flush_precision!r}")
+        if self.flush_precision != "tf32x3" and not self.flush_dot:
+            raise ValueError("flush_precision: only with flush_dot=True (the one-product fold)")
         if self.fold not in _FOLDS:
             raise ValueError(f"fold: expected one of {_FOLDS}, got {self.fold!r}")
         for name in ("block_v", "flush_block_v"):

@@ -65,9 +65,10 @@ def default_variant(batch: int, per_channel: bool, refold: bool, d_v: int):
       reductions over ``d_k`` stay inside a warp: the ring launch 24.5 -> 12.2 us for GDN,
       88.8 -> 28.3 us for KDA) and the flush rows' tiles in a list launch on a side stream
       (under the stream launch; for KDA's dot fold after it), 8-row stream tiles. A flush that
-      folds the cached ``u`` (``refold=False``) folds 32-row tiles as one tf32x3 product, 4
-      two-warp programs per SM (batch 256 amortized: GDN 192.8 us = 1.35x fla's step, KDA
-      230.1 us = 1.66x); a refolding flush walks 16-row tiles with 16 one-warp programs per SM
+      folds the cached ``u`` (``refold=False``) folds each tile as one product: GDN 16-row tiles
+      in two TF32 passes, 8 one-warp programs per SM (batch 256 amortized 190.0 us against 194.7
+      us with the earlier tf32x3 fold of 32-row tiles; 1.35x fla's step with that one), KDA 32-row
+      tiles in tf32x3, 4 two-warp programs per SM (230.1 us = 1.66x); a refolding flush walks 16-row tiles with 16 one-warp programs per SM
       (GDN 206.0 us = 1.27x, staggered 211.9 us against 277.8 us row-wise; KDA 230.3 us =
       1.66x, staggered 236.3 us against 342.6 us). At batch 32 / 64 they also beat the row-wise
       kernel (GDN 38.6 / 61.2 us against 54.5 / 77.8 us with ``refold=False``, 40.2 / 63.1 us refolding;
@@ -87,10 +88,17 @@ def default_variant(batch: int, per_channel: bool, refold: bool, d_v: int):
         stream = dict(block_v=8, num_warps=1, ring_warps=1, raw_qk=not per_channel, flush_launch=True)
         if refold:
             return StagedVariant(**stream, flush_stream=True, flush_block_v=16, flush_warps=1, flush_persistent=16)
-        # KDA's dot-fold flush programs (255 registers, 2 warps) slow its stream launch when they
-        # run beside it: non-flush 212.5 -> 193.5 us at batch 256 in order; GDN's gain beside it.
-        return StagedVariant(**stream, flush_stream=not per_channel, flush_dot=True, flush_persistent=4,
-                             flush_block_v=32, flush_warps=2)
+        if not per_channel:
+            # A scalar decay and 16-bit keys: the dot fold in two TF32 passes (ops/_tf32.py), in
+            # 16-row one-warp programs (221 registers, 8 per SM), beside the stream launch: flush
+            # 593 -> 525 us, amortized 194.7 -> 190.0 us at batch 256 (fp32 rings: tf32x3).
+            return StagedVariant(**stream, flush_stream=True, flush_dot=True, flush_precision="tf32x2",
+                                 flush_persistent=8, flush_block_v=16, flush_warps=1)
+        # KDA's per-channel decays keep tf32x3; its dot-fold flush programs (255 registers, 2
+        # warps) slow its stream launch when they run beside it: non-flush 212.5 -> 193.5 us at
+        # batch 256 in order.
+        return StagedVariant(**stream, flush_stream=False, flush_dot=True, flush_persistent=4, flush_block_v=32,
+                             flush_warps=2)
     return None
 
 

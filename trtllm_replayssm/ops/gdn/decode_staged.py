@@ -242,7 +242,7 @@ def _flush_tile(q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u
                 HV: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr,
                 CAP: tl.constexpr, BC: tl.constexpr, W: tl.constexpr, PER_CHANNEL: tl.constexpr, REFOLD: tl.constexpr,
                 WY: tl.constexpr, RAW_QK: tl.constexpr, STAGES: tl.constexpr, UNROLL: tl.constexpr,
-                DOT: tl.constexpr):
+                DOT: tl.constexpr, TF32X2: tl.constexpr = False):
     """Rows ``v0 .. v0 + BV`` of value head ``i_hv`` of flush row ``i_b``: fold, store, output."""
     o_k = tl.arange(0, K)
     o_c = tl.arange(0, BC)
@@ -272,7 +272,7 @@ def _flush_tile(q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u
         b_u, b_o = _tile_read(S, U, c, b_v, b_beta, p_w, q + i_b * stride_q + i_h * stride_qh, p_rk,
                               o_k, o_c, K, BC, RAW_QK)
         if DOT:
-            S = _tile_fold_u_dot(S, U, b_u, c, p_rk, p_rg, o_k, o_c, K, CAP, PER_CHANNEL)
+            S = _tile_fold_u_dot(S, U, b_u, c, p_rk, p_rg, o_k, o_c, K, CAP, PER_CHANNEL, TF32X2)
         else:
             S = _tile_fold_u(S, b_u, c, p_rk, p_ru, p_rg, o_k, o_v, K, V, PER_CHANNEL, STAGES)
     tl.store(p_s, S.to(checkpoint.dtype.element_ty))
@@ -286,7 +286,7 @@ def _flush_kernel(
     HV: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, CAP: tl.constexpr,
     BC: tl.constexpr, W: tl.constexpr, HEADS_PER_PROGRAM: tl.constexpr, SPLIT: tl.constexpr, PER_CHANNEL: tl.constexpr,
     REFOLD: tl.constexpr, WY: tl.constexpr, RAW_QK: tl.constexpr, STAGES: tl.constexpr, UNROLL: tl.constexpr,
-    HAS_INDICES: tl.constexpr, DOT: tl.constexpr,
+    HAS_INDICES: tl.constexpr, DOT: tl.constexpr, TF32X2: tl.constexpr,
 ):
     """The flush rows of a ``flush_launch`` step: ``V / SPLIT`` rows of ``HEADS_PER_PROGRAM``
     value heads of one row per program, in ``BV``-row tiles; programs of other rows exit after
@@ -305,7 +305,7 @@ def _flush_kernel(
             for v0 in range(i_s * ROWS, (i_s + 1) * ROWS, BV):
                 _flush_tile(q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, scratch, i_b, hv0 + hh,
                             slot, c, v0, stride_q, stride_qh, stride_v, stride_vh, stride_o, stride_oh,
-                            HV, H, K, V, BV, CAP, BC, W, PER_CHANNEL, REFOLD, WY, RAW_QK, STAGES, UNROLL, DOT)
+                            HV, H, K, V, BV, CAP, BC, W, PER_CHANNEL, REFOLD, WY, RAW_QK, STAGES, UNROLL, DOT, TF32X2)
 
 
 @triton.jit
@@ -315,7 +315,7 @@ def _flush_list_kernel(
     HV: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, CAP: tl.constexpr,
     BC: tl.constexpr, W: tl.constexpr, PER_CHANNEL: tl.constexpr, REFOLD: tl.constexpr, WY: tl.constexpr,
     RAW_QK: tl.constexpr, STAGES: tl.constexpr, UNROLL: tl.constexpr, HAS_INDICES: tl.constexpr, DOT: tl.constexpr,
-    BLOCK_B: tl.constexpr, PREFETCH: tl.constexpr,
+    TF32X2: tl.constexpr, BLOCK_B: tl.constexpr, PREFETCH: tl.constexpr,
 ):
     """The flush rows' ``[BV, d_k]`` tiles as a list walked by a fixed wave of programs
     (``flush_persistent`` per SM): each program numbers the flush rows by a prefix sum of the
@@ -337,7 +337,7 @@ def _flush_list_kernel(
             _flush_tile(q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, scratch, i_b,
                         (i % PER_ROW) // NVB, slot, c, (i % NVB) * BV,
                         stride_q, stride_qh, stride_v, stride_vh, stride_o, stride_oh,
-                        HV, H, K, V, BV, CAP, BC, W, PER_CHANNEL, REFOLD, WY, RAW_QK, STAGES, UNROLL, DOT)
+                        HV, H, K, V, BV, CAP, BC, W, PER_CHANNEL, REFOLD, WY, RAW_QK, STAGES, UNROLL, DOT, TF32X2)
             i, i_b, slot, c = nxt, n_b, n_slot, n_c
         return
     for i in range(tl.program_id(0), n_flush * PER_ROW, tl.num_programs(0)):
@@ -348,7 +348,7 @@ def _flush_list_kernel(
         _flush_tile(q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, scratch, i_b,
                     (i % PER_ROW) // NVB, slot, tl.load(row_info + i_b * 2), (i % NVB) * BV,
                     stride_q, stride_qh, stride_v, stride_vh, stride_o, stride_oh,
-                    HV, H, K, V, BV, CAP, BC, W, PER_CHANNEL, REFOLD, WY, RAW_QK, STAGES, UNROLL, DOT)
+                    HV, H, K, V, BV, CAP, BC, W, PER_CHANNEL, REFOLD, WY, RAW_QK, STAGES, UNROLL, DOT, TF32X2)
 
 
 def delta_replay_staged_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, committed, flush_at, window,
@@ -362,6 +362,7 @@ def delta_replay_staged_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, ring
     cap = ring_k.shape[2]
     per_channel, do_refold = a.dim() == 3, refold and variant.fold != "u"
     dot = uses_flush_dot(variant, refold)
+    tf32x2 = dot and variant.flush_precision == "tf32x2"
     bc, width = scratch_width(K, cap, variant.fold, dot)
     scratch = torch.empty(batch * HV * width, dtype=torch.float32, device=q.device)
     row_info = torch.empty(batch * 2, dtype=torch.int32, device=q.device)
@@ -393,14 +394,14 @@ def delta_replay_staged_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, ring
             _flush_list_kernel[(list_grid(items, variant.flush_persistent, q.device),)](
                 q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, state_indices, scratch, row_info,
                 batch, sq, sqh, sv, svh, so, soh,
-                BV=flush_bv, BLOCK_B=triton.next_power_of_2(batch), DOT=dot, PREFETCH=variant.flush_prefetch, **common,
+                BV=flush_bv, BLOCK_B=triton.next_power_of_2(batch), DOT=dot, TF32X2=tf32x2, PREFETCH=variant.flush_prefetch, **common,
                 num_warps=flush_warps, maxnreg=variant.flush_max_registers,
             )
         else:
             _flush_kernel[(batch * (HV // heads) * split,)](
                 q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, state_indices, pad_slot_id, scratch,
                 row_info, sq, sqh, sv, svh, so, soh,
-                BV=flush_bv, HEADS_PER_PROGRAM=heads, SPLIT=split, DOT=dot, **common, num_warps=flush_warps,
+                BV=flush_bv, HEADS_PER_PROGRAM=heads, SPLIT=split, DOT=dot, TF32X2=tf32x2, **common, num_warps=flush_warps,
                 maxnreg=variant.flush_max_registers,
             )
 

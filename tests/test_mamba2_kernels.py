@@ -211,6 +211,20 @@ def test_replay_staged_kernel_interpreter(dims, params):
 
 
 @pytest.mark.skipif(HAS_CUDA, reason="interpreter test; the GPU grid covers it on CUDA")
+@pytest.mark.parametrize("params", [
+    dict(kernel="staged", block_p=16, num_warps=2, flush_launch=True, flush_heads=2, flush_block_p=16),
+    dict(kernel="staged", block_p=16, num_warps=2, flush_launch=True, flush_persistent=1, flush_block_p=16),
+    dict(kernel="staged", block_p=16, num_warps=2),
+    dict(kernel="v4", block_p=16, num_warps=4, p_split=2),
+], ids=["flush-launch", "flush-list", "in-stream", "v4"])
+def test_replay_tf32x2_fold_interpreter_fp16(params):
+    # fold="tf32x2" with a 16-bit ring B (fp16: the interpreter's bf16 is unreliable): the fold's
+    # algebra in each kernel that has it (the interpreter multiplies in full fp32).
+    check_replay((4, 32, 16, 2), torch.float16, 3, 4, 13, "cpu", run=_kernel_replay(decode.LaunchConfig(
+        fold="tf32x2", **params)), stagger=True)
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="interpreter test; the GPU grid covers it on CUDA")
 def test_replay_v4_kernel_interpreter_batch1_in_phase():
     cfg = decode.LaunchConfig(16, 4, kernel="v4", fold="loop", p_split=2)
     check_replay((2, 32, 16, 1), torch.float32, 1, 4, 13, "cpu", run=_kernel_replay(cfg))
@@ -300,7 +314,7 @@ def test_replay_v4_gpu(dims, dtype, batch, params):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("fold", ["fma", "loop", "ieee", "tf32x3"])
+@pytest.mark.parametrize("fold", ["fma", "loop", "ieee", "tf32x3", "tf32x2"])
 def test_replay_v4_nemotron_dims_four_windows_gpu(fold):
     # The accuracy target for every fold of the v4 kernel: fp32 checkpoint within 1e-5 of float64, L=16.
     run = _kernel_replay(decode.LaunchConfig(32, 4, kernel="v4", fold=fold))
@@ -314,6 +328,7 @@ STAGED_GPU_CONFIGS = [
     dict(block_p=16, num_warps=2, fold="tf32x3", flush_launch=True, flush_heads=2),
     dict(block_p=16, num_warps=2, fold="tf32x3", flush_launch=True, flush_persistent=4, flush_block_p=16),
     dict(block_p=16, num_warps=2, fold="tf32x3", flush_launch=True, flush_stream=True, flush_max_registers=128),
+    dict(block_p=16, num_warps=2, fold="tf32x2", flush_launch=True, flush_stream=True, flush_max_registers=128),
 ]
 
 
@@ -330,7 +345,8 @@ def test_replay_staged_gpu(dims, dtype, batch, params):
 @pytest.mark.gpu
 @pytest.mark.parametrize("fold,flush_launch,persistent", [
     ("fma", False, 0), ("loop", False, 0), ("ieee", False, 0), ("tf32x3", False, 0), ("tf32x3", True, 0),
-    ("loop", True, 0), ("tf32x3", True, 4), ("ieee", True, 8)])
+    ("loop", True, 0), ("tf32x3", True, 4), ("ieee", True, 8), ("tf32x2", False, 0), ("tf32x2", True, 0),
+    ("tf32x2", True, 4)])
 def test_replay_staged_nemotron_dims_four_windows_gpu(fold, flush_launch, persistent):
     # The accuracy target for every fold of the staged kernel: fp32 checkpoint within 1e-5 of float64, L=16.
     run = _kernel_replay(decode.LaunchConfig(16, 4, kernel="staged", fold=fold, flush_launch=flush_launch,

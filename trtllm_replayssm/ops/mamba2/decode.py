@@ -31,11 +31,14 @@ import triton.language as tl
 
 from .._arrivals import arrival_counters
 
-__all__ = ["FOLDS", "KERNELS", "PIPELINES", "LaunchConfig", "launch_config", "replay_step", "standard_step"]
+__all__ = ["DOT_FOLDS", "FOLDS", "KERNELS", "PIPELINES", "LaunchConfig", "launch_config", "replay_step", "standard_step"]
 
 #: Flush fold of the "v4" and "staged" kernels: unrolled rank-1 FMAs, a rolled loop, or an fp32
 #: ``tl.dot`` at this precision; "staged" also has the loop software-pipelined ("pipe").
-FOLDS = ("fma", "loop", "ieee", "tf32x3", "pipe")
+FOLDS = ("fma", "loop", "ieee", "tf32x3", "tf32x2", "pipe")
+#: The folds that are one ``tl.dot`` (16-row tiles at least); "tf32x2" is tf32x3 in two TF32
+#: passes where the ring's ``B`` is 16-bit (exact in TF32; ``ops/_tf32.py``).
+DOT_FOLDS = ("ieee", "tf32x3", "tf32x2")
 #: Replay kernels: one program per tile (v3), per head part (v4), ring launch + tiles (staged).
 KERNELS = ("v3", "v4", "staged")
 #: Tile pipelining of the "v4" kernel (decode_v4.py).
@@ -59,7 +62,7 @@ class LaunchConfig:
     # also to "staged").
     kernel: str = "v3"
     p_split: int = 1  # programs per head (each streams head_dim / p_split rows)
-    fold: str = "fma"  # flush fold: FMAs unrolled ("fma") or rolled ("loop"), or tl.dot "ieee" / "tf32x3"
+    fold: str = "fma"  # flush fold: FMAs unrolled ("fma") or rolled ("loop"), or tl.dot (DOT_FOLDS)
     pipeline: str = "regs"  # "regs": unrolled, next tiles loaded ahead; "range": tl.range staging
     ahead: int = 1  # tiles loaded ahead of the one being computed ("regs"; 1 or 2)
     num_stages: int = 2  # software-pipeline stages ("range")
@@ -101,14 +104,14 @@ class LaunchConfig:
             raise ValueError("LaunchConfig.flush_stream: needs flush_launch=True")
         if self.flush_launch and self.kernel != "staged":
             raise ValueError("LaunchConfig.flush_launch: needs kernel='staged'")
-        if self.flush_launch and self.fold in ("ieee", "tf32x3") and self.flush_block_p < 16:
+        if self.flush_launch and self.fold in DOT_FOLDS and self.flush_block_p < 16:
             raise ValueError(f"LaunchConfig.flush_block_p: a tl.dot fold needs >= 16, got {self.flush_block_p}")
         if self.p_split < 1 or self.num_stages < 1:
             raise ValueError(f"LaunchConfig: expected p_split >= 1 and num_stages >= 1, got {self.p_split}, {self.num_stages}")
         if self.block_p < 1 or self.block_p & (self.block_p - 1):
             raise ValueError(f"LaunchConfig.block_p: expected a power of two, got {self.block_p}")
         if (self.kernel == "v4" or (self.kernel == "staged" and not self.flush_launch)) and \
-                self.fold in ("ieee", "tf32x3") and self.block_p < 16:
+                self.fold in DOT_FOLDS and self.block_p < 16:
             raise ValueError(f"LaunchConfig.block_p: a tl.dot fold needs block_p >= 16, got {self.block_p}")
 
 
@@ -143,10 +146,13 @@ def launch_config(kind: str, head_dim: int, d_state: int, batch: int) -> LaunchC
     # non-flush 290 us = 95% of copy against 336 us with the fold in the stream launch), capped
     # at 128 registers (4 programs per SM; flush 861 us against 923 us at 132 registers), issued
     # first on a side stream so that it runs under the stream launch (`--variants`, batch 256:
-    # amortized 1.81x / staggered 1.86x the standard against 1.79x / 1.77x in order).
+    # amortized 1.81x / staggered 1.86x the standard against 1.79x / 1.77x in order). The fold in
+    # two TF32 passes (the ring's 16-bit B is exact in TF32; ops/_tf32.py; fp32 rings take
+    # tf32x3), capped at 96 registers (5 programs per SM): flush 827 -> 731 us, amortized 1.79x ->
+    # 1.83x, staggered 1.83x -> 1.89x in one `--variants` run.
     if block_n <= 128:
-        return LaunchConfig(block_p=16, num_warps=2, kernel="staged", fold="tf32x3", flush_launch=True,
-                            flush_max_registers=128, flush_stream=True)
+        return LaunchConfig(block_p=16, num_warps=2, kernel="staged", fold="tf32x2", flush_launch=True,
+                            flush_max_registers=96, flush_stream=True)
     return LaunchConfig(block_p=4, num_warps=2, max_registers=56, kernel="staged", fold="loop")
 
 

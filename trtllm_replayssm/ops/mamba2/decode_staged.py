@@ -52,6 +52,7 @@ import triton.language as tl
 
 from .._flush_list import LIST_MAX_BATCH, flush_ranks, flush_row, list_grid
 from .._side_stream import fork, join
+from .._tf32 import fp32_dot
 from .decode import _common, _mixer_output, _program_ids, _slot_of, _softplus_clamp, _state_strides
 
 __all__ = ["replay_step_staged"]
@@ -148,7 +149,7 @@ def _fold_ring(upd, c, line, rx, lead, rx_base, rB_base, s_rx_j, s_rB_j, offs_p,
         rB = tl.load(rB_base + offs_j[:, None] * s_rB_j + offs_n[None, :],
                      mask=(offs_j < CAP)[:, None] & mask_n[None, :], other=0.0)
         rB = tl.where(in_ring[:, None], rB.to(tl.float32), 0.0)
-        upd = tl.dot(rx * lead[None, :], rB, acc=upd, input_precision=FOLD)
+        upd = fp32_dot(rx * lead[None, :], rB, upd, rB_base, FOLD)
     return upd
 
 

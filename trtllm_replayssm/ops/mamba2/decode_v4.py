@@ -34,6 +34,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from .._tf32 import fp32_dot
 from .decode import (_append_dt_B, _arrivals, _common, _fold_unrolled, _move_cursors, _program_ids, _slot_of,
                      _softplus_clamp, _state_strides)
 
@@ -84,7 +85,7 @@ def _fold_tile(S, x, offs_p, offs_n, c, in_ring, w, gamma, total, dt, A, Bv, Cv,
             upd += (w_j * x_j.to(tl.float32))[:, None] * B_j.to(tl.float32)[None, :]
     else:
         xw = tl.where(in_ring[None, :], rx.to(tl.float32), 0.0) * w[None, :]
-        upd = tl.dot(xw, rB, acc=upd, input_precision=FOLD)
+        upd = fp32_dot(xw, rB, upd, rB_base, FOLD)
     tl.store(ck_base + offs_p[:, None] * s_ck_p + offs_n[None, :], upd.to(ck_base.dtype.element_ty),
              mask=(offs_p < tile_rows)[:, None] & (offs_n < N)[None, :])
     return tl.sum(upd * Cv[None, :], axis=1)

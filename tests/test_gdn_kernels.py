@@ -381,6 +381,23 @@ def test_flush_tf32x2_cpu(per_channel, dtype):
     assert flushes >= 2 * 3 and worst_c < 1e-5, (flushes, worst_c)
 
 
+@pytest.mark.parametrize("tiles", [2, 8], ids=["2-tiles", "8-capped"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=["fp16", "fp32"])
+@pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
+def test_flush_item_tiles_cpu(per_channel, dtype, tiles):
+    """``flush_item_tiles``: a list item folds several 16-row tiles of one value head with the key
+    side formed once (KDA: ``Kd`` and its TF32 split, the three products by hand); at ``d_v = 64``
+    2 tiles make 2 items per head and 8 is capped at the head's 4. Checkpoint within 1e-5 of
+    float64 over 3+ windows, several rows flushing in one step, one program per SM so that each
+    walks several items."""
+    variant = dataclasses.replace(decode.default_variant(256, per_channel, False, 64), flush_block_v=16,
+                                  flush_warps=1, flush_persistent=1, flush_item_tiles=tiles)
+    layer = Layer(per_channel, 2, 1, 16, 64, dtype=dtype, seed=11)
+    _, worst_c, flushes = drive(layer, 3, slots=4, steps=3 * 4 + 2, window=4, refold=False, stagger=False,
+                                variant=variant)
+    assert flushes >= 2 * 3 and worst_c < 1e-5, (flushes, worst_c)
+
+
 @pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
 def test_ring_split_is_bitwise_cpu(per_channel):
     """``ring_split`` moves a value head's ring work to another program and ``ring_prefetch``
@@ -429,6 +446,9 @@ STAGED_BAD_OPTIONS = [
     (dict(flush_launch=True, flush_prefetch=True), "^flush_prefetch: only with flush_persistent"),
     (dict(flush_launch=True, flush_dot=True, flush_precision="tf32"), "^flush_precision: expected one of"),
     (dict(flush_launch=True, flush_precision="tf32x2"), "^flush_precision: only with flush_dot"),
+    (dict(flush_launch=True, flush_dot=True, flush_persistent=4, flush_item_tiles=3), "^flush_item_tiles: expected"),
+    (dict(flush_launch=True, flush_dot=True, flush_item_tiles=2), "^flush_item_tiles: only with flush_dot"),
+    (dict(flush_launch=True, flush_persistent=4, flush_item_tiles=2), "^flush_item_tiles: only with flush_dot"),
 ]
 
 
@@ -527,9 +547,10 @@ def test_default_variant_by_batch_kind_and_fold():
     for per_channel in (False, True):
         fold_u = decode.default_variant(256, per_channel, False, 128)
         assert isinstance(fold_u, StagedVariant) and fold_u.flush_dot
-        # GDN: 16-row one-warp tiles, the product in two TF32 passes; KDA: 32-row two-warp tiles, tf32x3
-        assert (fold_u.flush_warps, fold_u.flush_block_v, fold_u.flush_persistent, fold_u.flush_precision) == \
-            ((2, 32, 4, "tf32x3") if per_channel else (1, 16, 8, "tf32x2"))
+        # GDN: 16-row one-warp tiles, the product in two TF32 passes; KDA: two 16-row two-warp
+        # tiles of a head per item, tf32x3
+        assert (fold_u.flush_warps, fold_u.flush_block_v, fold_u.flush_persistent, fold_u.flush_precision,
+                fold_u.flush_item_tiles) == ((2, 16, 4, "tf32x3", 2) if per_channel else (1, 16, 8, "tf32x2", 1))
         refolding = decode.default_variant(256, per_channel, True, 128)
         assert isinstance(refolding, StagedVariant) and not refolding.flush_dot and refolding.fold == "refold"
         assert (refolding.flush_persistent, refolding.flush_block_v, refolding.flush_warps) == (16, 16, 1)
@@ -592,14 +613,11 @@ def test_staged_defaults_flush_tf32x2_gpu(per_channel, dtype, monkeypatch):
     check_variant_gpu(per_channel, dims, dtype, 64, variant, monkeypatch, refold=False)
 
 
-@pytest.mark.gpu
-def test_flush_tf32x2_agrees_with_tf32x3_gpu():
-    """GDN, bf16 rings, batch 64, 3 windows at L=16 from the same inputs: the checkpoints of the
-    two-pass and the three-pass dot folds agree to fp32 level (``check_variant_gpu``'s 16-bit
-    tolerance, set by the reference's own key rounding, could not tell a one-pass TF32 fold)."""
-    layer = Layer(False, *GPU_DIMS[0], dtype=torch.bfloat16, seed=3)
-    base = decode.default_variant(256, False, False, GPU_DIMS[0][3])
-    variants = [dataclasses.replace(base, flush_precision="tf32x3"), dataclasses.replace(base, flush_precision="tf32x2")]
+def _checkpoints_after_three_windows(per_channel, variants):
+    """Checkpoints of ``variants`` (``refold=False``) after 3 windows at L=16 from the same bf16
+    inputs and initial checkpoint, batch 64, every row flushing at the same steps."""
+    dims = (32, 32, 128, 128) if per_channel else GPU_DIMS[0]
+    layer = Layer(per_channel, *dims, dtype=torch.bfloat16, seed=3)
     config = ReplaySSMConfig(window=16, flush_stagger=False)
     states = [layer.state(66, config) for _ in variants]
     for st in states:
@@ -612,8 +630,46 @@ def test_flush_tf32x2_agrees_with_tf32x3_gpu():
                 st.checkpoint, st.ring_k, st.ring_v, st.ring_beta, st.ring_g, st.ring_u, st.committed, st.flush_at,
                 st.window, **inputs, **layer.params("cuda"), state_indices=idx, pad_slot_id=-1, scale=None,
                 refold=False, variant=variant)
-    assert int(states[0].committed[0]) == 2  # three flushes behind every row
-    assert rel_err(states[1].checkpoint, states[0].checkpoint) < 2e-6
+    assert all(int(st.committed[0]) == 2 for st in states)  # three flushes behind every row
+    return [st.checkpoint for st in states]
+
+
+@pytest.mark.gpu
+def test_flush_tf32x2_agrees_with_tf32x3_gpu():
+    """GDN, bf16 rings, batch 64, 3 windows at L=16 from the same inputs: the checkpoints of the
+    two-pass and the three-pass dot folds agree to fp32 level (``check_variant_gpu``'s 16-bit
+    tolerance, set by the reference's own key rounding, could not tell a one-pass TF32 fold)."""
+    base = decode.default_variant(256, False, False, GPU_DIMS[0][3])
+    ck = _checkpoints_after_three_windows(False, [dataclasses.replace(base, flush_precision="tf32x3"),
+                                                  dataclasses.replace(base, flush_precision="tf32x2")])
+    assert rel_err(ck[1], ck[0]) < 2e-6
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
+def test_flush_item_tiles_agrees_gpu(per_channel):
+    """``flush_item_tiles`` 2 and 4 (KDA: ``Kd`` split once per item, the three TF32 products by
+    hand) against one tile per item: checkpoints agree to fp32 level after 3 windows."""
+    base = decode.default_variant(256, per_channel, False, 128)
+    ck = _checkpoints_after_three_windows(per_channel, [
+        dataclasses.replace(base, flush_item_tiles=1),
+        dataclasses.replace(base, flush_block_v=32, flush_warps=4, flush_persistent=2, flush_item_tiles=2),
+        dataclasses.replace(base, flush_block_v=32, flush_warps=4, flush_persistent=2, flush_item_tiles=4)])
+    assert rel_err(ck[1], ck[0]) < 2e-6 and rel_err(ck[2], ck[0]) < 2e-6, (rel_err(ck[1], ck[0]), rel_err(ck[2], ck[0]))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fields", [dict(flush_block_v=32, flush_warps=2, flush_item_tiles=2),
+                                    dict(flush_block_v=32, flush_warps=4, flush_persistent=2, flush_item_tiles=4),
+                                    dict(flush_block_v=16, flush_warps=2, flush_item_tiles=2)],
+                         ids=["32r2w-x2", "32r4w-x4", "16r2w-x2"])
+@pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
+def test_flush_item_tiles_gpu(per_channel, fields, monkeypatch):
+    """The ``refold=False`` defaults with several tiles per list item, bf16, batch 64, against
+    float64 (padded rows, staggered phases, 3+ windows)."""
+    dims = (32, 32, 128, 128) if per_channel else GPU_DIMS[0]
+    variant = dataclasses.replace(decode.default_variant(256, per_channel, False, dims[3]), **fields)
+    check_variant_gpu(per_channel, dims, "bf16", 64, variant, monkeypatch, refold=False)
 
 
 @pytest.mark.gpu

@@ -10,7 +10,7 @@ and ``d_v`` offsets; ``p_*`` pointers to the (row, head)'s ring entries and scra
 import triton
 import triton.language as tl
 
-from .._tf32 import dot_tf32x2
+from .._tf32 import dot_tf32x2, tf32_split
 from .decode import _delta_update
 
 
@@ -136,32 +136,65 @@ def _tile_fold_u(S, b_u, c, p_rk, p_ru, p_rg, o_k, o_v, K: tl.constexpr, V: tl.c
 
 
 @triton.jit
-def _tile_fold_u_dot(S, U, b_u, c, p_rk, p_rg, o_k, o_c, K: tl.constexpr, CAP: tl.constexpr,
-                     PER_CHANNEL: tl.constexpr, TF32X2: tl.constexpr):
-    """``_tile_fold_u`` as one product: ``S Diag(e^{G_c}) + U^T Kd`` with ``Kd_j = e^{G_c - G_j} k_j``
-    (``G`` the inclusive cumulative log-decay, all exponents <= 0) and ``U`` ``[BC, BV]`` the
-    cached ``u`` (zero from ``c`` on; ``u_t`` goes in at ``c``), tf32x3 (fp32-level products on
-    tensor cores). ``BC`` >= 16 and ``BV`` >= 16 (``tl.dot``). ``TF32X2`` with a scalar decay
-    and a 16-bit ring: the decay moves onto ``U`` (``(U^T Diag(w)) K``), the raw keys are exact in
-    TF32 and the product takes two TF32 passes (``ops/_tf32.py``)."""
+def _fold_keys(c, p_rk, p_rg, o_k, o_c, K: tl.constexpr, CAP: tl.constexpr, PER_CHANNEL: tl.constexpr,
+               PRESPLIT: tl.constexpr):
+    """The key side of ``_tile_fold_u_dot``, shared by every tile of a value head (``G`` the
+    inclusive cumulative log-decay, all exponents <= 0; whole ring tiles zeroed past ``c`` in
+    registers, NaN-safe, so that no load waits for the cursor). Returns ``(B, B_lo, w, decay)``:
+
+    - per-channel decay (KDA): ``B = Kd`` ``[BC, K]`` with ``Kd_j = e^{G_c - G_j} k_j``,
+      ``decay = e^{G_c}`` ``[K]``; ``PRESPLIT``: ``(B, B_lo)`` its TF32 split (``ops/_tf32.py``),
+      made once for the tiles that reuse it;
+    - scalar decay (Gated DeltaNet): ``B`` the raw keys ``[BC, K]`` (fp32), ``w = e^{G_c - G_j}``
+      ``[BC]``, ``decay = e^{G_c}``.
+    Unused outputs repeat ``B`` / ``w``."""
     live = o_c <= c
-    Ut = tl.where((o_c == c)[None, :], b_u[:, None], tl.trans(U))
-    # Whole ring tiles, zeroed past c in registers (NaN-safe): no load waits for the cursor.
     kr = tl.load(p_rk + o_c[:, None] * K + o_k[None, :], mask=(o_c < CAP)[:, None], other=0.0)
     kr = tl.where(live[:, None], kr.to(tl.float32), 0.0)
     if PER_CHANNEL:
         gr = tl.load(p_rg + o_c[:, None] * K + o_k[None, :], mask=(o_c < CAP)[:, None], other=0.0)
         gr = tl.where(live[:, None], gr, 0.0)
         G_c = tl.sum(gr, axis=0)
-        Kd = kr * tl.exp(G_c[None, :] - tl.cumsum(gr, axis=0))
-        S = tl.dot(Ut, Kd, acc=S * tl.exp(G_c)[None, :], input_precision="tf32x3")
+        B = kr * tl.exp(G_c[None, :] - tl.cumsum(gr, axis=0))
+        decay = tl.exp(G_c)
+        w = live.to(tl.float32)
     else:
         gr = tl.where(live, tl.load(p_rg + o_c, mask=o_c < CAP, other=0.0), 0.0)
         G_c = tl.sum(gr, axis=0)
         w = tl.exp(G_c - tl.cumsum(gr, axis=0))
-        S = S * tl.exp(G_c)
-        if TF32X2 and p_rk.dtype.element_ty != tl.float32:
-            S = dot_tf32x2(Ut * w[None, :], kr, S)
+        decay = tl.exp(G_c)
+        B = kr
+    B_lo = B
+    if PRESPLIT:
+        B, B_lo = tf32_split(B)
+    return B, B_lo, w, decay
+
+
+@triton.jit
+def _tile_fold_u_dot(S, U, b_u, c, B, B_lo, w, decay, o_c, ring_k, PER_CHANNEL: tl.constexpr,
+                     TF32X2: tl.constexpr, PRESPLIT: tl.constexpr):
+    """``_tile_fold_u`` as one product: ``S Diag(e^{G_c}) + U^T Kd`` with ``(B, B_lo, w, decay)``
+    from :func:`_fold_keys` and ``U`` ``[BC, BV]`` the cached ``u`` (zero from ``c`` on; ``u_t``
+    goes in at ``c``), tf32x3 (fp32-level products on tensor cores). ``BC`` >= 16 and ``BV`` >=
+    16 (``tl.dot``). ``PRESPLIT`` (per-channel): tf32x3 by hand from ``Kd``'s split made once per
+    head. ``TF32X2`` with a scalar decay and a 16-bit ring (``ring_k``: only its dtype is used):
+    the decay moves onto ``U`` (``(U^T Diag(w)) K``), the raw keys are exact in TF32 and the
+    product takes two TF32 passes (``ops/_tf32.py``)."""
+    Ut = tl.where((o_c == c)[None, :], b_u[:, None], tl.trans(U))
+    if PER_CHANNEL:
+        S = S * decay[None, :]
+        if PRESPLIT:
+            # tf32x3's three products, smallest first, with Kd split once per head.
+            hi, lo = tf32_split(Ut)
+            S = tl.dot(lo, B, acc=S, input_precision="tf32")
+            S = tl.dot(hi, B_lo, acc=S, input_precision="tf32")
+            S = tl.dot(hi, B, acc=S, input_precision="tf32")
         else:
-            S = tl.dot(Ut, kr * w[:, None], acc=S, input_precision="tf32x3")
+            S = tl.dot(Ut, B, acc=S, input_precision="tf32x3")
+    else:
+        S = S * decay
+        if TF32X2 and ring_k.dtype.element_ty != tl.float32:
+            S = dot_tf32x2(Ut * w[None, :], B, S)
+        else:
+            S = tl.dot(Ut, B * w[:, None], acc=S, input_precision="tf32x3")
     return S

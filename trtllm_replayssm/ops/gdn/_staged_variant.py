@@ -57,7 +57,10 @@ class StagedVariant:
     launch's flags) instead of a program per (row, ``flush_heads``, ``flush_split``); non-flush
     steps then cost one wave of empty programs instead of ``batch x heads`` early exits;
     ``flush_prefetch``: each list program loads its next item's row, slot and ring length before
-    folding the current tile (not yet timed). ``flush_stream``: the flush launch is issued first
+    folding the current tile (timed slower). ``flush_item_tiles``: a list item is that many
+    consecutive ``flush_block_v``-row tiles of one value head (capped at the head), the dot
+    fold's key side formed once for them: KDA's decayed keys ``Kd`` ``[CAP, d_k]`` (an exponent
+    per element) and their TF32 split, Gated DeltaNet's raw keys and decays. ``flush_stream``: the flush launch is issued first
     on a high-priority side stream and runs under the stream launch (disjoint rows;
     ``ops/_side_stream.py``), joined before returning.
 
@@ -98,6 +101,7 @@ class StagedVariant:
     flush_prefetch: bool = False
     flush_stream: bool = False
     flush_precision: str = "tf32x3"
+    flush_item_tiles: int = 1
     pdl: bool = False
 
     def __post_init__(self):
@@ -122,6 +126,11 @@ class StagedVariant:
                                       or self.flush_stream):
             raise ValueError("flush_heads, flush_split, flush_block_v, flush_warps, flush_dot, flush_persistent, "
                              "flush_stream: only with flush_launch=True")
+        if self.flush_item_tiles < 1 or self.flush_item_tiles & (self.flush_item_tiles - 1):
+            raise ValueError(f"flush_item_tiles: expected a power of two, got {self.flush_item_tiles}")
+        if self.flush_item_tiles != 1 and not (self.flush_dot and self.flush_persistent):
+            raise ValueError("flush_item_tiles: only with flush_dot=True and flush_persistent > 0 (the list launch's "
+                             "one-product fold)")
         if self.flush_prefetch and not self.flush_persistent:
             raise ValueError("flush_prefetch: only with flush_persistent > 0 (the list flush launch)")
         if self.flush_persistent < 0:
@@ -177,6 +186,12 @@ def flush_config(rows: int, v_heads: int, d_k: int, d_v: int, variant: StagedVar
         bv = max(bv, 16)
     heads = variant.flush_heads if v_heads % variant.flush_heads == 0 else 1
     return bv, variant.flush_warps or warps, heads, min(variant.flush_split, d_v // bv)
+
+
+def item_tiles(d_v: int, block_v: int, variant: StagedVariant, dot: bool) -> int:
+    """``BV``-row tiles per list-flush item: ``flush_item_tiles`` capped at the head's ``d_v``
+    (1 unless the flush folds by one product)."""
+    return min(variant.flush_item_tiles, d_v // block_v) if dot else 1
 
 
 def scratch_width(d_k: int, capacity: int, fold: str, dot: bool = False) -> tuple[int, int]:

@@ -67,8 +67,9 @@ def default_variant(batch: int, per_channel: bool, refold: bool, d_v: int):
       (under the stream launch; for KDA's dot fold after it), 8-row stream tiles. A flush that
       folds the cached ``u`` (``refold=False``) folds each tile as one product: GDN 16-row tiles
       in two TF32 passes, 8 one-warp programs per SM (batch 256 amortized 190.0 us against 194.7
-      us with the earlier tf32x3 fold of 32-row tiles; 1.35x fla's step with that one), KDA 32-row
-      tiles in tf32x3, 4 two-warp programs per SM (230.1 us = 1.66x); a refolding flush walks 16-row tiles with 16 one-warp programs per SM
+      us with the earlier tf32x3 fold of 32-row tiles; 1.35x fla's step with that one), KDA
+      two 16-row tiles of a head per list item in tf32x3, 4 two-warp programs per SM (225.8 us =
+      1.68x fla's 378.5 us); a refolding flush walks 16-row tiles with 16 one-warp programs per SM
       (GDN 206.0 us = 1.27x, staggered 211.9 us against 277.8 us row-wise; KDA 230.3 us =
       1.66x, staggered 236.3 us against 342.6 us). At batch 32 / 64 they also beat the row-wise
       kernel (GDN 38.6 / 61.2 us against 54.5 / 77.8 us with ``refold=False``, 40.2 / 63.1 us refolding;
@@ -94,11 +95,15 @@ def default_variant(batch: int, per_channel: bool, refold: bool, d_v: int):
             # 593 -> 525 us, amortized 194.7 -> 190.0 us at batch 256 (fp32 rings: tf32x3).
             return StagedVariant(**stream, flush_stream=True, flush_dot=True, flush_precision="tf32x2",
                                  flush_persistent=8, flush_block_v=16, flush_warps=1)
-        # KDA's per-channel decays keep tf32x3; its dot-fold flush programs (255 registers, 2
-        # warps) slow its stream launch when they run beside it: non-flush 212.5 -> 193.5 us at
-        # batch 256 in order.
-        return StagedVariant(**stream, flush_stream=False, flush_dot=True, flush_persistent=4, flush_block_v=32,
-                             flush_warps=2)
+        # KDA's per-channel decays keep tf32x3, after the stream launch (its flush programs slow
+        # the stream launch beside it: non-flush 212.5 -> 193.5 us at batch 256 in order). A list
+        # item is two 16-row tiles of a head (2 warps, 250 registers, 4 per SM), the decayed keys
+        # Kd [CAP, d_k] and their TF32 split made once for both: against one 32-row tile per item,
+        # batch 256 flush 884.5 -> 728.5 us, amortized 235.0 -> 225.8 us, staggered 236.5 -> 225.9
+        # us; batch 32 amortized / staggered 44.6 / 49.8 -> 43.5 / 47.7 us. (Whole heads in four
+        # 32-row tiles, 4 warps: 224.0 us amortized at 256, but staggered 52.5 us at batch 32.)
+        return StagedVariant(**stream, flush_stream=False, flush_dot=True, flush_persistent=4, flush_block_v=16,
+                             flush_warps=2, flush_item_tiles=2)
     return None
 
 

@@ -57,12 +57,12 @@ import triton.language as tl
 from .._flush_list import LIST_MAX_BATCH, flush_ranks, flush_row, list_grid, list_item
 from .._pdl import gdc_launch_dependents, gdc_wait, pdl_supported
 from .._side_stream import fork, join
-from ._staged_tiles import _tile_fold_u, _tile_fold_u_dot, _tile_read, _tile_refold, _tile_wy
-from ._staged_variant import StagedVariant, flush_config, ring_split, scratch_width, staged_config, uses_flush_dot
+from ._staged_tiles import _fold_keys, _tile_fold_u, _tile_fold_u_dot, _tile_read, _tile_refold, _tile_wy
+from ._staged_variant import StagedVariant, flush_config, item_tiles, ring_split, scratch_width, staged_config, uses_flush_dot
 from .decode import _load_token, _program_ids, _strides
 from .decode_chunked import _coupling, _unit_lower_inverse
 
-__all__ = ["StagedVariant", "delta_replay_staged_step", "flush_config", "ring_split", "scratch_width",
+__all__ = ["StagedVariant", "delta_replay_staged_step", "flush_config", "item_tiles", "ring_split", "scratch_width",
            "staged_config", "uses_flush_dot"]
 
 
@@ -242,11 +242,12 @@ def _flush_tile(q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u
                 HV: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr,
                 CAP: tl.constexpr, BC: tl.constexpr, W: tl.constexpr, PER_CHANNEL: tl.constexpr, REFOLD: tl.constexpr,
                 WY: tl.constexpr, RAW_QK: tl.constexpr, STAGES: tl.constexpr, UNROLL: tl.constexpr,
-                DOT: tl.constexpr, TF32X2: tl.constexpr = False):
-    """Rows ``v0 .. v0 + BV`` of value head ``i_hv`` of flush row ``i_b``: fold, store, output."""
+                DOT: tl.constexpr, TF32X2: tl.constexpr = False, TILES: tl.constexpr = 1):
+    """Rows ``v0 .. v0 + TILES * BV`` of value head ``i_hv`` of flush row ``i_b``, in ``TILES``
+    tiles of ``BV`` rows: fold, store, output. With ``DOT`` the fold's key side (``_fold_keys``)
+    is formed once for the ``TILES`` tiles."""
     o_k = tl.arange(0, K)
     o_c = tl.arange(0, BC)
-    o_v = v0 + tl.arange(0, BV)
     i_h = i_hv // (HV // H)
     sh = slot * HV + i_hv
     p_w = scratch + (i_b * HV + i_hv) * W
@@ -254,29 +255,34 @@ def _flush_tile(q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u
     p_rv = ring_v + sh * CAP * V
     p_ru = ring_u + sh * CAP * V
     p_rg = ring_g + sh * CAP * (K if PER_CHANNEL else 1)
-    p_s = checkpoint + sh * V * K + o_v[:, None] * K + o_k[None, :]
-    S = tl.load(p_s).to(tl.float32)
-    b_v = tl.load(v + i_b * stride_v + i_hv * stride_vh + o_v).to(ring_v.dtype.element_ty).to(tl.float32)
     b_beta = tl.load(p_w + 2 * K + 2 * BC)
-    if WY:
-        S = _tile_wy(S, c, b_v, p_rk, p_rv, p_rg, ring_beta + sh * CAP, p_w + 2 * K + 2 * BC + 4, o_k,
-                     o_v, o_c, K, V, BV, BC, CAP, PER_CHANNEL, STAGES, UNROLL)
-        b_o = tl.sum(S * tl.load(p_w + o_k)[None, :], axis=1)
-    elif REFOLD:
-        S = _tile_refold(S, c, b_v, b_beta, p_rk, p_rv, p_rg, ring_beta + sh * CAP, o_k, o_v, K, V,
-                         PER_CHANNEL, STAGES)
-        b_o = tl.sum(S * tl.load(p_w + o_k)[None, :], axis=1)
-    else:
-        # Only the c live entries (c is read with the slot, so the mask costs no latency).
-        U = tl.load(p_ru + o_c[:, None] * V + o_v[None, :], mask=(o_c < c)[:, None], other=0.0)
-        b_u, b_o = _tile_read(S, U, c, b_v, b_beta, p_w, q + i_b * stride_q + i_h * stride_qh, p_rk,
-                              o_k, o_c, K, BC, RAW_QK)
-        if DOT:
-            S = _tile_fold_u_dot(S, U, b_u, c, p_rk, p_rg, o_k, o_c, K, CAP, PER_CHANNEL, TF32X2)
+    PRESPLIT: tl.constexpr = PER_CHANNEL and TILES > 1
+    if DOT:
+        B, B_lo, w, decay = _fold_keys(c, p_rk, p_rg, o_k, o_c, K, CAP, PER_CHANNEL, PRESPLIT)
+    for t in tl.static_range(TILES):
+        o_v = v0 + t * BV + tl.arange(0, BV)
+        p_s = checkpoint + sh * V * K + o_v[:, None] * K + o_k[None, :]
+        S = tl.load(p_s).to(tl.float32)
+        b_v = tl.load(v + i_b * stride_v + i_hv * stride_vh + o_v).to(ring_v.dtype.element_ty).to(tl.float32)
+        if WY:
+            S = _tile_wy(S, c, b_v, p_rk, p_rv, p_rg, ring_beta + sh * CAP, p_w + 2 * K + 2 * BC + 4, o_k,
+                         o_v, o_c, K, V, BV, BC, CAP, PER_CHANNEL, STAGES, UNROLL)
+            b_o = tl.sum(S * tl.load(p_w + o_k)[None, :], axis=1)
+        elif REFOLD:
+            S = _tile_refold(S, c, b_v, b_beta, p_rk, p_rv, p_rg, ring_beta + sh * CAP, o_k, o_v, K, V,
+                             PER_CHANNEL, STAGES)
+            b_o = tl.sum(S * tl.load(p_w + o_k)[None, :], axis=1)
         else:
-            S = _tile_fold_u(S, b_u, c, p_rk, p_ru, p_rg, o_k, o_v, K, V, PER_CHANNEL, STAGES)
-    tl.store(p_s, S.to(checkpoint.dtype.element_ty))
-    tl.store(out + i_b * stride_o + i_hv * stride_oh + o_v, b_o.to(out.dtype.element_ty))
+            # Only the c live entries (c is read with the slot, so the mask costs no latency).
+            U = tl.load(p_ru + o_c[:, None] * V + o_v[None, :], mask=(o_c < c)[:, None], other=0.0)
+            b_u, b_o = _tile_read(S, U, c, b_v, b_beta, p_w, q + i_b * stride_q + i_h * stride_qh, p_rk,
+                                  o_k, o_c, K, BC, RAW_QK)
+            if DOT:
+                S = _tile_fold_u_dot(S, U, b_u, c, B, B_lo, w, decay, o_c, ring_k, PER_CHANNEL, TF32X2, PRESPLIT)
+            else:
+                S = _tile_fold_u(S, b_u, c, p_rk, p_ru, p_rg, o_k, o_v, K, V, PER_CHANNEL, STAGES)
+        tl.store(p_s, S.to(checkpoint.dtype.element_ty))
+        tl.store(out + i_b * stride_o + i_hv * stride_oh + o_v, b_o.to(out.dtype.element_ty))
 
 
 @triton.jit
@@ -315,16 +321,17 @@ def _flush_list_kernel(
     HV: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, CAP: tl.constexpr,
     BC: tl.constexpr, W: tl.constexpr, PER_CHANNEL: tl.constexpr, REFOLD: tl.constexpr, WY: tl.constexpr,
     RAW_QK: tl.constexpr, STAGES: tl.constexpr, UNROLL: tl.constexpr, HAS_INDICES: tl.constexpr, DOT: tl.constexpr,
-    TF32X2: tl.constexpr, BLOCK_B: tl.constexpr, PREFETCH: tl.constexpr,
+    TF32X2: tl.constexpr, BLOCK_B: tl.constexpr, PREFETCH: tl.constexpr, TILES: tl.constexpr,
 ):
     """The flush rows' ``[BV, d_k]`` tiles as a list walked by a fixed wave of programs
     (``flush_persistent`` per SM): each program numbers the flush rows by a prefix sum of the
     ring launch's flags (padded rows have flag 0), item ``i`` is tile ``i % (HV * V / BV)`` of
     the ``i // (HV * V / BV)``-th flush row. Non-flush steps cost one wave of programs that find
-    no item, instead of ``batch x heads`` early exits. ``PREFETCH``: the next item's row, slot
+    no item, instead of ``batch x heads`` early exits. ``TILES``: an item is that many
+    consecutive tiles of one value head (the fold's key side formed once for them). ``PREFETCH``: the next item's row, slot
     and ring length are loaded before this item's tile (they are a chain of dependent loads
     that otherwise precedes every tile)."""
-    NVB: tl.constexpr = V // BV
+    NVB: tl.constexpr = V // (BV * TILES)
     PER_ROW: tl.constexpr = HV * NVB
     ranks, n_flush = flush_ranks(row_info, batch, BLOCK_B)
     if PREFETCH:
@@ -335,9 +342,10 @@ def _flush_list_kernel(
             nxt = i + tl.num_programs(0)
             n_b, n_slot, n_c = list_item(ranks, nxt, n_items, state_indices, row_info, PER_ROW, HAS_INDICES)
             _flush_tile(q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, scratch, i_b,
-                        (i % PER_ROW) // NVB, slot, c, (i % NVB) * BV,
+                        (i % PER_ROW) // NVB, slot, c, (i % NVB) * BV * TILES,
                         stride_q, stride_qh, stride_v, stride_vh, stride_o, stride_oh,
-                        HV, H, K, V, BV, CAP, BC, W, PER_CHANNEL, REFOLD, WY, RAW_QK, STAGES, UNROLL, DOT, TF32X2)
+                        HV, H, K, V, BV, CAP, BC, W, PER_CHANNEL, REFOLD, WY, RAW_QK, STAGES, UNROLL, DOT, TF32X2,
+                        TILES)
             i, i_b, slot, c = nxt, n_b, n_slot, n_c
         return
     for i in range(tl.program_id(0), n_flush * PER_ROW, tl.num_programs(0)):
@@ -346,9 +354,10 @@ def _flush_list_kernel(
         if HAS_INDICES:
             slot = tl.load(state_indices + i_b).to(tl.int64)
         _flush_tile(q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, scratch, i_b,
-                    (i % PER_ROW) // NVB, slot, tl.load(row_info + i_b * 2), (i % NVB) * BV,
+                    (i % PER_ROW) // NVB, slot, tl.load(row_info + i_b * 2), (i % NVB) * BV * TILES,
                     stride_q, stride_qh, stride_v, stride_vh, stride_o, stride_oh,
-                    HV, H, K, V, BV, CAP, BC, W, PER_CHANNEL, REFOLD, WY, RAW_QK, STAGES, UNROLL, DOT, TF32X2)
+                    HV, H, K, V, BV, CAP, BC, W, PER_CHANNEL, REFOLD, WY, RAW_QK, STAGES, UNROLL, DOT, TF32X2,
+                    TILES)
 
 
 def delta_replay_staged_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, committed, flush_at, window,
@@ -390,11 +399,13 @@ def delta_replay_staged_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, ring
     def flush_rows():
         flush_bv, flush_warps, heads, split = flush_config(batch, HV, K, V, variant, dot)
         if variant.flush_persistent and batch <= LIST_MAX_BATCH:
-            items = batch * HV * (V // flush_bv)
+            tiles = item_tiles(V, flush_bv, variant, dot)
+            items = batch * HV * (V // (flush_bv * tiles))
             _flush_list_kernel[(list_grid(items, variant.flush_persistent, q.device),)](
                 q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, state_indices, scratch, row_info,
                 batch, sq, sqh, sv, svh, so, soh,
-                BV=flush_bv, BLOCK_B=triton.next_power_of_2(batch), DOT=dot, TF32X2=tf32x2, PREFETCH=variant.flush_prefetch, **common,
+                BV=flush_bv, BLOCK_B=triton.next_power_of_2(batch), DOT=dot, TF32X2=tf32x2,
+                PREFETCH=variant.flush_prefetch, TILES=tiles, **common,
                 num_warps=flush_warps, maxnreg=variant.flush_max_registers,
             )
         else:

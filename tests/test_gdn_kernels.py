@@ -351,15 +351,12 @@ def test_staged_kernel_matches_reference_cpu(HV, H, d_k, d_v, window, refold, va
     check_variant_cpu(False, HV, H, d_k, d_v, window, refold, variant, drafts=drafts)
 
 
-@pytest.mark.parametrize("prefetch", [False, True], ids=["plain", "prefetch"])
 @pytest.mark.parametrize("refold", [False, True], ids=["fold-u", "refold"])
 @pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
-def test_list_flush_with_several_flush_rows_cpu(per_channel, refold, prefetch):
+def test_list_flush_with_several_flush_rows_cpu(per_channel, refold):
     """The list flush launch when several rows flush in one step (aligned phases): one program
-    per SM (2 here) walks the tiles of several flush rows, numbered from the ring launch's flags;
-    with ``flush_prefetch`` it loads each next row's slot and ring length ahead."""
-    variant = dataclasses.replace(decode.default_variant(256, per_channel, refold, 32), flush_persistent=1,
-                                  flush_prefetch=prefetch)
+    per SM (2 here) walks the tiles of several flush rows, numbered from the ring launch's flags."""
+    variant = dataclasses.replace(decode.default_variant(256, per_channel, refold, 32), flush_persistent=1)
     layer = Layer(per_channel, 4, 2, 16, 32, seed=7)
     _, worst_c, flushes = drive(layer, 4, slots=6, steps=2 * 4 + 1, window=4, refold=refold, stagger=False,
                                 variant=variant)
@@ -443,7 +440,6 @@ STAGED_BAD_OPTIONS = [
     (dict(ring_max_registers=300), "^ring_max_registers: expected None or 24..255"),
     (dict(max_registers=8), "^max_registers:"),
     (dict(flush_max_registers=128), "^flush_max_registers: only with flush_launch"),
-    (dict(flush_launch=True, flush_prefetch=True), "^flush_prefetch: only with flush_persistent"),
     (dict(flush_launch=True, flush_dot=True, flush_precision="tf32"), "^flush_precision: expected one of"),
     (dict(flush_launch=True, flush_precision="tf32x2"), "^flush_precision: only with flush_dot"),
     (dict(flush_launch=True, flush_dot=True, flush_persistent=4, flush_item_tiles=3), "^flush_item_tiles: expected"),
@@ -593,12 +589,11 @@ def test_staged_defaults_pdl_gpu(per_channel, refold, monkeypatch):
 @pytest.mark.gpu
 @pytest.mark.parametrize("refold", [False, True])
 @pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
-def test_staged_defaults_flush_prefetch_gpu(per_channel, refold, monkeypatch):
-    """The staged defaults with ``flush_prefetch`` and one list program per SM, so that each walks
-    the tiles of several flush rows (bf16, batch 64: ~4 flush rows per step)."""
+def test_staged_defaults_one_list_program_per_sm_gpu(per_channel, refold, monkeypatch):
+    """The staged defaults with one list flush program per SM, so that each walks the tiles of
+    several flush rows (bf16, batch 64: ~4 flush rows per step)."""
     dims = (32, 32, 128, 128) if per_channel else GPU_DIMS[0]
-    variant = dataclasses.replace(decode.default_variant(256, per_channel, refold, dims[3]), flush_persistent=1,
-                                  flush_prefetch=True)
+    variant = dataclasses.replace(decode.default_variant(256, per_channel, refold, dims[3]), flush_persistent=1)
     check_variant_gpu(per_channel, dims, "bf16", 64, variant, monkeypatch, refold=refold)
 
 

@@ -15,7 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
-__all__ = ["LIST_MAX_BATCH", "flush_ranks", "flush_row", "list_grid", "list_item"]
+__all__ = ["LIST_MAX_BATCH", "flush_ranks", "flush_row", "list_grid"]
 
 #: Largest batch whose flags one program holds in registers (``[next_pow2(batch)]`` int32);
 #: larger batches take the per-row flush launch.
@@ -48,17 +48,3 @@ def flush_ranks(info_ptr, batch, BLOCK_B: tl.constexpr):
 def flush_row(ranks, k):
     """The batch row of the ``k``-th flush row (from 0): the rows whose rank is ``<= k``."""
     return tl.sum((ranks <= k).to(tl.int32), axis=0)
-
-
-@triton.jit
-def list_item(ranks, i, n_items, idx_ptr, info_ptr, PER_ROW: tl.constexpr, HAS_INDICES: tl.constexpr):
-    """``(row, slot, ring length)`` of list item ``i`` (``PER_ROW`` items per flush row): int32,
-    int64, int32. Past ``n_items`` the loads are masked off (a prefetch of the item after a
-    program's last; the values are never used)."""
-    live = i < n_items
-    row = flush_row(ranks, i // PER_ROW)
-    slot = row.to(tl.int64)
-    if HAS_INDICES:
-        slot = tl.load(idx_ptr + row, mask=live, other=0).to(tl.int64)
-    return row, slot, tl.load(info_ptr + 2 * row, mask=live, other=0)
-

@@ -55,9 +55,8 @@ class StagedVariant:
     (``ops/_tf32.py``); elsewhere tf32x3. ``flush_persistent``: the flush launch as
     that many programs per SM walking a list of the flush rows' tiles (numbered from the ring
     launch's flags) instead of a program per (row, ``flush_heads``, ``flush_split``); non-flush
-    steps then cost one wave of empty programs instead of ``batch x heads`` early exits;
-    ``flush_prefetch``: each list program loads its next item's row, slot and ring length before
-    folding the current tile (timed slower). ``flush_item_tiles``: a list item is that many
+    steps then cost one wave of empty programs instead of ``batch x heads`` early exits.
+    ``flush_item_tiles``: a list item is that many
     consecutive ``flush_block_v``-row tiles of one value head (capped at the head), the dot
     fold's key side formed once for them: KDA's decayed keys ``Kd`` ``[CAP, d_k]`` (an exponent
     per element) and their TF32 split, Gated DeltaNet's raw keys and decays. ``flush_stream``: the flush launch is issued first
@@ -98,7 +97,6 @@ class StagedVariant:
     ring_prefetch: bool = False
     flush_dot: bool = False
     flush_persistent: int = 0
-    flush_prefetch: bool = False
     flush_stream: bool = False
     flush_precision: str = "tf32x3"
     flush_item_tiles: int = 1
@@ -131,8 +129,6 @@ class StagedVariant:
         if self.flush_item_tiles != 1 and not (self.flush_dot and self.flush_persistent):
             raise ValueError("flush_item_tiles: only with flush_dot=True and flush_persistent > 0 (the list launch's "
                              "one-product fold)")
-        if self.flush_prefetch and not self.flush_persistent:
-            raise ValueError("flush_prefetch: only with flush_persistent > 0 (the list flush launch)")
         if self.flush_persistent < 0:
             raise ValueError(f"flush_persistent: expected >= 0, got {self.flush_persistent}")
         if self.flush_dot and self.flush_block_v is not None and self.flush_block_v < 16:

@@ -54,7 +54,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .._flush_list import LIST_MAX_BATCH, flush_ranks, flush_row, list_grid, list_item
+from .._flush_list import LIST_MAX_BATCH, flush_ranks, flush_row, list_grid
 from .._pdl import gdc_launch_dependents, gdc_wait, pdl_supported
 from .._side_stream import fork, join
 from ._staged_tiles import _fold_keys, _tile_fold_u, _tile_fold_u_dot, _tile_read, _tile_refold, _tile_wy
@@ -321,33 +321,17 @@ def _flush_list_kernel(
     HV: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, CAP: tl.constexpr,
     BC: tl.constexpr, W: tl.constexpr, PER_CHANNEL: tl.constexpr, REFOLD: tl.constexpr, WY: tl.constexpr,
     RAW_QK: tl.constexpr, STAGES: tl.constexpr, UNROLL: tl.constexpr, HAS_INDICES: tl.constexpr, DOT: tl.constexpr,
-    TF32X2: tl.constexpr, BLOCK_B: tl.constexpr, PREFETCH: tl.constexpr, TILES: tl.constexpr,
+    TF32X2: tl.constexpr, BLOCK_B: tl.constexpr, TILES: tl.constexpr,
 ):
     """The flush rows' ``[BV, d_k]`` tiles as a list walked by a fixed wave of programs
     (``flush_persistent`` per SM): each program numbers the flush rows by a prefix sum of the
     ring launch's flags (padded rows have flag 0), item ``i`` is tile ``i % (HV * V / BV)`` of
     the ``i // (HV * V / BV)``-th flush row. Non-flush steps cost one wave of programs that find
     no item, instead of ``batch x heads`` early exits. ``TILES``: an item is that many
-    consecutive tiles of one value head (the fold's key side formed once for them). ``PREFETCH``: the next item's row, slot
-    and ring length are loaded before this item's tile (they are a chain of dependent loads
-    that otherwise precedes every tile)."""
+    consecutive tiles of one value head (the fold's key side formed once for them)."""
     NVB: tl.constexpr = V // (BV * TILES)
     PER_ROW: tl.constexpr = HV * NVB
     ranks, n_flush = flush_ranks(row_info, batch, BLOCK_B)
-    if PREFETCH:
-        n_items = n_flush * PER_ROW
-        i = tl.program_id(0)
-        i_b, slot, c = list_item(ranks, i, n_items, state_indices, row_info, PER_ROW, HAS_INDICES)
-        while i < n_items:
-            nxt = i + tl.num_programs(0)
-            n_b, n_slot, n_c = list_item(ranks, nxt, n_items, state_indices, row_info, PER_ROW, HAS_INDICES)
-            _flush_tile(q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, scratch, i_b,
-                        (i % PER_ROW) // NVB, slot, c, (i % NVB) * BV * TILES,
-                        stride_q, stride_qh, stride_v, stride_vh, stride_o, stride_oh,
-                        HV, H, K, V, BV, CAP, BC, W, PER_CHANNEL, REFOLD, WY, RAW_QK, STAGES, UNROLL, DOT, TF32X2,
-                        TILES)
-            i, i_b, slot, c = nxt, n_b, n_slot, n_c
-        return
     for i in range(tl.program_id(0), n_flush * PER_ROW, tl.num_programs(0)):
         i_b = flush_row(ranks, i // PER_ROW)
         slot = i_b.to(tl.int64)
@@ -405,7 +389,7 @@ def delta_replay_staged_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, ring
                 q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, state_indices, scratch, row_info,
                 batch, sq, sqh, sv, svh, so, soh,
                 BV=flush_bv, BLOCK_B=triton.next_power_of_2(batch), DOT=dot, TF32X2=tf32x2,
-                PREFETCH=variant.flush_prefetch, TILES=tiles, **common,
+                TILES=tiles, **common,
                 num_warps=flush_warps, maxnreg=variant.flush_max_registers,
             )
         else:

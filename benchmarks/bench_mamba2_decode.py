@@ -290,6 +290,8 @@ def short(cfg) -> str:
              (f"x{cfg.flush_persistent}/SM" if cfg.flush_persistent else f"h{cfg.flush_heads}") +
              (f" r{cfg.flush_max_registers}" if cfg.flush_max_registers else "") +
              (" side" if cfg.flush_stream else "")) if cfg.flush_launch else "")
+    if cfg.kernel == "write_through":
+        return f"write-through bp{cfg.block_p} w{cfg.num_warps}" + (f" r{cfg.max_registers}" if cfg.max_registers else "")
     if cfg.kernel == "v3":
         return f"v3 bp{cfg.block_p} w{cfg.num_warps}" + (f" r{cfg.max_registers}" if cfg.max_registers else "") + (
             " cur" if cfg.cursor_kernel else "") + (" rows" if cfg.rows_fastest else "")

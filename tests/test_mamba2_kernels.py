@@ -5,6 +5,8 @@ GPU (``gpu`` marker): a grid of dims, activation dtypes, batches, padded rows an
 phase over 3+ windows; CUDA-graph capture and torch.compile.
 """
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -56,11 +58,12 @@ def allocate(slots, heads, head_dim, d_state, groups, window, dtype, device, gen
 
 
 def check_replay(dims, dtype, batch, window, steps, device, pad=True, run=None, seed=0, y_tol=None, ckpt_tol=1e-5,
-                 stagger=False):
+                 stagger=False, write_through_from=None):
     """Run ``steps`` ReplaySSM steps with ``run`` (a kernel launcher) and the reference; compare
     outputs, checkpoints, cursors and the committed ring entries after every step. With
     ``stagger`` the slots' first flushes come at different steps (flush and non-flush rows
-    share launches)."""
+    share launches). From step ``write_through_from`` on, every live row of the reference
+    flushes (its ``flush_at`` lowered to ``committed + 1``): a write-through step."""
     heads, head_dim, d_state, groups = dims
     gen = torch.Generator().manual_seed(seed)
     slots = batch + 2
@@ -72,6 +75,9 @@ def check_replay(dims, dtype, batch, window, steps, device, pad=True, run=None, 
     flushes = 0
     for step in range(steps):
         x, dt, B, C, z = make_inputs(batch, heads, head_dim, d_state, groups, dtype, "cpu", gen)
+        if write_through_from is not None and step >= write_through_from:
+            live = idx[idx >= 0].long()
+            ref_state.flush_at[live] = ref_state.committed[live] + 1
         flushes += int((ref_state.committed[idx[idx >= 0].long()] + 1 >= ref_state.flush_at[idx[idx >= 0].long()]).sum())
         y_ref = reference.mamba2_replay_step(ref_state, x, dt, A, B, C, D, z, dt_bias, True, None, 8.0, idx, -1)
         dev = [t.to(device) for t in (x, dt, A, B, C, D, z, dt_bias)]
@@ -138,9 +144,12 @@ def test_replay_kernel_interpreter(dims, fold_dot, prefetch, cursor_kernel, rows
 @pytest.mark.skipif(HAS_CUDA, reason="interpreter test; the GPU grid covers it on CUDA")
 @pytest.mark.parametrize("batch", [1, 17])
 def test_replay_kernel_interpreter_default_configs(batch):
-    # batch 1 and 16-127 take different default launch configurations (decode.launch_config);
-    # the staged kernel of batch >= 128 is covered by test_replay_staged_kernel_interpreter
-    check_replay((2, 16, 16, 1), torch.float32, batch, 4, 13, "cpu", run=_kernel_replay(None))
+    # batch 1 (write-through) and 16-127 (v4) take different default launch configurations
+    # (decode.launch_config); the staged kernel of batch >= 128 is covered by
+    # test_replay_staged_kernel_interpreter
+    through = decode.launch_config("replay", 16, 16, batch).kernel == "write_through"
+    check_replay((2, 16, 16, 1), torch.float32, batch, 4, 13, "cpu", run=_kernel_replay(None),
+                 write_through_from=0 if through else None)
 
 
 @pytest.mark.skipif(HAS_CUDA, reason="interpreter test; the GPU grid covers it on CUDA")
@@ -230,13 +239,40 @@ def test_replay_v4_kernel_interpreter_batch1_in_phase():
     check_replay((2, 32, 16, 1), torch.float32, 1, 4, 13, "cpu", run=_kernel_replay(cfg))
 
 
+def _switching_replay(first, then, after):
+    """A launcher that runs config ``first`` for ``after`` steps, then ``then``."""
+    calls = [0]
+
+    def run(*args):
+        calls[0] += 1
+        return _kernel_replay(first if calls[0] <= after else then)(*args)
+    return run
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="interpreter test; the GPU grid covers it on CUDA")
+@pytest.mark.parametrize("after", [0, 6], ids=["from-reset", "after-6-steps"])
+@pytest.mark.parametrize("dims", [(2, 32, 16, 1), (3, 20, 24, 1)])
+@pytest.mark.parametrize("batch", [1, 3])
+def test_replay_write_through_interpreter(batch, dims, after):
+    """``kernel="write_through"``: after ``after`` ordinary steps (staggered phases: slots
+    arrive with ring entries, or from reset with flush_at != window), every step folds its
+    token into the checkpoint; the first folds the ring too and moves the cursors, the later
+    ones find (0, window) and leave them. Outputs, checkpoints (1e-5) and cursors against the
+    float64 reference; (3, 20, 24) masks rows and columns of the tiles."""
+    plain = decode.LaunchConfig(16, 4, kernel="v4", fold="loop", p_split=2)
+    through = decode.LaunchConfig(8, 2, kernel="write_through")
+    state, _ = check_replay(dims, torch.float32, batch, 4, after + 4, "cpu",
+                            run=_switching_replay(plain, through, after), stagger=True, write_through_from=after)
+    assert torch.all(state.committed == 0)
+
+
 def triton_next_pow2(n):
     return 1 << (n - 1).bit_length()
 
 
 def test_launch_config_default_kernels_by_batch():
     kernels = [decode.launch_config("replay", 64, 128, b).kernel for b in (1, 15, 16, 127, 128, 512)]
-    assert kernels == ["v4", "v4", "v4", "v4", "staged", "staged"]
+    assert kernels == ["write_through", "write_through", "v4", "v4", "staged", "staged"]
     # head_dim 80 (Nemotron-3-Nano) must tile exactly; d_state 256 halves the tile rows
     assert 80 % decode.launch_config("replay", 80, 128, 256).block_p == 0
     assert decode.launch_config("replay", 64, 256, 256).block_p == 4
@@ -248,7 +284,7 @@ def test_launch_config_default_kernels_by_batch():
 def test_launch_config_rejects_unknown_options():
     for bad in (dict(kernel="v5"), dict(fold="tf32"), dict(pipeline="async"), dict(ahead=3), dict(p_split=0),
                 dict(block_p=24), dict(kernel="v4", fold="ieee", block_p=8), dict(kernel="v4", split_flush=True),
-                dict(kernel="v4", fold="pipe"), dict(flush_launch=True),
+                dict(kernel="v4", fold="pipe"), dict(flush_launch=True), dict(kernel="write_through", flush_launch=True),
                 dict(kernel="staged", fold="ieee", flush_launch=True, flush_block_p=8),
                 dict(kernel="staged", flush_launch=True, flush_persistent=-1),
                 dict(kernel="staged", flush_stream=True)):
@@ -275,7 +311,9 @@ GPU_DIMS = [(8, 64, 128, 2), (6, 80, 80, 3), (4, 128, 64, 1), (2, 256, 256, 2), 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize("dims", GPU_DIMS)
 def test_replay_step_gpu(dims, dtype, batch):
-    check_replay(dims, dtype, batch, window=8, steps=26, device="cuda")
+    # below batch 16 the op writes through (decode.launch_config): the reference flushes every step
+    through = decode.launch_config("replay", dims[1], dims[2], batch).kernel == "write_through"
+    check_replay(dims, dtype, batch, window=8, steps=26, device="cuda", write_through_from=0 if through else None)
 
 
 @pytest.mark.gpu
@@ -319,6 +357,20 @@ def test_replay_v4_nemotron_dims_four_windows_gpu(fold):
     # The accuracy target for every fold of the v4 kernel: fp32 checkpoint within 1e-5 of float64, L=16.
     run = _kernel_replay(decode.LaunchConfig(32, 4, kernel="v4", fold=fold))
     check_replay((128, 64, 128, 8), torch.bfloat16, 3, 16, 66, "cuda", run=run, ckpt_tol=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("after", [0, 20])
+@pytest.mark.parametrize("batch", [1, 3, 15])
+@pytest.mark.parametrize("dims", [(128, 64, 128, 8), (96, 80, 128, 8)], ids=["nemotron-h", "nemotron3-nano"])
+def test_replay_write_through_gpu(dims, batch, after):
+    """``kernel="write_through"`` (8-row tiles, 2 warps), bf16, window 16: from reset or after
+    20 steps of the v4 kernel (slots then arrive with ring entries), 3+ windows of write-through
+    steps against float64; checkpoint within 1e-5."""
+    plain = decode.LaunchConfig(16, 4, kernel="v4", p_split=4, fold="tf32x3")
+    through = decode.LaunchConfig(8, 2, kernel="write_through")
+    check_replay(dims, torch.bfloat16, batch, 16, after + 50, "cuda", run=_switching_replay(plain, through, after),
+                 stagger=True, write_through_from=after, ckpt_tol=1e-5)
 
 
 STAGED_GPU_CONFIGS = [

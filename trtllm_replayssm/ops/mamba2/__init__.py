@@ -5,8 +5,11 @@
 ``mamba2_replay_step`` is the ReplaySSM step: non-flush rows read the checkpoint and append to
 the ring, rows whose window fills fold the ring into the checkpoint, all rows of a batch in the
 same launch(es). Large batches take two launches (``decode_staged.py``: a per-row ring launch,
-then one program per checkpoint tile), small ones one (``decode_v4.py``); ``decode.launch_config``
-picks, from measurements on an H200 (benchmarks/RESULTS.md).
+then one program per checkpoint tile), batches of 16-127 one (``decode_v4.py``); below 16, where
+the step is latency-bound and the replay saves no bandwidth, every step folds its token into the
+checkpoint (a flush at every token: the cursors stay at ``(0, window)``, outputs and materialised
+states are those of the plain replay); ``decode.launch_config`` picks, from measurements on an
+H200 (benchmarks/RESULTS.md).
 
 Checks here look only at shapes, dtypes, devices and strides (host metadata), so a call never
 synchronises with the GPU and can be captured in a CUDA graph. Slot ids in ``state_indices``

@@ -39,8 +39,9 @@ FOLDS = ("fma", "loop", "ieee", "tf32x3", "tf32x2", "pipe")
 #: The folds that are one ``tl.dot`` (16-row tiles at least); "tf32x2" is tf32x3 in two TF32
 #: passes where the ring's ``B`` is 16-bit (exact in TF32; ``ops/_tf32.py``).
 DOT_FOLDS = ("ieee", "tf32x3", "tf32x2")
-#: Replay kernels: one program per tile (v3), per head part (v4), ring launch + tiles (staged).
-KERNELS = ("v3", "v4", "staged")
+#: Replay kernels: one program per tile (v3), per head part (v4), ring launch + tiles (staged),
+#: every token folded into the checkpoint at once (write_through: latency-bound batches).
+KERNELS = ("v3", "v4", "staged", "write_through")
 #: Tile pipelining of the "v4" kernel (decode_v4.py).
 PIPELINES = ("regs", "range")
 
@@ -58,8 +59,9 @@ class LaunchConfig:
     rows_fastest: bool = False  # grid order: rows first (programs in flight span many slots)
     # Replay kernel: "v3" one program per checkpoint tile (this module), "v4" one program per
     # head part streaming its tiles (decode_v4.py), "staged" a per-row ring launch then one
-    # program per checkpoint tile (decode_staged.py). The fields below apply to "v4" ("fold"
-    # also to "staged").
+    # program per checkpoint tile (decode_staged.py), "write_through" the standard step's
+    # tiles folding each token into the checkpoint (_standard_step_kernel; block_p, num_warps,
+    # max_registers). The fields below apply to "v4" ("fold" also to "staged").
     kernel: str = "v3"
     p_split: int = 1  # programs per head (each streams head_dim / p_split rows)
     fold: str = "fma"  # flush fold: FMAs unrolled ("fma") or rolled ("loop"), or tl.dot (DOT_FOLDS)
@@ -128,10 +130,11 @@ def launch_config(kind: str, head_dim: int, d_state: int, batch: int) -> LaunchC
         # batch 256, 4.2 TB/s; 7.7 us at batch 1).
         return LaunchConfig(block_p=8 if block_n <= 128 else 4, num_warps=2)
     if batch < 16:
-        # Latency-bound: four programs per head (512 at Nemotron-H dims) with arrival counters
-        # instead of a second launch; the tf32x3 fold keeps the flush short (8.7 us amortized
-        # against 9.5 us for one program per tile).
-        return LaunchConfig(block_p=16, num_warps=4, kernel="v4", p_split=4, fold="tf32x3")
+        # Latency-bound: the replay saves no bandwidth here, only adds dependent work, so every
+        # step folds its token into the checkpoint (the standard step's kernel and tiles,
+        # WRITE_THROUGH). Nemotron-H: batch 1 8.2 us against 8.8 us for the v4 replay (four programs per
+        # head, arrival counters; standard 7.8 us), batch 15 36.4 against 43.7 us (36.0).
+        return LaunchConfig(block_p=8 if block_n <= 128 else 4, num_warps=1, kernel="write_through")
     if batch < 128:
         # One program per head streaming 32-row tiles with the next one in flight, capped at 128
         # registers, rows first in the grid, cursors moved by a second launch, rolled FMA fold
@@ -237,14 +240,27 @@ def _append_dt_B(fits, part, h, HEADS_PER_GROUP: tl.constexpr, rdt_base, rB_base
 @triton.jit
 def _standard_step_kernel(
     state_ptr, x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, dt_bias_ptr, idx_ptr, y_ptr,
-    pad_slot_id, dt_min, dt_max,
+    ring_x_ptr, ring_dt_ptr, ring_B_ptr, committed_ptr, flush_at_ptr, arrivals_ptr,
+    pad_slot_id, dt_min, dt_max, window,
     s_st_slot, s_st_head, s_st_p,
     s_x_row, s_x_head, s_dt_row, s_B_row, s_B_group, s_C_row, s_C_group, s_z_row, s_z_head, s_y_row, s_y_head,
+    s_rx_slot, s_rx_head, s_rx_j, s_rdt_slot, s_rdt_head, s_rB_slot, s_rB_group, s_rB_j,
     HEADS_PER_GROUP: tl.constexpr, P: tl.constexpr, N: tl.constexpr,
     BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_DT_BIAS: tl.constexpr, DT_SOFTPLUS: tl.constexpr,
-    HAS_CLAMP: tl.constexpr, HAS_INDICES: tl.constexpr,
+    HAS_CLAMP: tl.constexpr, HAS_INDICES: tl.constexpr, WRITE_THROUGH: tl.constexpr,
 ):
+    """One ``[BLOCK_P, d_state]`` state tile per program: ``S = e^{A dt} S + dt x B^T``, ``y = S C``.
+
+    ``WRITE_THROUGH`` (``LaunchConfig(kernel="write_through")``): the state is a ReplaySSM
+    checkpoint and the step a flush at every token (a window of one). The slot's cursors are
+    loaded beside the tile (both indexed by slot: no added latency). At ``(committed, flush_at)
+    = (0, window)``, the steady state of such steps, the step is the standard one and touches
+    neither the ring nor the cursors (no arrival count). Otherwise (a slot served at larger
+    batches arrives with ``c`` ring entries, or from a reset with a staggered ``flush_at``) the
+    ``c`` entries are folded first, one exact fp32 update each, and every program of the slot
+    counts its arrival; the last sets the cursors to ``(0, window)``. All of them read the same
+    cursors, since only the last to arrive moves them. Drafts are not served here."""
     pid_p = tl.program_id(0)
     h = tl.program_id(1)
     row = tl.program_id(2).to(tl.int64)
@@ -261,6 +277,9 @@ def _standard_step_kernel(
     s_ptrs = state_ptr + slot * s_st_slot + h * s_st_head + offs_p[:, None] * s_st_p + offs_n[None, :]
     # The state tile is the only large transfer: issue it first so the small loads overlap it.
     S = tl.load(s_ptrs, mask=mask_s, other=0.0).to(tl.float32)
+    if WRITE_THROUGH:
+        c = tl.where(live, tl.load(committed_ptr + slot), 0)
+        flush_at = tl.load(flush_at_ptr + slot)
 
     dt = tl.load(dt_ptr + row * s_dt_row + h).to(tl.float32)
     dt = _softplus_clamp(dt, h, HAS_DT_BIAS, dt_bias_ptr, DT_SOFTPLUS, HAS_CLAMP, dt_min, dt_max)
@@ -269,12 +288,32 @@ def _standard_step_kernel(
     Bv = tl.load(B_ptr + row * s_B_row + g * s_B_group + offs_n, mask=mask_n, other=0.0).to(tl.float32)
     Cv = tl.load(C_ptr + row * s_C_row + g * s_C_group + offs_n, mask=mask_n, other=0.0).to(tl.float32)
 
+    if WRITE_THROUGH:
+        if c > 0:
+            # Rare: the slot's ring entries, oldest first.
+            rx_base = ring_x_ptr + slot * s_rx_slot + h * s_rx_head
+            rdt_base = ring_dt_ptr + slot * s_rdt_slot + h * s_rdt_head
+            rB_base = ring_B_ptr + slot * s_rB_slot + g * s_rB_group
+            for j in range(0, c):
+                dt_j = tl.load(rdt_base + j)
+                x_j = tl.load(rx_base + j * s_rx_j + offs_p, mask=mask_p, other=0.0).to(tl.float32)
+                B_j = tl.load(rB_base + j * s_rB_j + offs_n, mask=mask_n, other=0.0).to(tl.float32)
+                S = tl.exp(A * dt_j) * S + (dt_j * x_j)[:, None] * B_j[None, :]
     S = tl.exp(A * dt) * S + (dt * x)[:, None] * Bv[None, :]
     tl.store(s_ptrs, S.to(state_ptr.dtype.element_ty), mask=mask_s)
     y = tl.sum(S * Cv[None, :], axis=1)
     y = _mixer_output(y, x, h, row, offs_p, mask_p, D_ptr, z_ptr, s_z_row, s_z_head, HAS_D, HAS_Z)
     y = tl.where(live, y, 0.0)
     tl.store(y_ptr + row * s_y_row + h * s_y_head + offs_p, y.to(y_ptr.dtype.element_ty), mask=mask_p)
+    if WRITE_THROUGH:
+        if live & ((c != 0) | (flush_at != window)):
+            # Every warp has read c (the branch depends on it) before the program counts.
+            tl.debug_barrier()
+            arrived = tl.atomic_add(arrivals_ptr + slot, 1, sem="relaxed")
+            if arrived == tl.num_programs(0) * tl.num_programs(1) - 1:
+                tl.store(committed_ptr + slot, 0)
+                tl.store(flush_at_ptr + slot, window)
+                tl.store(arrivals_ptr + slot, 0)
 
 
 @triton.jit
@@ -444,23 +483,37 @@ def _common(x, dt, B, C, z, y, dt_bias, dt_min, dt_max, D, state_indices, dummy)
 def standard_step(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, dt_min, dt_max, state_indices, pad_slot_id,
                   out=None, config: LaunchConfig | None = None):
     """Launch the standard step; ``state`` ``[slots, heads, head_dim, d_state]`` is updated in place."""
-    batch, heads, head_dim = x.shape
-    d_state = state.shape[3]
-    groups = B.shape[1]
+    batch, head_dim, d_state = x.shape[0], x.shape[2], state.shape[3]
     y = torch.empty_like(x) if out is None else out
     if batch == 0:
         return y
     cfg = config or launch_config("standard", head_dim, d_state, batch)
+    return _launch_standard(state, None, x, dt, A, B, C, D, z, dt_bias, dt_softplus, dt_min, dt_max, state_indices,
+                            pad_slot_id, y, cfg)
+
+
+def _launch_standard(state, replay, x, dt, A, B, C, D, z, dt_bias, dt_softplus, dt_min, dt_max, state_indices,
+                     pad_slot_id, y, cfg):
+    """``_standard_step_kernel`` over ``state``; ``replay``: ``None`` (the standard step) or the
+    write-through step's ``(ring_x, ring_dt, ring_B, committed, flush_at, window)``."""
+    batch, heads, head_dim = x.shape
+    slots, _, _, d_state = state.shape
+    groups = B.shape[1]
     lo, hi, strides, flags, (D_, z_, bias_, idx_) = _common(x, dt, B, C, z, y, dt_bias, dt_min, dt_max, D, state_indices, A)
-    grid = (triton.cdiv(head_dim, cfg.block_p), heads, batch)
-    _standard_step_kernel[grid](
-        state, x, dt, A, B, C, D_, z_, bias_, idx_, y,
-        pad_slot_id, lo, hi,
-        state.stride(0), state.stride(1), state.stride(2),
-        *strides,
+    if replay is None:
+        ring = (state,) * 6  # unused pointers (WRITE_THROUGH=False prunes every use)
+        window, ring_strides = 0, (0,) * 8
+    else:
+        ring_x, ring_dt, ring_B, committed, flush_at, window = replay
+        ring = (ring_x, ring_dt, ring_B, committed, flush_at, _arrivals(slots, state.device))
+        ring_strides = _state_strides(state, ring_x, ring_dt, ring_B)[3:]
+    _standard_step_kernel[(triton.cdiv(head_dim, cfg.block_p), heads, batch)](
+        state, x, dt, A, B, C, D_, z_, bias_, idx_, y, *ring,
+        pad_slot_id, lo, hi, int(window), state.stride(0), state.stride(1), state.stride(2), *strides, *ring_strides,
         HEADS_PER_GROUP=heads // groups, P=head_dim, N=d_state,
         BLOCK_P=cfg.block_p, BLOCK_N=triton.next_power_of_2(d_state),
-        DT_SOFTPLUS=bool(dt_softplus), **flags, num_warps=cfg.num_warps,
+        DT_SOFTPLUS=bool(dt_softplus), **flags, WRITE_THROUGH=replay is not None, num_warps=cfg.num_warps,
+        maxnreg=cfg.max_registers,
     )
     return y
 
@@ -482,6 +535,9 @@ def replay_step(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at, window
         return replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at, window,
                                   x, dt, A, B, C, D, z, dt_bias, dt_softplus, dt_min, dt_max, state_indices,
                                   pad_slot_id, y, cfg)
+    if cfg.kernel == "write_through":
+        return _launch_standard(checkpoint, (ring_x, ring_dt, ring_B, committed, flush_at, window), x, dt, A, B, C, D,
+                                z, dt_bias, dt_softplus, dt_min, dt_max, state_indices, pad_slot_id, y, cfg)
     if cfg.kernel == "v4":
         from .decode_v4 import replay_step_v4
 

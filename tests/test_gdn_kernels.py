@@ -395,6 +395,71 @@ def test_flush_item_tiles_cpu(per_channel, dtype, tiles):
     assert flushes >= 2 * 3 and worst_c < 1e-5, (flushes, worst_c)
 
 
+def check_write_through(per_channel, dims, dtype, batch, after, steps, window, refold=True):
+    """``after`` steps with the default variant (slots at staggered phases, ring entries), then
+    ``variant="write_through"`` steps against the float64 reference with every live row's
+    ``flush_at`` lowered to ``committed + 1`` (a flush at every token): outputs, cursors and
+    checkpoints each step (worst checkpoint error returned). Row ``batch // 2`` is padded."""
+    layer = Layer(per_channel, *dims, dtype=dtype, seed=17)
+    config = ReplaySSMConfig(window=window, flush_stagger=True)
+    slots = batch + 2
+    state = layer.state(slots, config)
+    ref_dev = "cuda" if CUDA and batch > 3 else "cpu"
+    oracle = layer.state(slots, config, checkpoint_dtype=F64, device=ref_dev)
+    perm = torch.randperm(slots, generator=torch.Generator().manual_seed(3))[:batch].tolist()
+    if batch > 1:
+        perm[batch // 2] = -1
+    idx = torch.tensor(perm, dtype=torch.int32)
+    live = idx[idx >= 0].long()
+    out_tol = {torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 1.5e-2}[dtype]
+    step_ref = layer.ref.__dict__[f"{layer.name}_replay_step"]
+    worst_c = 0.0
+    for t in range(after + steps):
+        inputs = layer.tokens(batch)
+        through = t >= after
+        if through:
+            oracle.flush_at[live.to(ref_dev)] = oracle.committed[live.to(ref_dev)] + 1
+        got = decode.delta_replay_step(
+            state.checkpoint, state.ring_k, state.ring_v, state.ring_beta, state.ring_g, state.ring_u,
+            state.committed, state.flush_at, state.window, **inputs, **layer.params(layer.device),
+            state_indices=idx.to(layer.device), pad_slot_id=-1, scale=None, refold=refold,
+            variant="write_through" if through else None)
+        want = step_ref(oracle, **_on(inputs, ref_dev), **layer.params(ref_dev), state_indices=idx.to(ref_dev),
+                        refold=refold)
+        ok = idx != -1
+        assert torch.count_nonzero(got[~ok]) == 0
+        assert rel_err(got[ok], want[ok.to(ref_dev)]) < out_tol, f"step {t}: output"
+        assert torch.equal(state.committed.cpu(), oracle.committed.cpu()), f"step {t}: committed"
+        assert torch.equal(state.flush_at.cpu(), oracle.flush_at.cpu()), f"step {t}: flush_at"
+        worst_c = max(worst_c, rel_err(state.checkpoint, oracle.checkpoint))
+    assert torch.all(state.committed[live] == 0)
+    return worst_c
+
+
+@pytest.mark.parametrize("after", [0, 5], ids=["from-reset", "after-5-steps"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=["fp16", "fp32"])
+@pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
+def test_write_through_cpu(per_channel, dtype, after):
+    """``variant="write_through"``: from reset (staggered flush_at) or after 5 ordinary steps
+    (slots arrive with ring entries), every step folds its token into the checkpoint; the first
+    refolds the ring and moves the cursors, the later ones leave (0, window). Checkpoint within
+    1e-5 of float64."""
+    worst_c = check_write_through(per_channel, (4, 2, 16, 32), dtype, 3, after, 4, window=4)
+    assert worst_c < 1e-5, worst_c
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("after", [0, 20])
+@pytest.mark.parametrize("batch", [1, 3, 15])
+@pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
+def test_write_through_gpu(per_channel, batch, after):
+    """``variant="write_through"`` at model dims, bf16, window 16: from reset or after 20 steps of
+    the default variant, 3+ windows of write-through steps against float64."""
+    dims = (32, 32, 128, 128) if per_channel else GPU_DIMS[0]
+    worst_c = check_write_through(per_channel, dims, torch.bfloat16, batch, after, 50, window=16)
+    assert worst_c < 5e-3, worst_c
+
+
 @pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
 def test_ring_split_is_bitwise_cpu(per_channel):
     """``ring_split`` moves a value head's ring work to another program and ``ring_prefetch``

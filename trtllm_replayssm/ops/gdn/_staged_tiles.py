@@ -11,7 +11,7 @@ import triton
 import triton.language as tl
 
 from .._tf32 import dot_tf32x2, tf32_split
-from .decode import _delta_update
+from .decode import _delta_update, _tile_refold_raw
 
 
 @triton.jit
@@ -84,13 +84,7 @@ def _tile_refold(S, c, b_v, b_beta, p_rk, p_rv, p_rg, p_rb, o_k, o_v, K: tl.cons
                  PER_CHANNEL: tl.constexpr, STAGES: tl.constexpr):
     """The window ``0..c`` from the raw ring (launch 1 wrote the token's ``k, beta, g`` at ``c``)
     as ``c + 1`` exact updates of an fp32 tile; the token's ``v`` is ``b_v``."""
-    for j in tl.range(0, c, num_stages=STAGES):
-        if PER_CHANNEL:
-            b_gj = tl.load(p_rg + j * K + o_k)
-        else:
-            b_gj = tl.load(p_rg + j)
-        S = _delta_update(S, tl.load(p_rk + j * K + o_k).to(tl.float32), tl.load(p_rv + j * V + o_v).to(tl.float32),
-                          b_gj, tl.load(p_rb + j), PER_CHANNEL)
+    S = _tile_refold_raw(S, c, p_rk, p_rv, p_rg, p_rb, o_k, o_v, K, V, PER_CHANNEL, STAGES)
     if PER_CHANNEL:
         b_g = tl.load(p_rg + c * K + o_k)
     else:

@@ -165,9 +165,19 @@ def _standard_step_kernel(
     q, k, v, a, b, A_log, dt_bias, out, ssm_state, state_indices, pad_slot_id, scale,
     stride_q, stride_qh, stride_k, stride_kh, stride_v, stride_vh, stride_a, stride_b,
     stride_o, stride_oh,
+    ring_k, ring_v, ring_beta, ring_g, committed, flush_at, arrivals, window,
     HV: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr,
     PER_CHANNEL: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_INDICES: tl.constexpr,
+    WRITE_THROUGH: tl.constexpr = False, CAP: tl.constexpr = 1,
 ):
+    """One ``[BV, d_k]`` state tile per program: one exact delta-rule step, ``o = S q``.
+
+    ``WRITE_THROUGH`` (``variant="write_through"``): the state is a ReplaySSM checkpoint and the
+    step a flush at every token (Mamba-2's write-through step, ``ops/mamba2/decode.py``). At
+    ``(committed, flush_at) = (0, window)`` it is the standard step on the checkpoint (with the
+    token's ``k`` and ``v`` rounded as the ring would keep them); otherwise the slot's ``c`` ring
+    entries are refolded first from the raw ``k, v, beta, g`` (exact updates, as a refolding
+    flush) and the programs of the slot count arrivals, the last setting ``(0, window)``."""
     i_v, i_hv, i_b = _program_ids(V // BV, HV)
     i_h = i_hv // (HV // H)
     o_k = tl.arange(0, K)
@@ -179,16 +189,58 @@ def _standard_step_kernel(
     if slot == pad_slot_id:
         tl.store(p_o, tl.zeros([BV], dtype=tl.float32).to(out.dtype.element_ty))
         return
+    if WRITE_THROUGH:
+        p_s = ssm_state + (slot * HV + i_hv) * V * K + o_v[:, None] * K + o_k[None, :]
+        S = tl.load(p_s).to(tl.float32)
+        c = tl.load(committed + slot)
+        fa = tl.load(flush_at + slot)
+        ring_dtype = ring_k.dtype.element_ty
+    else:
+        ring_dtype = tl.float32
     b_q, b_k, b_g, b_beta = _load_token(
         q, k, a, b, A_log, dt_bias, i_b, i_h, i_hv, o_k, scale,
         stride_q, stride_qh, stride_k, stride_kh, stride_a, stride_b,
-        tl.float32, K, PER_CHANNEL, HAS_BIAS,
+        ring_dtype, K, PER_CHANNEL, HAS_BIAS,
     )
     b_v = tl.load(v + i_b * stride_v + i_hv * stride_vh + o_v).to(tl.float32)
-    p_s = ssm_state + (slot * HV + i_hv) * V * K + o_v[:, None] * K + o_k[None, :]
-    S = _delta_update(tl.load(p_s).to(tl.float32), b_k, b_v, b_g, b_beta, PER_CHANNEL)
+    if WRITE_THROUGH:
+        b_v = b_v.to(ring_v.dtype.element_ty).to(tl.float32)
+        if c > 0:
+            # Rare: the slot's ring entries, oldest first (a slot served at larger batches).
+            sh = slot * HV + i_hv
+            S = _tile_refold_raw(S, c, ring_k + (slot * H + i_h) * CAP * K, ring_v + sh * CAP * V,
+                                 ring_g + sh * CAP * (K if PER_CHANNEL else 1), ring_beta + sh * CAP, o_k, o_v,
+                                 K, V, PER_CHANNEL)
+    else:
+        p_s = ssm_state + (slot * HV + i_hv) * V * K + o_v[:, None] * K + o_k[None, :]
+        S = tl.load(p_s).to(tl.float32)
+    S = _delta_update(S, b_k, b_v, b_g, b_beta, PER_CHANNEL)
     tl.store(p_s, S.to(ssm_state.dtype.element_ty))
     tl.store(p_o, tl.sum(S * b_q[None, :], axis=1).to(out.dtype.element_ty))
+    if WRITE_THROUGH:
+        if (c != 0) | (fa != window):
+            # Every warp has read c (the branch depends on it) before the program counts.
+            tl.debug_barrier()
+            arrived = tl.atomic_add(arrivals + slot, 1, sem="relaxed")
+            if arrived == HV * (V // BV) - 1:
+                tl.store(committed + slot, 0)
+                tl.store(flush_at + slot, window)
+                tl.store(arrivals + slot, 0)
+
+
+@triton.jit
+def _tile_refold_raw(S, c, p_rk, p_rv, p_rg, p_rb, o_k, o_v, K: tl.constexpr, V: tl.constexpr,
+                     PER_CHANNEL: tl.constexpr, STAGES: tl.constexpr = 1):
+    """Ring entries ``0..c-1`` (raw ``k, v, g, beta`` at ``p_r*``) folded into an fp32 ``[BV, K]``
+    tile, one exact update each; ``STAGES``: software-pipelining depth of the loop."""
+    for j in tl.range(0, c, num_stages=STAGES):
+        if PER_CHANNEL:
+            b_gj = tl.load(p_rg + j * K + o_k)
+        else:
+            b_gj = tl.load(p_rg + j)
+        S = _delta_update(S, tl.load(p_rk + j * K + o_k).to(tl.float32), tl.load(p_rv + j * V + o_v).to(tl.float32),
+                          b_gj, tl.load(p_rb + j), PER_CHANNEL)
+    return S
 
 
 @triton.jit
@@ -387,15 +439,29 @@ def delta_standard_step(ssm_state, q, k, v, a, b, A_log, dt_bias, state_indices,
     ``state_indices``: ``[batch]`` int32/int64 or None. Returns ``o [batch, HV, d_v]`` in
     ``v.dtype``.
     """
+    return _launch_standard(ssm_state, None, q, k, v, a, b, A_log, dt_bias, state_indices, pad_slot_id, scale,
+                            block_v, num_warps)
+
+
+def _launch_standard(ssm_state, replay, q, k, v, a, b, A_log, dt_bias, state_indices, pad_slot_id, scale, block_v,
+                     num_warps):
+    """``_standard_step_kernel`` over ``ssm_state``; ``replay``: ``None`` (the standard step) or
+    the write-through step's ``(ring_k, ring_v, ring_beta, ring_g, committed, flush_at, window)``."""
     batch, H, K = q.shape
     HV, V = v.shape[1], v.shape[2]
     bv, warps, grid = _launch(batch, HV, K, V, block_v, num_warps)
     out = torch.empty_like(v)
+    if replay is None:
+        ring, window, cap = (ssm_state,) * 7, 0, 1  # unused (WRITE_THROUGH=False prunes every use)
+    else:
+        ring_k, ring_v, ring_beta, ring_g, committed, flush_at, window = replay
+        ring = (ring_k, ring_v, ring_beta, ring_g, committed, flush_at, _arrivals(ssm_state.shape[0], q.device))
+        cap = ring_k.shape[2]
     _standard_step_kernel[grid](
         q, k, v, a, b, A_log, A_log if dt_bias is None else dt_bias, out, ssm_state, state_indices, pad_slot_id,
-        K ** -0.5 if scale is None else scale, *_strides(q, k, v, a, b, out),
+        K ** -0.5 if scale is None else scale, *_strides(q, k, v, a, b, out), *ring, int(window),
         HV=HV, H=H, K=K, V=V, BV=bv, PER_CHANNEL=a.dim() == 3, HAS_BIAS=dt_bias is not None,
-        HAS_INDICES=state_indices is not None, num_warps=warps,
+        HAS_INDICES=state_indices is not None, WRITE_THROUGH=replay is not None, CAP=cap, num_warps=warps,
     )
     return out
 
@@ -412,11 +478,16 @@ def delta_replay_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, com
     recurrence checkpoint itself). ``variant``: ``"chunked"`` or a
     :class:`~trtllm_replayssm.ops.gdn.decode_chunked.ChunkedVariant` runs the chunked kernel,
     ``"staged"`` or a :class:`~trtllm_replayssm.ops.gdn.decode_staged.StagedVariant` the
-    two-launch step, ``"rowwise"`` this module's; default :data:`REPLAY_VARIANT`.
+    two-launch step, ``"rowwise"`` this module's, ``"write_through"`` a flush at every token on the
+    standard step's tiles (latency-bound batches; not yet timed, not a default); default
+    :data:`REPLAY_VARIANT`.
     """
     variant = REPLAY_VARIANT if variant is None else variant
     if variant is None and block_v is None and split is None:
         variant = default_variant(q.shape[0], ring_g.dim() == 4, refold, v.shape[2])
+    if variant == "write_through":
+        return _launch_standard(checkpoint, (ring_k, ring_v, ring_beta, ring_g, committed, flush_at, window), q, k, v,
+                                a, b, A_log, dt_bias, state_indices, pad_slot_id, scale, block_v, num_warps)
     if variant is not None and variant != "rowwise":
         from .decode_chunked import ChunkedVariant, delta_replay_chunked_step
         from .decode_staged import StagedVariant, delta_replay_staged_step
@@ -429,8 +500,8 @@ def delta_replay_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, com
         if variant == "chunked":
             variant = ChunkedVariant()
         elif not isinstance(variant, ChunkedVariant):
-            raise ValueError(f"variant: expected None, 'rowwise', 'chunked', 'staged', a ChunkedVariant or a "
-                             f"StagedVariant, got {variant!r}")
+            raise ValueError(f"variant: expected None, 'rowwise', 'chunked', 'staged', 'write_through', a "
+                             f"ChunkedVariant or a StagedVariant, got {variant!r}")
         return delta_replay_chunked_step(
             checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, committed, flush_at, window,
             q, k, v, a, b, A_log, dt_bias, state_indices, pad_slot_id, scale, refold, variant)

@@ -379,11 +379,12 @@ def _replay_step_kernel(
 _ARRIVALS: dict[torch.device, torch.Tensor] = {}
 
 
-def _arrivals(batch: int, device: torch.device) -> torch.Tensor:
-    """A zeroed per-row counter that the kernel leaves zeroed; grown outside graph capture."""
-    return arrival_counters(_ARRIVALS, batch, device, lambda: RuntimeError(
-        f"delta_replay_step: first call with batch={batch} inside CUDA-graph capture; run one "
-        "step outside capture first (warm-up) so the row counters exist"))
+def _arrivals(count: int, device: torch.device, per: str = "batch") -> torch.Tensor:
+    """Zeroed counters (one per row, or per slot with ``per="slots"``) that the kernels leave
+    zeroed; grown outside graph capture."""
+    return arrival_counters(_ARRIVALS, count, device, lambda: RuntimeError(
+        f"delta_replay_step: first call with {per}={count} inside CUDA-graph capture; run one "
+        "step outside capture first (warm-up) so the counters exist"))
 
 
 def launch_config(rows: int, v_heads: int, d_k: int, d_v: int) -> tuple[int, int]:
@@ -455,7 +456,7 @@ def _launch_standard(ssm_state, replay, q, k, v, a, b, A_log, dt_bias, state_ind
         ring, window, cap = (ssm_state,) * 7, 0, 1  # unused (WRITE_THROUGH=False prunes every use)
     else:
         ring_k, ring_v, ring_beta, ring_g, committed, flush_at, window = replay
-        ring = (ring_k, ring_v, ring_beta, ring_g, committed, flush_at, _arrivals(ssm_state.shape[0], q.device))
+        ring = (ring_k, ring_v, ring_beta, ring_g, committed, flush_at, _arrivals(ssm_state.shape[0], q.device, "slots"))
         cap = ring_k.shape[2]
     _standard_step_kernel[grid](
         q, k, v, a, b, A_log, A_log if dt_bias is None else dt_bias, out, ssm_state, state_indices, pad_slot_id,

@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 
-from trtllm_replayssm.ops._tf32 import fp32_dot, tf32_split
+from trtllm_replayssm.ops._tf32 import dot_tf32x3_split_b, fp32_dot, tf32_split
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -64,6 +64,30 @@ def test_fp32_dot_matches_float64(precision, b_dtype):
     c = torch.randn(M, N, generator=gen).to(DEV)
     out = torch.empty(M, N, device=DEV)
     _dot_kernel[(1,)](a, b, c, out, M=M, N=N, K=K, PRECISION=precision)
+    ref = c.double() + a.double() @ b.double()
+    err = ((out.double() - ref).abs().max() / ref.abs().max()).item()
+    assert err < 5e-6, err
+
+
+@triton.jit
+def _split_b_kernel(a_ptr, b_ptr, c_ptr, out_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr):
+    om, on, ok = tl.arange(0, M), tl.arange(0, N), tl.arange(0, K)
+    b_hi, b_lo = tf32_split(tl.load(b_ptr + ok[:, None] * N + on[None, :]))
+    acc = tl.load(c_ptr + om[:, None] * N + on[None, :])
+    out = dot_tf32x3_split_b(tl.load(a_ptr + om[:, None] * K + ok[None, :]), b_hi, b_lo, acc)
+    tl.store(out_ptr + om[:, None] * N + on[None, :], out)
+
+
+def test_dot_tf32x3_split_b_matches_float64():
+    """tf32x3 with ``b`` split beforehand (both operands general fp32): fp32-level agreement with
+    float64 (in the interpreter, exact fp32 products of the parts; on the GPU, tensor cores)."""
+    gen = torch.Generator().manual_seed(3)
+    M, N, K = 32, 64, 16
+    a = (torch.randn(M, K, generator=gen) * torch.rand(M, K, generator=gen).exp()).to(DEV)
+    b = torch.randn(K, N, generator=gen).to(DEV)
+    c = torch.randn(M, N, generator=gen).to(DEV)
+    out = torch.empty(M, N, device=DEV)
+    _split_b_kernel[(1,)](a, b, c, out, M=M, N=N, K=K)
     ref = c.double() + a.double() @ b.double()
     err = ((out.double() - ref).abs().max() / ref.abs().max()).item()
     assert err < 5e-6, err

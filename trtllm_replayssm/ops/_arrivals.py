@@ -12,8 +12,10 @@ from __future__ import annotations
 from typing import Callable
 
 import torch
+import triton
+import triton.language as tl
 
-__all__ = ["arrival_counters"]
+__all__ = ["arrival_counters", "write_through_cursors"]
 
 
 def arrival_counters(
@@ -30,3 +32,19 @@ def arrival_counters(
         buf = torch.zeros(max(count, 1024), dtype=torch.int32, device=device)
         cache[device] = buf
     return buf
+
+
+@triton.jit
+def write_through_cursors(arrivals_ptr, committed_ptr, flush_at_ptr, slot, c, flush_at, window, programs):
+    """The cursors after a write-through step (a flush at the token): ``(0, window)``. A slot
+    already there is left alone (no program counts); otherwise each of the slot's ``programs``
+    counts its arrival and the last one to arrive sets them and re-zeroes its counter (every
+    program read the same ``c`` and ``flush_at``: only the last moves them)."""
+    if (c != 0) | (flush_at != window):
+        # Every warp has read c (the branch depends on it) before the program counts.
+        tl.debug_barrier()
+        arrived = tl.atomic_add(arrivals_ptr + slot, 1, sem="relaxed")
+        if arrived == programs - 1:
+            tl.store(committed_ptr + slot, 0)
+            tl.store(flush_at_ptr + slot, window)
+            tl.store(arrivals_ptr + slot, 0)

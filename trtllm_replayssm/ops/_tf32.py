@@ -15,7 +15,7 @@ cores truncated to TF32 (relative ``2^-10``), so each product term carries at mo
 import triton
 import triton.language as tl
 
-__all__ = ["dot_tf32x2", "fp32_dot", "tf32_split"]
+__all__ = ["dot_tf32x2", "dot_tf32x3_split_b", "fp32_dot", "tf32_split"]
 
 
 @triton.jit
@@ -37,6 +37,16 @@ def dot_tf32x2(a, b, acc):
     acc = tl.dot(lo, b, acc=acc, input_precision="tf32")
     return tl.dot(hi, b, acc=acc, input_precision="tf32")
 
+
+@triton.jit
+def dot_tf32x3_split_b(a, b_hi, b_lo, acc):
+    """tf32x3's three products with ``b`` already split (``(b_hi, b_lo) = tf32_split(b)``), so
+    that a ``b`` shared by several products is split once: ``a`` ``[M, K]``, ``b_hi`` /
+    ``b_lo`` ``[K, N]``, ``acc`` ``[M, N]``, all fp32; ``M, N, K >= 16``. Smallest terms first."""
+    hi, lo = tf32_split(a)
+    acc = tl.dot(lo, b_hi, acc=acc, input_precision="tf32")
+    acc = tl.dot(hi, b_lo, acc=acc, input_precision="tf32")
+    return tl.dot(hi, b_hi, acc=acc, input_precision="tf32")
 
 
 @triton.jit

@@ -10,7 +10,7 @@ and ``d_v`` offsets; ``p_*`` pointers to the (row, head)'s ring entries and scra
 import triton
 import triton.language as tl
 
-from .._tf32 import dot_tf32x2, tf32_split
+from .._tf32 import dot_tf32x2, dot_tf32x3_split_b, tf32_split
 from .decode import _delta_update, _tile_refold_raw
 
 
@@ -178,11 +178,7 @@ def _tile_fold_u_dot(S, U, b_u, c, B, B_lo, w, decay, o_c, ring_k, PER_CHANNEL: 
     if PER_CHANNEL:
         S = S * decay[None, :]
         if PRESPLIT:
-            # tf32x3's three products, smallest first, with Kd split once per head.
-            hi, lo = tf32_split(Ut)
-            S = tl.dot(lo, B, acc=S, input_precision="tf32")
-            S = tl.dot(hi, B_lo, acc=S, input_precision="tf32")
-            S = tl.dot(hi, B, acc=S, input_precision="tf32")
+            S = dot_tf32x3_split_b(Ut, B, B_lo, S)
         else:
             S = tl.dot(Ut, B, acc=S, input_precision="tf32x3")
     else:

@@ -39,7 +39,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .._arrivals import arrival_counters
+from .._arrivals import arrival_counters, write_through_cursors
 
 __all__ = ["REPLAY_VARIANT", "default_variant", "delta_standard_step", "delta_replay_step", "launch_config",
            "replay_config"]
@@ -218,14 +218,7 @@ def _standard_step_kernel(
     tl.store(p_s, S.to(ssm_state.dtype.element_ty))
     tl.store(p_o, tl.sum(S * b_q[None, :], axis=1).to(out.dtype.element_ty))
     if WRITE_THROUGH:
-        if (c != 0) | (fa != window):
-            # Every warp has read c (the branch depends on it) before the program counts.
-            tl.debug_barrier()
-            arrived = tl.atomic_add(arrivals + slot, 1, sem="relaxed")
-            if arrived == HV * (V // BV) - 1:
-                tl.store(committed + slot, 0)
-                tl.store(flush_at + slot, window)
-                tl.store(arrivals + slot, 0)
+        write_through_cursors(arrivals, committed, flush_at, slot, c, fa, window, HV * (V // BV))
 
 
 @triton.jit

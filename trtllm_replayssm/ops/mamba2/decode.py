@@ -29,7 +29,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .._arrivals import arrival_counters
+from .._arrivals import arrival_counters, write_through_cursors
 
 __all__ = ["DOT_FOLDS", "FOLDS", "KERNELS", "PIPELINES", "LaunchConfig", "launch_config", "replay_step", "standard_step"]
 
@@ -278,8 +278,9 @@ def _standard_step_kernel(
     # The state tile is the only large transfer: issue it first so the small loads overlap it.
     S = tl.load(s_ptrs, mask=mask_s, other=0.0).to(tl.float32)
     if WRITE_THROUGH:
+        # A padded row reads as a slot at rest: it folds nothing and counts no arrival.
         c = tl.where(live, tl.load(committed_ptr + slot), 0)
-        flush_at = tl.load(flush_at_ptr + slot)
+        flush_at = tl.where(live, tl.load(flush_at_ptr + slot), window)
 
     dt = tl.load(dt_ptr + row * s_dt_row + h).to(tl.float32)
     dt = _softplus_clamp(dt, h, HAS_DT_BIAS, dt_bias_ptr, DT_SOFTPLUS, HAS_CLAMP, dt_min, dt_max)
@@ -306,14 +307,8 @@ def _standard_step_kernel(
     y = tl.where(live, y, 0.0)
     tl.store(y_ptr + row * s_y_row + h * s_y_head + offs_p, y.to(y_ptr.dtype.element_ty), mask=mask_p)
     if WRITE_THROUGH:
-        if live & ((c != 0) | (flush_at != window)):
-            # Every warp has read c (the branch depends on it) before the program counts.
-            tl.debug_barrier()
-            arrived = tl.atomic_add(arrivals_ptr + slot, 1, sem="relaxed")
-            if arrived == tl.num_programs(0) * tl.num_programs(1) - 1:
-                tl.store(committed_ptr + slot, 0)
-                tl.store(flush_at_ptr + slot, window)
-                tl.store(arrivals_ptr + slot, 0)
+        write_through_cursors(arrivals_ptr, committed_ptr, flush_at_ptr, slot, c, flush_at, window,
+                              tl.num_programs(0) * tl.num_programs(1))
 
 
 @triton.jit

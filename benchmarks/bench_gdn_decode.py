@@ -51,6 +51,7 @@ from _timing import L2Flusher, capture_graph, copy_bandwidth_gbps, device_info, 
 from trtllm_replayssm.config import ReplaySSMConfig  # noqa: E402
 from trtllm_replayssm.ops.gdn import decode  # noqa: E402
 from trtllm_replayssm.ops.gdn.decode_chunked import ChunkedVariant, chunked_config  # noqa: E402
+from trtllm_replayssm.ops.gdn.reference import delta_rule_replay_materialize as materialize  # noqa: E402
 from trtllm_replayssm.ops.gdn.decode_staged import (  # noqa: E402
     StagedVariant, flush_config, ring_split, staged_config, uses_flush_dot,
 )
@@ -179,21 +180,27 @@ def bench_batch(layer, batch, flusher, rounds, copy_bw, with_fla, sweep):
     variants.append((None, "replay fold u", False))
     for block_v, name, refold in variants:
         graph = capture_graph(replay_fn(layer, state, x, idx, refold=refold, block_v=block_v))
-        phases = [torch.full((batch,), c, dtype=torch.int32, device="cuda") for c in range(L)]
+        # A write-through step (the default at small batches) keeps every slot at c = 0.
+        through = block_v is None and decode.default_variant(batch, layer.per_channel, refold,
+                                                             layer.d_v) == "write_through"
+        phases = [torch.full((batch,), 0 if through else c, dtype=torch.int32, device="cuda") for c in range(L)]
         per_phase = [median([r[0] for r in time_replays([graph], rounds=rounds, flush=Cursors(state, [p], flusher))])
                      for p in phases]
         nonflush = sum(per_phase[:-1]) / (L - 1)
         nonflush_bytes = sum(layer.step_bytes(batch, c, False) for c in range(L - 1)) / (L - 1)
         flush_bytes = layer.step_bytes(batch, L - 1, True, fold_u=not refold)
+        if through:
+            nonflush_bytes = flush_bytes = layer.step_bytes(batch, 0, True)
         row(f"{name} non-flush", nonflush, nonflush_bytes)
         row(f"{name} flush", per_phase[-1], flush_bytes)
         row(f"{name} amortized", sum(per_phase) / L, (nonflush_bytes * (L - 1) + flush_bytes) / L,
             per_phase_us=per_phase)
         if block_v is None:
-            stagger = (torch.arange(batch, device="cuda", dtype=torch.int32) % L)
+            stagger = (torch.arange(batch, device="cuda", dtype=torch.int32) % L) * (not through)
             t = time_replays([capture_graph(replay_fn(layer, state, x, idx, refold=refold))], rounds=rounds,
                              flush=Cursors(state, [stagger], flusher))
-            st_bytes = sum(layer.step_bytes(1, c, c == L - 1, fold_u=not refold or c != L - 1) * int((stagger == c).sum())
+            st_bytes = sum(layer.step_bytes(1, c, c == L - 1 or through, fold_u=not refold or c != L - 1)
+                           * int((stagger == c).sum())
                            for c in range(L))
             row(f"{name} staggered", median([r[0] for r in t]), st_bytes)
     del state
@@ -218,6 +225,14 @@ def warmup_only(layer, batches):
 
 
 # -- --variants: every replay kernel variant, checked then timed, in one short run -------------
+@dataclasses.dataclass(frozen=True)
+class WriteThrough:
+    """``variant="write_through"`` with the standard step's launch config or this ``(BV, warps)``."""
+
+    block_v: int | None = None
+    num_warps: int | None = None
+
+
 #: (name, ``variant`` of decode.delta_replay_step, batches it runs at or None for all). Each
 #: distinct launch config is one Triton compile (~1-4 s; a staged variant is two or three
 #: kernels): per kind at batches 1/128/256, 13 replay launch configs + 2 standard + fla's + the
@@ -237,7 +252,7 @@ def warmup_only(layer, batches):
 #: 56; KDA 72).
 VARIANTS = [
     ("rowwise", "rowwise", None),
-    ("chunked 2 warps", ChunkedVariant(num_warps=2), (1, 32)),
+    ("chunked 2 warps", ChunkedVariant(num_warps=2), (1, 3, 8, 15, 32)),
     ("staged", StagedVariant(), None),
     ("staged flush raw_qk BV=16 2 warps whole heads",
      StagedVariant(block_v=16, num_warps=2, flush_launch=True, raw_qk=True), (128, 256, 512)),
@@ -272,7 +287,18 @@ VARIANTS = [
     ("staged flush raw_qk list x16 BV=16 2 warps fold u dot",
      StagedVariant(block_v=16, num_warps=2, flush_launch=True, raw_qk=True, fold="u", flush_dot=True,
                    flush_persistent=16, flush_block_v=16, flush_warps=2), (128, 256, 512)),
+    # The write-through step (a flush at every token on the standard step's tiles) at the
+    # latency-bound batches, at the standard step's tile or ``(BV, warps)`` given.
+    ("write-through", WriteThrough(), (1, 3, 8, 15, 16, 24, 31, 32, 64)),
+    ("write-through BV=4 1 warp", WriteThrough(4, 1), (1, 3, 8, 15, 16, 24, 31, 32, 64)),
+    ("write-through BV=16 2 warps", WriteThrough(16, 2), (1, 3, 8, 15, 16, 24, 31, 32, 64)),
+    # what the ops launch when no variant is named (decode.default_variant), from batch 16
+    ("default", None, (16, 24, 31, 32, 64, 128, 256, 512)),
 ]
+
+
+#: ``(BV, warps)`` of the standard step also timed (besides its launch_config).
+STANDARD_TILES = ((4, 1), (8, 1), (16, 1), (16, 2), (32, 4))
 
 
 def derive_variants(specs):
@@ -300,10 +326,14 @@ def nonflush_phases(L):
 
 
 def variant_step(layer, variant, state, x, idx, refold=True):
+    launch = {}
+    if isinstance(variant, WriteThrough):
+        launch = dict(block_v=variant.block_v, num_warps=variant.num_warps)
+        variant = "write_through"
     return decode.delta_replay_step(
         state.checkpoint, state.ring_k, state.ring_v, state.ring_beta, state.ring_g, state.ring_u,
         state.committed, state.flush_at, state.window, **x, A_log=layer.A_log, dt_bias=layer.dt_bias,
-        state_indices=idx, pad_slot_id=-1, scale=None, refold=refold, variant=variant)
+        state_indices=idx, pad_slot_id=-1, scale=None, refold=refold, variant=variant, **launch)
 
 
 def _rel(actual, expected):
@@ -315,7 +345,10 @@ def check_variant(layer, batch, variant):
     """Errors of ``variant`` against (a) the row-wise replay kernel from a staggered random state
     over L + 1 steps (every slot flushes once; same rounding, so a tight bound) and (b) the
     standard kernel from a fresh window over L steps (the last one flushes; the replay rounds k
-    to the activation dtype, the standard step does not). Returns ``(ok, errors)``."""
+    to the activation dtype, the standard step does not). A write-through step folds the raw
+    ring: in (a) its reference is the standard kernel on the refolded (materialised) state,
+    its cursors must end at ``(0, L)``. Returns ``(ok, errors)``."""
+    write_through = isinstance(variant, WriteThrough)
     L = layer.window
     idx = torch.arange(batch, dtype=torch.int32, device="cuda")
     fp32 = layer.dtype == torch.float32
@@ -327,14 +360,27 @@ def check_variant(layer, batch, variant):
     # The random state's cached u does not follow from its raw ring: a variant that folds the
     # cached u is compared with the row-wise kernel folding it too (refold=False).
     ref_refold = not (isinstance(variant, StagedVariant) and variant.fold == "u")
+    if write_through:
+        # The random ring's cached u does not follow from its raw entries, which a write-through
+        # step folds: its reference is the standard step on the materialised (refolded) state.
+        ref = materialize(mine, idx, -1, refold=True, per_channel_decay=layer.per_channel)
     for _ in range(L + 1):
         x = layer.tokens(batch)
+        if write_through:
+            want = decode.delta_standard_step(ref, **x, A_log=layer.A_log, dt_bias=layer.dt_bias,
+                                              state_indices=idx, pad_slot_id=-1, scale=None)
+        else:
+            want = variant_step(layer, "rowwise", ref, x, idx, refold=ref_refold)
         errors["out_vs_rowwise"] = max(errors.get("out_vs_rowwise", 0.0),
-                                       _rel(variant_step(layer, variant, mine, x, idx),
-                                            variant_step(layer, "rowwise", ref, x, idx, refold=ref_refold)))
-    errors["checkpoint_vs_rowwise"] = _rel(mine.checkpoint, ref.checkpoint)
-    errors["ring_u_vs_rowwise"] = _rel(mine.ring_u, ref.ring_u)
-    cursors_equal = torch.equal(mine.committed, ref.committed) and torch.equal(mine.flush_at, ref.flush_at)
+                                       _rel(variant_step(layer, variant, mine, x, idx), want))
+    if write_through:
+        cursors_equal = bool((mine.flush_at == L).all() and (mine.committed == 0).all())
+        errors["checkpoint_vs_rowwise"] = _rel(mine.checkpoint, ref)
+        errors["ring_u_vs_rowwise"] = 0.0
+    else:
+        errors["checkpoint_vs_rowwise"] = _rel(mine.checkpoint, ref.checkpoint)
+        errors["ring_u_vs_rowwise"] = _rel(mine.ring_u, ref.ring_u)
+        cursors_equal = torch.equal(mine.committed, ref.committed) and torch.equal(mine.flush_at, ref.flush_at)
     mine.committed.zero_()
     mine.flush_at.fill_(L)
     plain = mine.checkpoint.clone()
@@ -358,6 +404,12 @@ def check_variant(layer, batch, variant):
 
 
 def launch_text(layer, batch, variant):
+    if variant is None:
+        variant = decode.default_variant(batch, layer.per_channel, True, layer.d_v)
+        return f"{variant}" if not isinstance(variant, StagedVariant) else "staged: " + launch_text(layer, batch, variant)
+    if isinstance(variant, WriteThrough):
+        bv, warps = decode.write_through_config(batch, layer.HV, layer.d_k, layer.d_v)
+        return f"BV={variant.block_v or bv} warps={variant.num_warps or warps}"
     if isinstance(variant, StagedVariant):
         bv, warps, ring_warps = staged_config(batch, layer.HV, layer.d_k, layer.d_v, variant)
         text = f"BV={bv} warps={warps} ring warps={ring_warps} ring split={ring_split(layer.HV, layer.H, variant)}"
@@ -390,6 +442,10 @@ def bench_variants_batch(layer, batch, flusher, rounds, copy_bw, with_fla, names
     ssm = torch.randn(batch, layer.HV, layer.d_v, layer.d_k, device="cuda") * 0.05
     base_row("standard", lambda: decode.delta_standard_step(ssm, **x, A_log=layer.A_log, dt_bias=layer.dt_bias,
                                                             state_indices=idx, pad_slot_id=-1, scale=None))
+    for bv, warps in STANDARD_TILES:
+        base_row(f"standard BV={bv} {warps} warps", lambda bv=bv, warps=warps: decode.delta_standard_step(
+            ssm, **x, A_log=layer.A_log, dt_bias=layer.dt_bias, state_indices=idx, pad_slot_id=-1, scale=None,
+            block_v=bv, num_warps=warps))
     del ssm
     phases = nonflush_phases(L)
     nonflush_bytes = sum(layer.step_bytes(batch, c, False) for c in phases) / len(phases)
@@ -412,6 +468,12 @@ def bench_variants_batch(layer, batch, flusher, rounds, copy_bw, with_fla, names
             t = time_replays([graph], rounds=rounds, flush=Cursors(state, [phases], flusher))
             return median([r[0] for r in t])
 
+        if isinstance(variant, WriteThrough):
+            # Every step of a write-through slot starts at c = 0 (no ring to replay or fold).
+            us = phase_us(torch.zeros(batch, dtype=torch.int32, device="cuda"))
+            row.update(nonflush_us=us, flush_us=us, amortized_us=us)
+            del graph, state
+            continue
         per_phase = {c: phase_us(torch.full((batch,), c, dtype=torch.int32, device="cuda"))
                      for c in (*phases, L - 1)}
         nonflush = sum(per_phase[c] for c in phases) / len(phases)
@@ -461,6 +523,8 @@ def launch_plan(layer, batches, names):
         for name, variant, only in VARIANTS:
             if (names and name not in names) or (only is not None and batch not in only):
                 continue
+            if variant is None or isinstance(variant, WriteThrough):
+                continue  # compiled when first timed
             if isinstance(variant, StagedVariant):
                 bv, warps, _ = staged_config(batch, layer.HV, layer.d_k, layer.d_v, variant)
                 split = None

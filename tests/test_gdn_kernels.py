@@ -88,7 +88,9 @@ def drive(layer, batch, slots, steps, window=4, refold=True, pads=True, use_wrap
     ``oracle_device``: where the float64 reference runs (the GPU for large batches: the CPU
     reference at batch 64 and model dims dominates the test time). ``drafts`` widens the ring
     (capacity ``window + drafts``) without using it. ``stagger=False``: every slot flushes at the
-    same steps (``flush_stagger``), so a flush step has several flush rows.
+    same steps (``flush_stagger``), so a flush step has several flush rows. Where the launch is
+    the write-through step (named, or the default at small batches) the reference flushes every
+    live slot at every step.
     """
     config = ReplaySSMConfig(window=window, max_draft_tokens=drafts, flush_stagger=stagger)
     state = layer.state(slots, config)
@@ -103,8 +105,15 @@ def drive(layer, batch, slots, steps, window=4, refold=True, pads=True, use_wrap
     out_tol = {torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 1.5e-2}[layer.dtype]
     worst_o = worst_c = 0.0
     flushes = 0
+    variant = launch.get("variant", decode.REPLAY_VARIANT)
+    if variant is None and not {"block_v", "split"} & launch.keys():
+        variant = decode.default_variant(batch, layer.per_channel, refold, layer.d_v)
+    live_slots = idx[idx != -1].long().to(ref_dev)
     for t in range(steps):
         inputs = layer.tokens(batch)
+        if variant == "write_through":
+            # A flush at every token: the reference's live slots flush at this step too.
+            oracle.flush_at[live_slots] = oracle.committed[live_slots] + 1
         if use_wrapper:
             op = getattr(__import__(f"trtllm_replayssm.ops.{layer.name}", fromlist=["x"]), f"{layer.name}_replay_step")
             got = op(state, **inputs, **layer.params(layer.device), state_indices=idx.to(layer.device), refold=refold)
@@ -203,11 +212,12 @@ def standard_check(layer, batch, slots):
 
 
 # ------------------------------------------------------------------ CPU (interpreter) ---------
+@pytest.mark.parametrize("variant", ["rowwise", None], ids=["rowwise", "default"])
 @pytest.mark.parametrize("refold", [True, False])
 @pytest.mark.parametrize("HV,H", [(2, 2), (4, 2)])
-def test_replay_kernel_matches_reference_cpu(HV, H, refold):
+def test_replay_kernel_matches_reference_cpu(HV, H, refold, variant):
     layer = Layer(False, HV, H, 16, 16, seed=HV + refold)
-    worst_o, worst_c, flushes = drive(layer, batch=4, slots=6, steps=13, window=4, refold=refold)
+    worst_o, worst_c, flushes = drive(layer, batch=4, slots=6, steps=13, window=4, refold=refold, variant=variant)
     assert flushes >= 6 and worst_c < 1e-5
 
 
@@ -396,7 +406,7 @@ def test_flush_item_tiles_cpu(per_channel, dtype, tiles):
 
 
 def check_write_through(per_channel, dims, dtype, batch, after, steps, window, refold=True):
-    """``after`` steps with the default variant (slots at staggered phases, ring entries), then
+    """``after`` steps of the row-wise replay (slots at staggered phases, ring entries), then
     ``variant="write_through"`` steps against the float64 reference with every live row's
     ``flush_at`` lowered to ``committed + 1`` (a flush at every token): outputs, cursors and
     checkpoints each step (worst checkpoint error returned). Row ``batch // 2`` is padded."""
@@ -423,7 +433,7 @@ def check_write_through(per_channel, dims, dtype, batch, after, steps, window, r
             state.checkpoint, state.ring_k, state.ring_v, state.ring_beta, state.ring_g, state.ring_u,
             state.committed, state.flush_at, state.window, **inputs, **layer.params(layer.device),
             state_indices=idx.to(layer.device), pad_slot_id=-1, scale=None, refold=refold,
-            variant="write_through" if through else None)
+            variant="write_through" if through else "rowwise")
         want = step_ref(oracle, **_on(inputs, ref_dev), **layer.params(ref_dev), state_indices=idx.to(ref_dev),
                         refold=refold)
         ok = idx != -1
@@ -454,7 +464,7 @@ def test_write_through_cpu(per_channel, dtype, after):
 @pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
 def test_write_through_gpu(per_channel, batch, after):
     """``variant="write_through"`` at model dims, bf16, window 16: from reset or after 20 steps of
-    the default variant, 3+ windows of write-through steps against float64."""
+    the row-wise replay, 3+ windows of write-through steps against float64."""
     dims = (32, 32, 128, 128) if per_channel else GPU_DIMS[0]
     worst_c = check_write_through(per_channel, dims, torch.bfloat16, batch, after, 50, window=16)
     assert worst_c < 5e-3, worst_c
@@ -600,10 +610,9 @@ def check_variant_gpu(per_channel, dims, dtype, batch, variant, monkeypatch, ref
 
 def test_default_variant_by_batch_kind_and_fold():
     """What the ops launch when no variant is named (measured choices, decode.default_variant)."""
-    assert isinstance(decode.default_variant(1, False, True, 128), ChunkedVariant)
-    assert decode.default_variant(1, True, True, 128) is None  # KDA below 128: row-wise
-    assert decode.default_variant(16, False, False, 128) is None  # 16-31: row-wise
-    assert decode.default_variant(31, True, True, 128) is None
+    for per_channel in (False, True):  # below 32: write-through, any d_v, either fold
+        for batch, refold, d_v in ((1, True, 128), (16, False, 48), (31, True, 128)):
+            assert decode.default_variant(batch, per_channel, refold, d_v) == "write_through"
     assert decode.default_variant(32, True, True, 128) == decode.default_variant(4096, True, True, 128)
     for per_channel in (False, True):
         fold_u = decode.default_variant(256, per_channel, False, 128)

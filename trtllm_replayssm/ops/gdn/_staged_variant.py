@@ -8,7 +8,6 @@ from dataclasses import dataclass
 
 import triton
 
-from .decode import launch_config
 
 _FOLDS = ("refold", "wy", "u")
 _DOT_PRECISIONS = ("tf32x3", "tf32x2")
@@ -156,9 +155,14 @@ def ring_split(v_heads: int, k_heads: int, variant: StagedVariant) -> int:
 
 
 def staged_config(rows: int, v_heads: int, d_k: int, d_v: int, variant: StagedVariant) -> tuple[int, int, int]:
-    """``(BV, num_warps, ring_warps)``: the streaming kernel tiles ``S`` as the standard step
-    (:func:`decode.launch_config`); the ring kernel's tile is ``[CAP, d_k]``."""
-    bv, warps = launch_config(rows, v_heads, d_k, d_v)
+    """``(BV, num_warps, ring_warps)``: unless ``variant`` names them, the streaming kernel's
+    tiles are 8-32 rows of ``S`` by the number of (row, head) pairs (the standard step's tiles
+    before it moved to one warp; the defaults of ``decode.default_variant`` name theirs); the
+    ring kernel's tile is ``[CAP, d_k]``."""
+    heads = rows * v_heads
+    bv = 32 if heads >= 2048 else 16 if heads >= 256 else 8
+    bv = min(bv, 16, d_v) if d_k >= 256 else min(bv, d_v)
+    warps = 4 if bv * d_k >= 4096 else 2
     bv = min(variant.block_v or bv, d_v)
     if variant.block_v is not None and variant.num_warps is None:
         warps = 4 if bv * d_k >= 4096 else 2

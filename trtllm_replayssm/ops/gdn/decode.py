@@ -3,7 +3,9 @@
 Two kernels, both one launch for a batch of rows (``state_indices`` picks each row's slot, a row
 equal to ``pad_slot_id`` gets a zero output and touches nothing):
 
-* :func:`delta_standard_step`: the plain recurrence, reading and writing ``S`` every token.
+* :func:`delta_standard_step`: the plain recurrence, reading and writing ``S`` every token;
+  with ``WRITE_THROUGH`` the same kernel is the ReplaySSM write-through step (a flush at every
+  token), the default below batch :data:`WRITE_THROUGH_BELOW`.
 * :func:`delta_replay_step`: one ReplaySSM token per row; each slot is a non-flush or a flush
   step according to its own ``committed`` / ``flush_at`` (replayssm-math.md section 2).
 
@@ -41,7 +43,7 @@ import triton.language as tl
 
 from .._arrivals import arrival_counters, write_through_cursors
 
-__all__ = ["REPLAY_VARIANT", "default_variant", "delta_standard_step", "delta_replay_step", "launch_config",
+__all__ = ["REPLAY_VARIANT", "WRITE_THROUGH_BELOW", "default_variant", "delta_standard_step", "delta_replay_step", "launch_config",
            "replay_config"]
 
 #: The ReplaySSM kernel the ops launch: None for :func:`default_variant`'s measured choice per
@@ -53,14 +55,25 @@ __all__ = ["REPLAY_VARIANT", "default_variant", "delta_standard_step", "delta_re
 REPLAY_VARIANT = None
 
 
+#: Batches below this take the write-through step when no variant is named.
+WRITE_THROUGH_BELOW = 32
+
+
 def default_variant(batch: int, per_channel: bool, refold: bool, d_v: int):
-    """The replay kernel the ops launch when no variant is named: ``None`` for the row-wise kernel.
+    """The replay kernel the ops launch when no variant is named: ``"write_through"``, a
+    :class:`~trtllm_replayssm.ops.gdn.decode_staged.StagedVariant`, or ``None`` for the row-wise
+    kernel.
 
     Measured on an H200 (``benchmarks/bench_gdn_decode.py --variants`` / ``bench_kda_decode.py``,
     RESULTS.md; Qwen3.5-4B GDN dims, Kimi-Linear KDA dims, bf16):
 
-    - Gated DeltaNet below batch 16: the chunked flush with 2 warps (8.6 us amortized against
-      9.8 us row-wise at batch 1);
+    - below batch :data:`WRITE_THROUGH_BELOW`, both kinds: the write-through step (a flush at
+      every token on the standard step's tiles, 8 rows and one warp): at these sizes the
+      replay's ring work is a latency chain, not bytes saved. Batch 1 / 8 / 16 / 31: GDN 6.5 /
+      14.5 / 22.5 / 39.4 us against fla's 6.9 / 14.4 / 22.7 / 37.0 us and the row-wise
+      kernel's 9.5 / 20.8 / 32.1 / 53.1 us; KDA 6.5 / 14.7 / 22.9 / 37.4 us against fla's 8.7 /
+      17.6 / 28.6 / 49.1 us (row-wise 11.2 / 35.6 / 44.4 / 74.3 us). At batch 32 it still leads
+      the staged step by 1.5-2.7 us (GDN 38.9 / 40.4, KDA 39.6 / 42.3), at 64 it trails by 9-16 us;
     - from batch 32, both kinds: the staged step with one-warp ring and stream programs (their
       reductions over ``d_k`` stay inside a warp: the ring launch 24.5 -> 12.2 us for GDN,
       88.8 -> 28.3 us for KDA) and the flush rows' tiles in a list launch on a side stream
@@ -75,12 +88,10 @@ def default_variant(batch: int, per_channel: bool, refold: bool, d_v: int):
       kernel (GDN 38.6 / 61.2 us against 54.5 / 77.8 us with ``refold=False``, 40.2 / 63.1 us refolding;
       KDA 42.5 / 70.1 us refolding and 74.3 us at 64 with ``refold=False``, against 61.4 /
       87.0 us; staggered about half the row-wise kernel's);
-    - otherwise (batch 16-31, KDA below 16, ``d_v`` not a multiple of 32) the row-wise kernel.
+    - otherwise (``d_v`` not a multiple of 32 from batch 32) the row-wise kernel.
     """
-    if batch < 16 and not per_channel:
-        from .decode_chunked import ChunkedVariant
-
-        return ChunkedVariant(num_warps=2)
+    if batch < WRITE_THROUGH_BELOW:
+        return "write_through"
     if batch >= 32 and d_v % 32 == 0:
         from .decode_staged import StagedVariant
 
@@ -383,15 +394,19 @@ def _arrivals(count: int, device: torch.device, per: str = "batch") -> torch.Ten
 def launch_config(rows: int, v_heads: int, d_k: int, d_v: int) -> tuple[int, int]:
     """``(BV, num_warps)`` of the standard step: rows of ``S`` per program and warps.
 
-    Small batches need narrow tiles to fill the GPU's 132 SMs; at batch >= 64 (Qwen3.5-4B dims)
-    32-row tiles ran within 4% of fla's kernel on an H200.
+    One warp per program keeps the ``d_k`` reductions inside a warp; 4-row tiles below 1024
+    (row, head) pairs fill the SMs at small batches. On an H200 (Qwen3.5-4B GDN dims, bf16)
+    against the earlier 8-32-row 2-4-warp tiles: batch 1 7.1 -> 6.1 us, 16 24.5 -> 21.6 us,
+    256 271.3 -> 264.6 us (fla's kernel 6.9 / 22.7 / 261.0 us); KDA dims at 256 293.2 -> 267.1 us.
     """
-    heads = rows * v_heads
-    bv = 32 if heads >= 2048 else 16 if heads >= 256 else 8
-    if d_k >= 256:
-        bv = min(bv, 16)
-    bv = min(bv, d_v)
-    return bv, 4 if bv * d_k >= 4096 else 2
+    bv = 4 if rows * v_heads < 1024 else 8
+    return min(bv, d_v), 1
+
+
+def write_through_config(rows: int, v_heads: int, d_k: int, d_v: int) -> tuple[int, int]:
+    """``(BV, num_warps)`` of the write-through step: 8-row one-warp tiles at every batch it
+    serves (on an H200 below batch 32 within 0.7 us of 4-row tiles either way)."""
+    return min(8, d_v), 1
 
 
 def replay_config(rows: int, v_heads: int, d_k: int, d_v: int, block_v: int | None = None,
@@ -443,6 +458,9 @@ def _launch_standard(ssm_state, replay, q, k, v, a, b, A_log, dt_bias, state_ind
     the write-through step's ``(ring_k, ring_v, ring_beta, ring_g, committed, flush_at, window)``."""
     batch, H, K = q.shape
     HV, V = v.shape[1], v.shape[2]
+    if replay is not None:
+        bv, warps = write_through_config(batch, HV, K, V)
+        block_v, num_warps = block_v or bv, num_warps or warps
     bv, warps, grid = _launch(batch, HV, K, V, block_v, num_warps)
     out = torch.empty_like(v)
     if replay is None:
@@ -473,7 +491,7 @@ def delta_replay_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, com
     :class:`~trtllm_replayssm.ops.gdn.decode_chunked.ChunkedVariant` runs the chunked kernel,
     ``"staged"`` or a :class:`~trtllm_replayssm.ops.gdn.decode_staged.StagedVariant` the
     two-launch step, ``"rowwise"`` this module's, ``"write_through"`` a flush at every token on the
-    standard step's tiles (latency-bound batches; not yet timed, not a default); default
+    standard step's tiles (the default below :data:`WRITE_THROUGH_BELOW`); default
     :data:`REPLAY_VARIANT`.
     """
     variant = REPLAY_VARIANT if variant is None else variant

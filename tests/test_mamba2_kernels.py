@@ -144,9 +144,8 @@ def test_replay_kernel_interpreter(dims, fold_dot, prefetch, cursor_kernel, rows
 @pytest.mark.skipif(HAS_CUDA, reason="interpreter test; the GPU grid covers it on CUDA")
 @pytest.mark.parametrize("batch", [1, 17])
 def test_replay_kernel_interpreter_default_configs(batch):
-    # batch 1 (write-through) and 16-127 (v4) take different default launch configurations
-    # (decode.launch_config); the staged kernel of batch >= 128 is covered by
-    # test_replay_staged_kernel_interpreter
+    # batch 1 (write-through) and 17 (staged, one head per flush program) take different default
+    # launch configurations (decode.launch_config)
     through = decode.launch_config("replay", 16, 16, batch).kernel == "write_through"
     check_replay((2, 16, 16, 1), torch.float32, batch, 4, 13, "cpu", run=_kernel_replay(None),
                  write_through_from=0 if through else None)
@@ -271,8 +270,12 @@ def triton_next_pow2(n):
 
 
 def test_launch_config_default_kernels_by_batch():
-    kernels = [decode.launch_config("replay", 64, 128, b).kernel for b in (1, 15, 16, 127, 128, 512)]
-    assert kernels == ["write_through", "write_through", "v4", "v4", "staged", "staged"]
+    configs = [decode.launch_config("replay", 64, 128, b) for b in (1, 11, 12, 63, 64, 512)]
+    assert [c.kernel for c in configs] == ["write_through"] * 2 + ["staged"] * 4
+    # one head per flush program below batch 64 (few flush rows per staggered step), four from 64
+    assert [c.flush_heads for c in configs[2:]] == [1, 1, 4, 4] and all(c.flush_stream for c in configs[2:])
+    kernels = [decode.launch_config("replay", 64, 256, b).kernel for b in (1, 15, 16, 127, 128)]
+    assert kernels == ["write_through", "write_through", "v4", "v4", "staged"]  # d_state 256
     # head_dim 80 (Nemotron-3-Nano) must tile exactly; d_state 256 halves the tile rows
     assert 80 % decode.launch_config("replay", 80, 128, 256).block_p == 0
     assert decode.launch_config("replay", 64, 256, 256).block_p == 4

@@ -4,8 +4,9 @@
 ``selective_state_update``: the state is read and written every token), kept as the baseline.
 ``mamba2_replay_step`` is the ReplaySSM step: non-flush rows read the checkpoint and append to
 the ring, rows whose window fills fold the ring into the checkpoint, all rows of a batch in the
-same launch(es). Large batches take two launches (``decode_staged.py``: a per-row ring launch,
-then one program per checkpoint tile), batches of 16-127 one (``decode_v4.py``); below 16, where
+same launch(es). From batch 12 the step is a per-row ring launch, then one program per
+checkpoint tile, the flush rows' tiles in a launch of their own (``decode_staged.py``; with
+``d_state`` 256 from batch 128, one launch of ``decode_v4.py`` at 16-127); below that, where
 the step is latency-bound and the replay saves no bandwidth, every step folds its token into the
 checkpoint (a flush at every token: the cursors stay at ``(0, window)``, outputs and materialised
 states are those of the plain replay); ``decode.launch_config`` picks, from measurements on an

@@ -129,12 +129,29 @@ def launch_config(kind: str, head_dim: int, d_state: int, batch: int) -> LaunchC
         # Small tiles, many programs: the most loads in flight for a pure stream (518 us at
         # batch 256, 4.2 TB/s; 7.7 us at batch 1).
         return LaunchConfig(block_p=8 if block_n <= 128 else 4, num_warps=2)
-    if batch < 16:
+    if batch < (12 if block_n <= 128 else 16):
         # Latency-bound: the replay saves no bandwidth here, only adds dependent work, so every
         # step folds its token into the checkpoint (the standard step's kernel and tiles,
         # WRITE_THROUGH). Nemotron-H: batch 1 8.2 us against 8.8 us for the v4 replay (four programs per
-        # head, arrival counters; standard 7.8 us), batch 15 36.4 against 43.7 us (36.0).
+        # head, arrival counters; standard 7.8 us), batch 15 36.4 against 43.7 us (36.0); at batch
+        # 8 it still leads the staged step below (22.5 against 22.7 us, staggered 23.4).
         return LaunchConfig(block_p=8 if block_n <= 128 else 4, num_warps=1, kernel="write_through")
+    if block_n <= 128:
+        # Bandwidth-bound from here: the ring launch, small checkpoint tiles for the non-flush rows
+        # (compiled without the fold: 56 registers), and the flush rows in a launch of their own
+        # (batch 256: non-flush 290 us = 95% of copy against 336 us with the fold in the stream
+        # launch), issued first on a side stream so that it runs under the stream launch
+        # (`--variants`, batch 256: amortized 1.81x / staggered 1.86x the standard against 1.79x /
+        # 1.77x in order). The fold in two TF32 passes (the ring's 16-bit B is exact in TF32;
+        # ops/_tf32.py; fp32 rings take tf32x3), capped at 96 registers (5 programs per SM): flush
+        # 827 -> 731 us, amortized 1.79x -> 1.83x, staggered 1.83x -> 1.89x in one `--variants` run.
+        # Below batch 64 a flush program takes one head instead of four: in staggered phases only
+        # batch / 16 rows flush per step, and four heads per program serialise them (Nemotron-H
+        # batch 32: staggered 1.16x -> 1.36x the standard, in phase 1.35x -> 1.31x; the v4 kernel
+        # that served 16-127 before: 1.13x / 1.08x; Nemotron-3-Nano batch 32 1.27x / 1.32x
+        # against v4's 0.92x / 0.86x, whose 32-row tiles do not divide head_dim 80).
+        return LaunchConfig(block_p=16, num_warps=2, kernel="staged", fold="tf32x2", flush_launch=True,
+                            flush_max_registers=96, flush_stream=True, flush_heads=1 if batch < 64 else 4)
     if batch < 128:
         # One program per head streaming 32-row tiles with the next one in flight, capped at 128
         # registers, rows first in the grid, cursors moved by a second launch, rolled FMA fold
@@ -144,18 +161,6 @@ def launch_config(kind: str, head_dim: int, d_state: int, batch: int) -> LaunchC
             block_p=block_p, num_warps=4, max_registers=128, cursor_kernel=True, rows_fastest=True,
             kernel="v4", p_split=1, fold="loop",
         )
-    # Bandwidth-bound: the ring launch, small checkpoint tiles for the non-flush rows (compiled
-    # without the fold: 56 registers), and the flush rows in a launch of their own (batch 256:
-    # non-flush 290 us = 95% of copy against 336 us with the fold in the stream launch), capped
-    # at 128 registers (4 programs per SM; flush 861 us against 923 us at 132 registers), issued
-    # first on a side stream so that it runs under the stream launch (`--variants`, batch 256:
-    # amortized 1.81x / staggered 1.86x the standard against 1.79x / 1.77x in order). The fold in
-    # two TF32 passes (the ring's 16-bit B is exact in TF32; ops/_tf32.py; fp32 rings take
-    # tf32x3), capped at 96 registers (5 programs per SM): flush 827 -> 731 us, amortized 1.79x ->
-    # 1.83x, staggered 1.83x -> 1.89x in one `--variants` run.
-    if block_n <= 128:
-        return LaunchConfig(block_p=16, num_warps=2, kernel="staged", fold="tf32x2", flush_launch=True,
-                            flush_max_registers=96, flush_stream=True)
     return LaunchConfig(block_p=4, num_warps=2, max_registers=56, kernel="staged", fold="loop")
 
 

@@ -471,7 +471,7 @@ def bench_variants_batch(layer, batch, flusher, rounds, copy_bw, with_fla, names
         if isinstance(variant, WriteThrough):
             # Every step of a write-through slot starts at c = 0 (no ring to replay or fold).
             us = phase_us(torch.zeros(batch, dtype=torch.int32, device="cuda"))
-            row.update(nonflush_us=us, flush_us=us, amortized_us=us)
+            row.update(nonflush_us=us, flush_us=us, amortized_us=us, staggered_us=us)
             del graph, state
             continue
         per_phase = {c: phase_us(torch.full((batch,), c, dtype=torch.int32, device="cuda"))

@@ -38,7 +38,8 @@ def load_rows(paths) -> tuple[dict, list[dict]]:
             for name in BASELINES:
                 if (r["batch"], name) in base:
                     row[f"x_{name}"] = base[r["batch"], name] / r["amortized_us"]
-                    row[f"x_{name}_staggered"] = base[r["batch"], name] / r["staggered_us"]
+                    # a write-through row has one step time: its staggered step is the same
+                    row[f"x_{name}_staggered"] = base[r["batch"], name] / r.get("staggered_us", r["amortized_us"])
             rows.append(row)
     if not rows:
         raise ValueError(f"json: no timed ReplaySSM rows in {', '.join(map(str, paths))}")
@@ -76,8 +77,8 @@ def plot(data: dict, rows: list[dict], out: Path, baseline: str = "fla", names=(
                       label=f"{label}: amortized (15 + 1)")
         ax_speed.plot(batches, [by_batch[b][f"{key}_staggered"] for b in batches], marker="o", linestyle="--",
                       color=color, alpha=0.6, label=f"{label}: staggered phases")
-        ax_copy.plot(batches, [by_batch[b]["nonflush_pct_copy"] for b in batches], marker="o", color=color,
-                     label=label)
+        ax_copy.plot(batches, [by_batch[b].get("nonflush_pct_copy") or float("nan") for b in batches], marker="o",
+                     color=color, label=label)
     batch_axes((ax_speed, ax_copy), sorted({b for by_batch in lines.values() for b in by_batch}))
     speedup_lines(ax_speed, target, f"speedup over {baseline} (same run)")
     ax_copy.set_ylabel("non-flush step, % of device copy bandwidth")

@@ -289,11 +289,11 @@ VARIANTS = [
                    flush_persistent=16, flush_block_v=16, flush_warps=2), (128, 256, 512)),
     # The write-through step (a flush at every token on the standard step's tiles) at the
     # latency-bound batches, at the standard step's tile or ``(BV, warps)`` given.
-    ("write-through", WriteThrough(), (1, 3, 8, 15, 16, 24, 31, 32, 64)),
+    ("write-through", WriteThrough(), (1, 3, 8, 15, 16, 24, 31, 32, 40, 48, 56, 64)),
     ("write-through BV=4 1 warp", WriteThrough(4, 1), (1, 3, 8, 15, 16, 24, 31, 32, 64)),
     ("write-through BV=16 2 warps", WriteThrough(16, 2), (1, 3, 8, 15, 16, 24, 31, 32, 64)),
     # what the ops launch when no variant is named (decode.default_variant), from batch 16
-    ("default", None, (16, 24, 31, 32, 64, 128, 256, 512)),
+    ("default", None, (16, 24, 31, 32, 40, 48, 56, 64, 128, 256, 512)),
 ]
 
 

@@ -610,10 +610,10 @@ def check_variant_gpu(per_channel, dims, dtype, batch, variant, monkeypatch, ref
 
 def test_default_variant_by_batch_kind_and_fold():
     """What the ops launch when no variant is named (measured choices, decode.default_variant)."""
-    for per_channel in (False, True):  # below 32: write-through, any d_v, either fold
-        for batch, refold, d_v in ((1, True, 128), (16, False, 48), (31, True, 128)):
+    for per_channel in (False, True):  # up to 32: write-through, any d_v, either fold
+        for batch, refold, d_v in ((1, True, 128), (16, False, 48), (32, True, 128)):
             assert decode.default_variant(batch, per_channel, refold, d_v) == "write_through"
-    assert decode.default_variant(32, True, True, 128) == decode.default_variant(4096, True, True, 128)
+    assert decode.default_variant(33, True, True, 128) == decode.default_variant(4096, True, True, 128)
     for per_channel in (False, True):
         fold_u = decode.default_variant(256, per_channel, False, 128)
         assert isinstance(fold_u, StagedVariant) and fold_u.flush_dot

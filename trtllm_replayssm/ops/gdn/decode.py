@@ -55,8 +55,9 @@ __all__ = ["REPLAY_VARIANT", "WRITE_THROUGH_BELOW", "default_variant", "delta_st
 REPLAY_VARIANT = None
 
 
-#: Batches below this take the write-through step when no variant is named.
-WRITE_THROUGH_BELOW = 32
+#: Batches below this take the write-through step when no variant is named (on an H200 it led
+#: the staged step at batch 32 and trailed it at 40).
+WRITE_THROUGH_BELOW = 33
 
 
 def default_variant(batch: int, per_channel: bool, refold: bool, d_v: int):
@@ -73,8 +74,9 @@ def default_variant(batch: int, per_channel: bool, refold: bool, d_v: int):
       14.5 / 22.5 / 39.4 us against fla's 6.9 / 14.4 / 22.7 / 37.0 us and the row-wise
       kernel's 9.5 / 20.8 / 32.1 / 53.1 us; KDA 6.5 / 14.7 / 22.9 / 37.4 us against fla's 8.7 /
       17.6 / 28.6 / 49.1 us (row-wise 11.2 / 35.6 / 44.4 / 74.3 us). At batch 32 it still leads
-      the staged step by 1.5-2.7 us (GDN 38.9 / 40.4, KDA 39.6 / 42.3), at 64 it trails by 9-16 us;
-    - from batch 32, both kinds: the staged step with one-warp ring and stream programs (their
+      the staged step (GDN 38.8 / 40.6 us, KDA 40.3 / 42.8 us, refolding), at 40 it trails it
+      (GDN 47.6 / 46.3, KDA 51.6 / 50.8; staggered 41.5 / 48.6), at 64 by 9-16 us;
+    - from batch 33, both kinds: the staged step with one-warp ring and stream programs (their
       reductions over ``d_k`` stay inside a warp: the ring launch 24.5 -> 12.2 us for GDN,
       88.8 -> 28.3 us for KDA) and the flush rows' tiles in a list launch on a side stream
       (under the stream launch; for KDA's dot fold after it), 8-row stream tiles. A flush that
@@ -88,7 +90,7 @@ def default_variant(batch: int, per_channel: bool, refold: bool, d_v: int):
       kernel (GDN 38.6 / 61.2 us against 54.5 / 77.8 us with ``refold=False``, 40.2 / 63.1 us refolding;
       KDA 42.5 / 70.1 us refolding and 74.3 us at 64 with ``refold=False``, against 61.4 /
       87.0 us; staggered about half the row-wise kernel's);
-    - otherwise (``d_v`` not a multiple of 32 from batch 32) the row-wise kernel.
+    - otherwise (``d_v`` not a multiple of 32 from batch 33) the row-wise kernel.
     """
     if batch < WRITE_THROUGH_BELOW:
         return "write_through"

@@ -17,7 +17,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_gdn_decode import VARIANTS, Layer, derive_variants, variant_step  # noqa: E402
+from _delta_layer import Layer  # noqa: E402
+from _delta_variants import VARIANTS, derive_variants, variant_step  # noqa: E402
 from profile_mamba2_step import kernel_times  # noqa: E402
 
 

@@ -124,7 +124,7 @@ def main(argv=None):
     if os.environ.get("TRITON_INTERPRET") == "1":
         raise SystemExit("unset TRITON_INTERPRET: the interpreter does not compile")
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from bench_gdn_decode import VARIANTS
+    from _delta_variants import VARIANTS
 
     dims_of = {"gdn": (32, 16, 128, 128), "kda": (32, 32, 128, 128)}
     if args.defaults:

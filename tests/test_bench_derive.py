@@ -10,6 +10,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
+import _delta_variants  # noqa: E402
 import bench_gdn_decode  # noqa: E402
 from _derive import field_value, parse_fields  # noqa: E402
 
@@ -37,16 +38,16 @@ def test_mamba2_fields_build_a_checked_config():
 
 
 def test_gdn_derive_appends_a_named_variant(monkeypatch):
-    monkeypatch.setattr(bench_gdn_decode, "VARIANTS", list(bench_gdn_decode.VARIANTS))
+    monkeypatch.setattr(_delta_variants, "VARIANTS", list(_delta_variants.VARIANTS))
     base = "staged flush raw_qk list x4 BV=32 4 warps fold u dot side stream"
-    (name,) = bench_gdn_decode.derive_variants([f"{base}: ring_warps=1, block_v=8"])
+    (name,) = _delta_variants.derive_variants([f"{base}: ring_warps=1, block_v=8"])
     assert name == f"{base} + ring_warps=1, block_v=8"
-    entry = bench_gdn_decode.VARIANTS[-1]
-    parent = dict((n, v) for n, v, _ in bench_gdn_decode.VARIANTS)[base]
+    entry = _delta_variants.VARIANTS[-1]
+    parent = dict((n, v) for n, v, _ in _delta_variants.VARIANTS)[base]
     assert entry[0] == name and entry[1] == dataclasses.replace(parent, ring_warps=1, block_v=8)
     for bad in ("rowwise: block_v=8", "no such variant: block_v=8", f"{base} block_v=8"):
         with pytest.raises(SystemExit, match="--derive"):
-            bench_gdn_decode.derive_variants([bad])
+            _delta_variants.derive_variants([bad])
 
 
 def test_derive_without_variants_is_an_error(capsys):

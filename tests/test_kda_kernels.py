@@ -1,13 +1,13 @@
 """The delta-rule Triton kernels with KDA's per-channel decay against the float64 reference and
-fla (harness in test_gdn_kernels.py)."""
+fla (harness in delta_kernel_harness.py)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from test_gdn_kernels import (CHUNKED_GPU, DEV, DTYPES, Layer, assert_decode_matches_fla, check_variant_cpu,
-                              check_variant_gpu, dims_id, drive, fla_naive_check, standard_check)
+from delta_kernel_harness import (CHUNKED_GPU, DEV, DTYPES, Layer, assert_decode_matches_fla, check_variant_cpu,
+                                  check_variant_gpu, dims_id, drive, fla_naive_check, standard_check)
 from trtllm_replayssm.ops.gdn import decode
 from trtllm_replayssm.ops.gdn.decode_chunked import ChunkedVariant
 from trtllm_replayssm.ops.gdn.decode_staged import StagedVariant

@@ -5,8 +5,6 @@ GPU (``gpu`` marker): a grid of dims, activation dtypes, batches, padded rows an
 phase over 3+ windows; CUDA-graph capture and torch.compile.
 """
 
-import dataclasses
-
 import pytest
 import torch
 

@@ -1,0 +1,105 @@
+"""The delta-rule layer the GDN / KDA benchmarks time: random gate parameters, token batches,
+a ReplaySSM state, the bytes each step must move, and fla's standard step over the same state
+bytes (``bench_gdn_decode.py``, ``_delta_variants.py``, ``profile_delta_step.py``)."""
+
+from __future__ import annotations
+
+import itertools
+
+import torch
+
+from trtllm_replayssm.config import ReplaySSMConfig
+from trtllm_replayssm.ops.gdn import decode
+from trtllm_replayssm.ops.gdn.state import DeltaRuleReplayState
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+class Layer:
+    def __init__(self, kind, HV, H, d_k, d_v, dtype, window):
+        self.kind, self.HV, self.H, self.d_k, self.d_v, self.dtype, self.window = kind, HV, H, d_k, d_v, dtype, window
+        self.per_channel = kind == "kda"
+        gen = torch.Generator(device="cuda").manual_seed(0)
+        self.A_log = torch.empty(HV, device="cuda").uniform_(-1.0, 0.5, generator=gen)
+        self.dt_bias = 0.5 * torch.randn(HV * d_k if self.per_channel else HV, device="cuda", generator=gen)
+        self.gen = gen
+
+    def tokens(self, batch):
+        def rnd(*shape):
+            return torch.randn(batch, *shape, device="cuda", generator=self.gen).to(self.dtype)
+
+        a = rnd(self.HV, self.d_k) if self.per_channel else rnd(self.HV)
+        return {"q": rnd(self.H, self.d_k), "k": rnd(self.H, self.d_k), "v": rnd(self.HV, self.d_v), "a": a,
+                "b": rnd(self.HV)}
+
+    def state(self, slots):
+        st = DeltaRuleReplayState.allocate(
+            slots, self.HV, self.H, self.d_k, self.d_v, ReplaySSMConfig(window=self.window),
+            per_channel_decay=self.per_channel, activation_dtype=self.dtype, device="cuda")
+        st.checkpoint.normal_(0, 0.05, generator=self.gen)
+        for name in ("ring_k", "ring_v", "ring_u"):
+            getattr(st, name).normal_(0, 0.1, generator=self.gen)
+        st.ring_beta.uniform_(0, 1, generator=self.gen)
+        st.ring_g.uniform_(-0.5, 0, generator=self.gen)
+        return st
+
+    # -- bytes each step must move ------------------------------------------------------------
+    def state_bytes(self, batch):
+        return batch * self.HV * self.d_v * self.d_k * 4
+
+    def token_bytes(self, batch):
+        e = torch.finfo(self.dtype).bits // 8
+        a = self.HV * (self.d_k if self.per_channel else 1)
+        return batch * e * (2 * self.H * self.d_k + 2 * self.HV * self.d_v + a + self.HV)
+
+    def ring_read_bytes(self, batch, c, fold_u):
+        """Non-flush reads u, k, g of c entries; a refolding flush reads k, v, beta, g instead."""
+        e = torch.finfo(self.dtype).bits // 8
+        g = self.HV * (self.d_k if self.per_channel else 1) * 4
+        k = self.H * self.d_k * e
+        other = self.HV * self.d_v * 4 if fold_u else self.HV * (self.d_v * e + 4)
+        return batch * c * (g + k + other)
+
+    def step_bytes(self, batch, c, flush, fold_u=True):
+        st = self.state_bytes(batch) * (2 if flush else 1)
+        return st + self.token_bytes(batch) + self.ring_read_bytes(batch, c, fold_u or not flush)
+
+
+class Cursors:
+    """Called before each replay (outside the timed region): flush L2, set the slots' phases."""
+
+    def __init__(self, state, phases, flush):
+        self.state, self.flush = state, flush
+        self.phases = itertools.cycle(phases)
+
+    def __call__(self):
+        self.state.committed.copy_(next(self.phases))
+        self.state.flush_at.fill_(self.state.window)
+        self.flush()
+
+
+def replay_fn(layer, state, x, idx, refold=True, block_v=None):
+    return lambda: decode.delta_replay_step(
+        state.checkpoint, state.ring_k, state.ring_v, state.ring_beta, state.ring_g, state.ring_u,
+        state.committed, state.flush_at, state.window, **x, A_log=layer.A_log, dt_bias=layer.dt_bias,
+        state_indices=idx, pad_slot_id=-1, scale=None, refold=refold, block_v=block_v)
+
+
+def fla_fn(layer, batch, x):
+    """fla's standard decode step over the same state bytes (its own buffers, same layout)."""
+    h0 = torch.randn(batch, layer.HV, layer.d_v, layer.d_k, device="cuda") * 0.05
+    seq = {n: t[:, None].contiguous() for n, t in x.items()}
+    if layer.per_channel:
+        from fla.ops.kda import fused_recurrent_kda
+
+        return lambda: fused_recurrent_kda(
+            seq["q"], seq["k"], seq["v"], seq["a"], seq["b"], A_log=layer.A_log, dt_bias=layer.dt_bias,
+            initial_state=h0, output_final_state=True, use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True,
+            use_beta_sigmoid_in_kernel=True, state_v_first=True)
+    from fla.ops.gated_delta_rule import fused_recurrent_gated_delta_rule
+
+    return lambda: fused_recurrent_gated_delta_rule(
+        seq["q"], seq["k"], seq["v"], g=seq["a"], beta=seq["b"], A_log=layer.A_log, dt_bias=layer.dt_bias,
+        use_gate_in_kernel=True, use_qk_l2norm_in_kernel=True, use_beta_sigmoid_in_kernel=True,
+        initial_state=h0, output_final_state=True, state_v_first=True)
+

@@ -1,0 +1,360 @@
+"""The staged delta-rule step (ops/gdn/decode_staged.py: ring launch, stream launch, flush
+launch) and its default variants against the float64 reference (harness in
+delta_kernel_harness.py). CPU: the Triton interpreter at tiny dims; GPU (``-m gpu``): model dims."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from trtllm_replayssm.config import ReplaySSMConfig
+from trtllm_replayssm.ops.gdn import decode
+from trtllm_replayssm.ops.gdn.decode_staged import StagedVariant
+
+from delta_kernel_harness import (
+    DTYPES, GPU_DIMS, Layer, checkpoints_after_three_windows, check_variant_cpu,
+    check_variant_gpu, dims_id, drive, rel_err,
+)
+
+
+# ------------------------------------------------------------------ staged kernels (CPU) -----
+# decode_staged.py: a ring launch per (row, key head), then standard-sized streaming programs.
+# Same checks as the chunked cases (3+ windows, staggered flushes, a padded row); the KDA cases
+# are in test_kda_kernels.py.
+STAGED_CPU = [
+    # HV, H, d_k, d_v, window, refold, variant, drafts
+    pytest.param(4, 2, 16, 8, 4, True, "staged", 0, id="share2-refold-dv8"),
+    pytest.param(2, 2, 16, 32, 4, False, StagedVariant(block_v=8, num_warps=1), 0, id="share1-foldu-4tiles"),
+    pytest.param(4, 1, 32, 16, 4, True, StagedVariant(block_v=8, fold="u", ring_warps=1, stages=1), 0,
+                 id="share4-fold-u"),
+    pytest.param(2, 1, 16, 16, 4, True, StagedVariant(max_registers=96), 3, id="share2-wide-ring"),
+    pytest.param(4, 2, 16, 16, 4, True, StagedVariant(fold="wy", block_v=8), 0, id="share2-wy-2tiles"),
+    pytest.param(4, 1, 32, 16, 6, True, StagedVariant(fold="wy", unroll=True), 2, id="share4-wy-unrolled-wide-ring"),
+    # flush_launch: flush rows in a third launch (whole heads per program), the stream launch
+    # without any fold; raw_qk: the stream programs read the raw q and the ring's k at c.
+    pytest.param(4, 2, 16, 8, 4, True, StagedVariant(flush_launch=True), 0, id="flush-launch-share2-refold-dv8"),
+    pytest.param(2, 2, 16, 32, 4, True, StagedVariant(block_v=8, flush_launch=True, raw_qk=True, flush_heads=2,
+                                                      flush_block_v=8, flush_split=2), 0,
+                 id="flush-launch-rawqk-share1-heads2-split2"),
+    pytest.param(4, 1, 32, 16, 4, True, StagedVariant(block_v=8, fold="u", flush_launch=True, raw_qk=True,
+                                                      flush_heads=3, flush_warps=1), 2,
+                 id="flush-launch-rawqk-fold-u-heads-fallback"),
+    pytest.param(4, 2, 16, 16, 4, True, StagedVariant(fold="wy", block_v=8, flush_launch=True, raw_qk=True,
+                                                      flush_heads=2, flush_split=8), 0,
+                 id="flush-launch-rawqk-wy-split-cap"),
+    pytest.param(4, 2, 32, 16, 4, False, StagedVariant(block_v=8, raw_qk=True), 0, id="rawqk-share2-refold-false"),
+    # ring_split: the ring launch spreads a key head's value heads over programs (share 2: one
+    # each; share 4 split 2: two each; share 1: capped at one program).
+    pytest.param(4, 2, 16, 8, 4, True, StagedVariant(flush_launch=True, raw_qk=True, ring_split=2), 0,
+                 id="ring-split2-share2-flush-launch-rawqk"),
+    pytest.param(4, 1, 32, 16, 4, False, StagedVariant(block_v=8, ring_split=2), 0, id="ring-split2-share4-refold-false"),
+    pytest.param(2, 2, 16, 8, 4, True, StagedVariant(ring_split=4), 0, id="ring-split-cap-share1"),
+    # ring_prefetch: the ring launch loads every entry and zeroes those from c on
+    pytest.param(4, 2, 16, 8, 4, True, StagedVariant(flush_launch=True, raw_qk=True, ring_split=2, ring_prefetch=True),
+                 0, id="ring-prefetch-split2-flush-launch-rawqk"),
+    # flush_dot: the cached u folded as one product per tile (BC and BV padded to 16);
+    # flush_persistent: the flush launch walks a list of the flush rows' tiles
+    pytest.param(4, 2, 16, 32, 4, True, StagedVariant(block_v=8, fold="u", flush_launch=True, raw_qk=True,
+                                                      flush_dot=True), 0, id="flush-dot-fold-u-share2-bv16"),
+    pytest.param(2, 1, 32, 16, 6, False, StagedVariant(block_v=8, flush_launch=True, flush_dot=True,
+                                                       flush_persistent=1), 0, id="flush-dot-list-refold-false"),
+    pytest.param(4, 2, 16, 16, 4, True, StagedVariant(block_v=8, flush_launch=True, raw_qk=True, flush_persistent=2,
+                                                      flush_block_v=8), 0, id="flush-list-refold"),
+    pytest.param(4, 1, 32, 32, 4, True, StagedVariant(block_v=8, fold="wy", flush_launch=True, flush_persistent=1),
+                 0, id="flush-list-wy"),
+    pytest.param(4, 2, 16, 16, 4, True, StagedVariant(block_v=8, flush_launch=True, flush_stream=True), 0,
+                 id="flush-stream-in-order-on-cpu"),
+    # the defaults' shapes from batch 32 (8-row stream tiles, one-warp ring and stream; 32-row
+    # dot-fold tiles in a list launch, or refolding 16-row tiles two programs per head; the side
+    # stream runs in order on the CPU); KDA's in test_kda_kernels.py
+    pytest.param(4, 2, 16, 32, 4, False, decode.default_variant(256, False, False, 32), 0, id="default-256-fold-u"),
+    pytest.param(4, 2, 16, 32, 4, True, decode.default_variant(256, False, True, 32), 0, id="default-256-refold"),
+    # register caps of the ring and flush launches (ptxas .maxnreg; the interpreter runs them uncapped)
+    pytest.param(4, 2, 16, 32, 4, False, dataclasses.replace(decode.default_variant(256, False, False, 32),
+                                                             ring_max_registers=128, flush_max_registers=168),
+                 0, id="default-256-fold-u-register-caps"),
+    # pdl: programmatic dependent launch of the stream launch (off in the interpreter: the plumbing)
+    pytest.param(4, 2, 16, 32, 4, False, dataclasses.replace(decode.default_variant(256, False, False, 32), pdl=True),
+                 0, id="default-256-fold-u-pdl"),
+    # the dot fold's 16-row tiles with a head's rows split over programs (split taken after the padding)
+    pytest.param(2, 1, 16, 32, 4, True, StagedVariant(block_v=8, fold="u", flush_launch=True, flush_dot=True,
+                                                      flush_split=4), 0, id="flush-dot-split-after-padding"),
+]
+
+
+@pytest.mark.parametrize("HV,H,d_k,d_v,window,refold,variant,drafts", STAGED_CPU)
+def test_staged_kernel_matches_reference_cpu(HV, H, d_k, d_v, window, refold, variant, drafts):
+    check_variant_cpu(False, HV, H, d_k, d_v, window, refold, variant, drafts=drafts)
+
+
+@pytest.mark.parametrize("refold", [False, True], ids=["fold-u", "refold"])
+@pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
+def test_list_flush_with_several_flush_rows_cpu(per_channel, refold):
+    """The list flush launch when several rows flush in one step (aligned phases): one program
+    per SM (2 here) walks the tiles of several flush rows, numbered from the ring launch's flags."""
+    variant = dataclasses.replace(decode.default_variant(256, per_channel, refold, 32), flush_persistent=1)
+    layer = Layer(per_channel, 4, 2, 16, 32, seed=7)
+    _, worst_c, flushes = drive(layer, 4, slots=6, steps=2 * 4 + 1, window=4, refold=refold, stagger=False,
+                                variant=variant)
+    assert flushes >= 2 * 3 and worst_c < 1e-5, (flushes, worst_c)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=["fp16", "fp32"])
+@pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
+def test_flush_tf32x2_cpu(per_channel, dtype):
+    """``flush_precision="tf32x2"``: with a 16-bit ring and a scalar decay (GDN, fp16 here: the
+    interpreter's bf16 is unreliable) the dot fold moves the decay onto ``u`` and takes the raw
+    keys; KDA's per-channel decay and fp32 rings keep tf32x3. Checkpoint within 1e-5 of float64
+    over 3+ windows, several rows flushing in one step."""
+    variant = dataclasses.replace(decode.default_variant(256, per_channel, False, 32), flush_precision="tf32x2",
+                                  flush_persistent=1)
+    layer = Layer(per_channel, 4, 2, 16, 32, dtype=dtype, seed=11)
+    _, worst_c, flushes = drive(layer, 3, slots=4, steps=3 * 4 + 2, window=4, refold=False, stagger=False,
+                                variant=variant)
+    assert flushes >= 2 * 3 and worst_c < 1e-5, (flushes, worst_c)
+
+
+@pytest.mark.parametrize("tiles", [2, 8], ids=["2-tiles", "8-capped"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=["fp16", "fp32"])
+@pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
+def test_flush_item_tiles_cpu(per_channel, dtype, tiles):
+    """``flush_item_tiles``: a list item folds several 16-row tiles of one value head with the key
+    side formed once (KDA: ``Kd`` and its TF32 split, the three products by hand); at ``d_v = 64``
+    2 tiles make 2 items per head and 8 is capped at the head's 4. Checkpoint within 1e-5 of
+    float64 over 3+ windows, several rows flushing in one step, one program per SM so that each
+    walks several items."""
+    variant = dataclasses.replace(decode.default_variant(256, per_channel, False, 64), flush_block_v=16,
+                                  flush_warps=1, flush_persistent=1, flush_item_tiles=tiles)
+    layer = Layer(per_channel, 2, 1, 16, 64, dtype=dtype, seed=11)
+    _, worst_c, flushes = drive(layer, 3, slots=4, steps=3 * 4 + 2, window=4, refold=False, stagger=False,
+                                variant=variant)
+    assert flushes >= 2 * 3 and worst_c < 1e-5, (flushes, worst_c)
+
+
+@pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
+def test_ring_split_is_bitwise_cpu(per_channel):
+    """``ring_split`` moves a value head's ring work to another program and ``ring_prefetch``
+    only moves loads earlier: the outputs and every state field equal the plain ring launch's
+    bit for bit, across a flush."""
+    layer = Layer(per_channel, 4, 1, 16, 8, seed=5)
+    config = ReplaySSMConfig(window=4)
+    variants = [StagedVariant(block_v=8), StagedVariant(block_v=8, ring_split=4),
+                StagedVariant(block_v=8, ring_prefetch=True)]
+    states = [layer.state(3, config) for _ in variants]
+    idx = torch.tensor([2, -1, 0], dtype=torch.int32, device=layer.device)
+    for t in range(5):
+        inputs = layer.tokens(3)
+        outs = [decode.delta_replay_step(
+            st.checkpoint, st.ring_k, st.ring_v, st.ring_beta, st.ring_g, st.ring_u, st.committed, st.flush_at,
+            st.window, **inputs, **layer.params(layer.device), state_indices=idx, pad_slot_id=-1, scale=None,
+            refold=True, variant=variant) for st, variant in zip(states, variants)]
+        for other in outs[1:]:
+            assert torch.equal(outs[0], other), f"step {t}: outputs differ"
+    for name in ("checkpoint", "ring_k", "ring_v", "ring_beta", "ring_g", "ring_u", "committed", "flush_at"):
+        for other in states[1:]:
+            assert torch.equal(getattr(states[0], name), getattr(other, name)), name
+
+
+# (fields, the error's start) of options StagedVariant refuses
+STAGED_BAD_OPTIONS = [
+    (dict(fold="chunked"), "^fold:"),
+    (dict(block_v=12), "^block_v:"),
+    (dict(num_warps=3), "^num_warps:"),
+    (dict(ring_warps=0), "^ring_warps:"),
+    (dict(stages=0), "^stages:"),
+    (dict(unroll=True), "^unroll:"),
+    (dict(flush_launch=True, flush_block_v=24), "^flush_block_v:"),
+    (dict(ring_split=3), "^ring_split:"),
+    (dict(flush_launch=True, flush_heads=0), "^flush_heads:"),
+    (dict(flush_launch=True, flush_split=3), "^flush_split:"),
+    (dict(flush_launch=True, flush_warps=5), "^flush_warps:"),
+    (dict(flush_heads=2), "only with flush_launch=True"),
+    (dict(flush_persistent=4), "flush_persistent"),
+    (dict(flush_stream=True), "flush_stream"),
+    (dict(flush_launch=True, flush_persistent=-1), "flush_persistent"),
+    (dict(flush_launch=True, flush_dot=True, flush_block_v=8), "flush_block_v"),
+    (dict(ring_max_registers=300), "^ring_max_registers: expected None or 24..255"),
+    (dict(max_registers=8), "^max_registers:"),
+    (dict(flush_max_registers=128), "^flush_max_registers: only with flush_launch"),
+    (dict(flush_launch=True, flush_dot=True, flush_precision="tf32"), "^flush_precision: expected one of"),
+    (dict(flush_launch=True, flush_precision="tf32x2"), "^flush_precision: only with flush_dot"),
+    (dict(flush_launch=True, flush_dot=True, flush_persistent=4, flush_item_tiles=3), "^flush_item_tiles: expected"),
+    (dict(flush_launch=True, flush_dot=True, flush_item_tiles=2), "^flush_item_tiles: only with flush_dot"),
+    (dict(flush_launch=True, flush_persistent=4, flush_item_tiles=2), "^flush_item_tiles: only with flush_dot"),
+]
+
+
+@pytest.mark.parametrize("fields,error", STAGED_BAD_OPTIONS, ids=lambda v: str(v) if isinstance(v, str) else None)
+def test_staged_variant_rejects_bad_options(fields, error):
+    with pytest.raises(ValueError, match=error):
+        StagedVariant(**fields)
+
+
+# ------------------------------------------------------------------ GPU ----------------------
+@pytest.mark.gpu
+@pytest.mark.parametrize("refold", [False, True])
+def test_default_large_batch_gpu(refold, monkeypatch):
+    """Batch 128 through the public op with no variant named: with refold=False the staged list
+    launch folding the cached u as one product (the default there), else the row-wise kernel."""
+    check_variant_gpu(False, GPU_DIMS[0], "fp32", 128, None, monkeypatch, refold=refold)
+
+
+def test_pdl_only_for_compiled_sm90_launches():
+    """Programmatic dependent launch stays off off-GPU and in the interpreter (no such instructions)."""
+    from trtllm_replayssm.ops._pdl import pdl_supported
+
+    assert not pdl_supported(torch.device("cpu"))
+    assert StagedVariant().pdl is False
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("refold", [False, True])
+@pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
+def test_staged_defaults_pdl_gpu(per_channel, refold, monkeypatch):
+    """The staged defaults with the stream launch as a programmatic dependent launch (bf16, batch 64)."""
+    dims = (32, 32, 128, 128) if per_channel else GPU_DIMS[0]
+    variant = dataclasses.replace(decode.default_variant(256, per_channel, refold, dims[3]), pdl=True)
+    check_variant_gpu(per_channel, dims, "bf16", 64, variant, monkeypatch, refold=refold)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("refold", [False, True])
+@pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
+def test_staged_defaults_one_list_program_per_sm_gpu(per_channel, refold, monkeypatch):
+    """The staged defaults with one list flush program per SM, so that each walks the tiles of
+    several flush rows (bf16, batch 64: ~4 flush rows per step)."""
+    dims = (32, 32, 128, 128) if per_channel else GPU_DIMS[0]
+    variant = dataclasses.replace(decode.default_variant(256, per_channel, refold, dims[3]), flush_persistent=1)
+    check_variant_gpu(per_channel, dims, "bf16", 64, variant, monkeypatch, refold=refold)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32"])
+@pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
+def test_staged_defaults_flush_tf32x2_gpu(per_channel, dtype, monkeypatch):
+    """The ``refold=False`` defaults with ``flush_precision="tf32x2"`` (GDN's default; KDA and
+    fp32 rings fall back to tf32x3), batch 64, every activation dtype, against float64."""
+    dims = (32, 32, 128, 128) if per_channel else GPU_DIMS[0]
+    variant = dataclasses.replace(decode.default_variant(256, per_channel, False, dims[3]), flush_precision="tf32x2")
+    check_variant_gpu(per_channel, dims, dtype, 64, variant, monkeypatch, refold=False)
+
+
+@pytest.mark.gpu
+def test_flush_tf32x2_agrees_with_tf32x3_gpu():
+    """GDN, bf16 rings, batch 64, 3 windows at L=16 from the same inputs: the checkpoints of the
+    two-pass and the three-pass dot folds agree to fp32 level (``check_variant_gpu``'s 16-bit
+    tolerance, set by the reference's own key rounding, could not tell a one-pass TF32 fold)."""
+    base = decode.default_variant(256, False, False, GPU_DIMS[0][3])
+    ck = checkpoints_after_three_windows(False, [dataclasses.replace(base, flush_precision="tf32x3"),
+                                                  dataclasses.replace(base, flush_precision="tf32x2")])
+    assert rel_err(ck[1], ck[0]) < 2e-6
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
+def test_flush_item_tiles_agrees_gpu(per_channel):
+    """``flush_item_tiles`` 2 and 4 (KDA: ``Kd`` split once per item, the three TF32 products by
+    hand) against one tile per item: checkpoints agree to fp32 level after 3 windows."""
+    base = decode.default_variant(256, per_channel, False, 128)
+    ck = checkpoints_after_three_windows(per_channel, [
+        dataclasses.replace(base, flush_item_tiles=1),
+        dataclasses.replace(base, flush_block_v=32, flush_warps=4, flush_persistent=2, flush_item_tiles=2),
+        dataclasses.replace(base, flush_block_v=32, flush_warps=4, flush_persistent=2, flush_item_tiles=4)])
+    assert rel_err(ck[1], ck[0]) < 2e-6 and rel_err(ck[2], ck[0]) < 2e-6, (rel_err(ck[1], ck[0]), rel_err(ck[2], ck[0]))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fields", [dict(flush_block_v=32, flush_warps=2, flush_item_tiles=2),
+                                    dict(flush_block_v=32, flush_warps=4, flush_persistent=2, flush_item_tiles=4),
+                                    dict(flush_block_v=16, flush_warps=2, flush_item_tiles=2)],
+                         ids=["32r2w-x2", "32r4w-x4", "16r2w-x2"])
+@pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
+def test_flush_item_tiles_gpu(per_channel, fields, monkeypatch):
+    """The ``refold=False`` defaults with several tiles per list item, bf16, batch 64, against
+    float64 (padded rows, staggered phases, 3+ windows)."""
+    dims = (32, 32, 128, 128) if per_channel else GPU_DIMS[0]
+    variant = dataclasses.replace(decode.default_variant(256, per_channel, False, dims[3]), **fields)
+    check_variant_gpu(per_channel, dims, "bf16", 64, variant, monkeypatch, refold=False)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("refold", [False, True])
+@pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
+def test_staged_defaults_at_batch_32_gpu(per_channel, refold, monkeypatch):
+    """The staged defaults at batch 32, named (the ops write through up to 32 and take them from
+    33), bf16."""
+    dims = (32, 32, 128, 128) if per_channel else GPU_DIMS[0]
+    variant = decode.default_variant(256, per_channel, refold, dims[3])
+    check_variant_gpu(per_channel, dims, "bf16", 32, variant, monkeypatch, refold=refold)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("refold", [False, True])
+@pytest.mark.parametrize("per_channel,dtype", [(False, "bf16"), (True, "fp32"), (True, "bf16")],
+                         ids=["gdn-bf16", "kda-fp32", "kda-bf16"])
+def test_default_large_batch_kinds_gpu(per_channel, dtype, refold, monkeypatch):
+    """The defaults at batch 128 (one-warp ring and stream programs, the flush launch on a side
+    stream: a list launch with the dot fold, or refolding 16-row tiles) in 16-bit activations and
+    for KDA (Kimi-Linear dims)."""
+    dims = (32, 32, 128, 128) if per_channel else GPU_DIMS[0]
+    check_variant_gpu(per_channel, dims, dtype, 128, None, monkeypatch, refold=refold)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dims", GPU_DIMS, ids=dims_id)
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("batch", [1, 3, 64])
+def test_staged_kernel_gpu(dims, dtype, batch, monkeypatch):
+    if dims != GPU_DIMS[0] and (batch != 3 or dtype == "fp16"):
+        pytest.skip("other dims: batch 3, bf16 and fp32 (device time)")
+    check_variant_gpu(False, dims, dtype, batch, "staged", monkeypatch)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant,refold", [
+    pytest.param(StagedVariant(block_v=8, num_warps=1), True, id="bv8-1warp"),
+    pytest.param(StagedVariant(fold="u"), True, id="fold-u"),
+    pytest.param(StagedVariant(block_v=16, max_registers=64), False, id="bv16-max64-refold-false"),
+    pytest.param(StagedVariant(fold="wy", block_v=16, num_warps=4), True, id="wy-bv16"),
+    pytest.param(StagedVariant(fold="wy", block_v=32, num_warps=8), True, id="wy-bv32-8warps"),
+    pytest.param(StagedVariant(fold="wy", block_v=16, num_warps=4, unroll=True), True, id="wy-unrolled-bv16"),
+    pytest.param(StagedVariant(block_v=16, num_warps=2, flush_launch=True, flush_split=8), True,
+                 id="flush-launch-bv16-2warps-split8"),
+    pytest.param(StagedVariant(block_v=16, num_warps=2, flush_launch=True, raw_qk=True), True,
+                 id="flush-launch-rawqk-bv16-2warps"),
+    pytest.param(StagedVariant(block_v=32, num_warps=4, flush_launch=True, raw_qk=True, flush_heads=4,
+                               flush_block_v=16, flush_warps=2), False,
+                 id="flush-launch-rawqk-bv32-heads4-refold-false"),
+    pytest.param(StagedVariant(fold="wy", block_v=16, num_warps=2, flush_launch=True, flush_heads=2), True,
+                 id="flush-launch-wy-heads2"),
+    pytest.param(StagedVariant(fold="u", block_v=8, flush_launch=True, raw_qk=True), True,
+                 id="flush-launch-rawqk-fold-u"),
+    pytest.param(StagedVariant(block_v=8, raw_qk=True), True, id="rawqk-bv8"),
+    pytest.param(StagedVariant(block_v=16, num_warps=2, flush_launch=True, raw_qk=True, ring_split=2), True,
+                 id="flush-launch-rawqk-bv16-ring-split2"),
+    pytest.param(StagedVariant(fold="u", block_v=16, num_warps=2, flush_launch=True, raw_qk=True, flush_dot=True,
+                               flush_persistent=8, flush_warps=4), True, id="flush-dot-list-rawqk-fold-u"),
+    pytest.param(StagedVariant(block_v=16, num_warps=2, flush_launch=True, raw_qk=True, flush_dot=True,
+                               flush_block_v=32, flush_warps=4), False, id="flush-dot-bv32-refold-false"),
+    pytest.param(StagedVariant(block_v=16, num_warps=2, flush_launch=True, raw_qk=True, flush_persistent=4), True,
+                 id="flush-list-refold"),
+    pytest.param(StagedVariant(fold="u", block_v=16, num_warps=2, flush_launch=True, raw_qk=True, flush_dot=True,
+                               flush_persistent=4, flush_block_v=32, flush_warps=4, flush_stream=True), True,
+                 id="flush-stream-list-dot"),
+])
+def test_staged_variants_gpu(variant, refold, monkeypatch):
+    check_variant_gpu(False, GPU_DIMS[0], "fp32", 3, variant, monkeypatch, refold=refold)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dims", [GPU_DIMS[0], GPU_DIMS[1]], ids=dims_id)
+def test_staged_flush_launch_gpu(dims, monkeypatch):
+    """The flush-launch, raw_qk step at batch 64 (bf16; many rows flush in the same step) and at
+    d_k != d_v with GQA 4."""
+    variant = StagedVariant(block_v=16, num_warps=2, flush_launch=True, raw_qk=True, flush_heads=2, flush_split=4)
+    check_variant_gpu(False, dims, "bf16", 64 if dims == GPU_DIMS[0] else 3, variant, monkeypatch)
+    variant = StagedVariant(fold="u", block_v=16, num_warps=2, flush_launch=True, raw_qk=True, flush_dot=True,
+                            flush_persistent=8, flush_warps=4)
+    check_variant_gpu(False, dims, "bf16", 64 if dims == GPU_DIMS[0] else 3, variant, monkeypatch)

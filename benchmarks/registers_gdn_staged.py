@@ -77,7 +77,8 @@ def resources(per_channel: bool, act: str, HV: int, H: int, K: int, V: int, cap:
     ring = _compile(staged._ring_kernel, ring_types, dict(
         HV=HV, H=H, K=K, CAP=cap, BC=bc, W=width, PER_CHANNEL=per_channel, REFOLD=refold, WY=wy, RAW_QK=raw_qk,
         HAS_BIAS=True, HAS_INDICES=True, SPLIT=staged.ring_split(HV, H, variant),
-        RING_PREFETCH=variant.ring_prefetch, PDL=variant.pdl), ring_warps, variant.ring_max_registers)
+        RING_PREFETCH=variant.ring_prefetch, PDL=variant.pdl, RING_HALVES=variant.ring_halves and per_channel and not wy),
+        ring_warps, variant.ring_max_registers)
     tile_types = {
         "q": f"*{act}", "v": f"*{act}", "out": f"*{act}", "checkpoint": "*fp32", "ring_k": f"*{act}",
         "ring_v": f"*{act}", "ring_beta": "*fp32", "ring_g": "*fp32", "ring_u": "*fp32", "committed": "*i32",

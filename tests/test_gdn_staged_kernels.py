@@ -133,6 +133,18 @@ def test_flush_item_tiles_cpu(per_channel, dtype, tiles):
     assert flushes >= 2 * 3 and worst_c < 1e-5, (flushes, worst_c)
 
 
+@pytest.mark.parametrize("window", [4, 7, 12], ids=["cap4", "cap7", "cap12"])
+@pytest.mark.parametrize("refold", [False, True], ids=["fold-u", "refold"])
+def test_ring_halves_cpu(refold, window):
+    """KDA's ring terms over two halves of the ring (``ring_halves``; the later half only once
+    the window reaches it) against float64 through 3+ windows: capacity 4 (halves of 2 rows; a
+    non-flush step never reaches the second), 7 (halves of 4, the second padded past the
+    capacity, reached at c = 5) and 12 (halves of 8, reached from c = 9); the ops' KDA defaults
+    otherwise."""
+    variant = dataclasses.replace(decode.default_variant(256, True, refold, 32), ring_halves=True)
+    check_variant_cpu(True, 4, 4, 16, 32, window, refold, variant)
+
+
 @pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
 def test_ring_split_is_bitwise_cpu(per_channel):
     """``ring_split`` moves a value head's ring work to another program and ``ring_prefetch``
@@ -159,6 +171,7 @@ def test_ring_split_is_bitwise_cpu(per_channel):
 
 # (fields, the error's start) of options StagedVariant refuses
 STAGED_BAD_OPTIONS = [
+    (dict(ring_halves=True, ring_prefetch=True), "^ring_halves:"),
     (dict(fold="chunked"), "^fold:"),
     (dict(block_v=12), "^block_v:"),
     (dict(num_warps=3), "^num_warps:"),

@@ -71,6 +71,10 @@ class StagedVariant:
     launch loads every ring entry's ``k`` and log-decay together with the cursors rather than
     after them (one memory latency less per program, up to twice those bytes; entries from
     ``c`` on are zeroed in registers), the per-channel decays of KDA being the largest.
+    ``ring_halves`` (KDA; no effect on Gated DeltaNet's scalar decays or with ``fold="wy"``):
+    the ring launch forms the decayed keys over two ``[CAP / 2, d_k]`` halves of the ring, the
+    later one only when the window reaches it, instead of one ``[CAP, d_k]`` tile (fewer
+    registers per program, no exponentials for empty entries; the same terms to fp32 rounding).
 
     ``pdl``: the stream launch is a programmatic dependent launch of the ring launch
     (``ops/_pdl.py``; sm_90+ compiled kernels, otherwise ignored): its programs are dispatched
@@ -94,6 +98,7 @@ class StagedVariant:
     raw_qk: bool = False
     ring_split: int = 1
     ring_prefetch: bool = False
+    ring_halves: bool = False
     flush_dot: bool = False
     flush_persistent: int = 0
     flush_stream: bool = False
@@ -128,6 +133,8 @@ class StagedVariant:
         if self.flush_item_tiles != 1 and not (self.flush_dot and self.flush_persistent):
             raise ValueError("flush_item_tiles: only with flush_dot=True and flush_persistent > 0 (the list launch's "
                              "one-product fold)")
+        if self.ring_halves and self.ring_prefetch:
+            raise ValueError("ring_halves: not with ring_prefetch (which loads every ring entry at once)")
         if self.flush_persistent < 0:
             raise ValueError(f"flush_persistent: expected >= 0, got {self.flush_persistent}")
         if self.flush_dot and self.flush_block_v is not None and self.flush_block_v < 16:

@@ -67,6 +67,37 @@ __all__ = ["StagedVariant", "delta_replay_staged_step", "flush_config", "item_ti
 
 
 @triton.jit
+def _ring_terms_halves(p_rk, p_rg, c, b_q, b_k, b_g, o_k, K: tl.constexpr, BC: tl.constexpr):
+    """KDA's ring terms over ``[BC / 2, d_k]`` halves of the ring, the later half only when the
+    window reaches it (``c > BC / 2``): fewer registers live at once than the whole ``[BC, d_k]``
+    tile (168 on sm_90 at one warp, 12 programs per SM) and no exponentials for empty entries.
+    The log-decay from entry ``j`` to the token is a suffix sum, so the later half goes first and
+    passes on only its column totals. Returns ``(D_t [d_k], b_a, b_bk per half [BC / 2])``."""
+    HALF: tl.constexpr = BC // 2
+    o_h = tl.arange(0, HALF)
+    if c > HALF:
+        m_hi = HALF + o_h < c
+        offs = (HALF + o_h)[:, None] * K + o_k[None, :]
+        G_hi = tl.load(p_rg + offs, mask=m_hi[:, None], other=0.0)
+        s_hi = tl.sum(G_hi, axis=0)
+        Kd = tl.load(p_rk + offs, mask=m_hi[:, None], other=0.0).to(tl.float32)
+        Kd = Kd * tl.exp((s_hi + b_g)[None, :] - tl.cumsum(G_hi, axis=0))
+        a_hi = tl.sum(Kd * b_q[None, :], axis=1)
+        bk_hi = tl.sum(Kd * b_k[None, :], axis=1)
+    else:
+        s_hi = tl.zeros([K], dtype=tl.float32)
+        a_hi = tl.zeros([HALF], dtype=tl.float32)
+        bk_hi = tl.zeros([HALF], dtype=tl.float32)
+    m_lo = o_h < c
+    offs = o_h[:, None] * K + o_k[None, :]
+    G_lo = tl.load(p_rg + offs, mask=m_lo[:, None], other=0.0)
+    D_t = tl.sum(G_lo, axis=0) + s_hi + b_g
+    Kd = tl.load(p_rk + offs, mask=m_lo[:, None], other=0.0).to(tl.float32)
+    Kd = Kd * tl.exp(D_t[None, :] - tl.cumsum(G_lo, axis=0))
+    return D_t, tl.sum(Kd * b_q[None, :], axis=1), a_hi, tl.sum(Kd * b_k[None, :], axis=1), bk_hi
+
+
+@triton.jit
 def _ring_kernel(
     q, k, a, b, A_log, dt_bias, ring_k, ring_beta, ring_g, committed, flush_at, state_indices, pad_slot_id, scale,
     scratch, row_info,
@@ -74,6 +105,7 @@ def _ring_kernel(
     HV: tl.constexpr, H: tl.constexpr, K: tl.constexpr, CAP: tl.constexpr, BC: tl.constexpr, W: tl.constexpr,
     PER_CHANNEL: tl.constexpr, REFOLD: tl.constexpr, WY: tl.constexpr, RAW_QK: tl.constexpr, HAS_BIAS: tl.constexpr,
     HAS_INDICES: tl.constexpr, SPLIT: tl.constexpr, RING_PREFETCH: tl.constexpr, PDL: tl.constexpr,
+    RING_HALVES: tl.constexpr = False,
 ):
     if PDL:
         # The stream launch may be dispatched now; its programs wait for this launch to end.
@@ -106,8 +138,9 @@ def _ring_kernel(
     else:
         m_load = m_prev
     p_rk = ring_k + (slot * H + i_h) * CAP * K
-    Kr = tl.load(p_rk + o_c[:, None] * K + o_k[None, :], mask=m_load[:, None], other=0.0).to(tl.float32)
-    Kr = tl.where(m_prev[:, None], Kr, 0.0)
+    if not RING_HALVES:
+        Kr = tl.load(p_rk + o_c[:, None] * K + o_k[None, :], mask=m_load[:, None], other=0.0).to(tl.float32)
+        Kr = tl.where(m_prev[:, None], Kr, 0.0)
     if RAW_QK:
         # The stream programs scale the raw q by this (normalisation, softmax scale, e^{D_t}).
         q_raw = tl.load(q + i_b * stride_q + i_h * stride_qh + o_k).to(tl.float32)
@@ -138,7 +171,10 @@ def _ring_kernel(
                 A = _unit_lower_inverse(_coupling(Kw, Gc, bw, o_c, c + 1, BC, PER_CHANNEL, "ieee"), o_c, c + 1, BC)
                 tl.store(p_w + 2 * K + 2 * BC + 4 + o_c[:, None] * BC + o_c[None, :], A)
         else:
-            if PER_CHANNEL:
+            if PER_CHANNEL and RING_HALVES:
+                D_t, b_a_lo, b_a_hi, b_bk_lo, b_bk_hi = _ring_terms_halves(
+                    p_rk, ring_g + sh * CAP * K, c, b_q, b_k, b_g, o_k, K, BC)
+            elif PER_CHANNEL:
                 p_rg = ring_g + sh * CAP * K
                 b_G = tl.load(p_rg + o_c[:, None] * K + o_k[None, :], mask=m_load[:, None], other=0.0)
                 b_G = tl.where(m_prev[:, None], b_G, 0.0)
@@ -160,8 +196,15 @@ def _ring_kernel(
                 tl.store(p_w + o_k, e_t * b_q)
                 tl.store(p_w + K + o_k, e_t * b_k)
             # Entries from c on are zero (masked loads), so the streaming kernel needs no mask.
-            tl.store(p_w + 2 * K + o_c, b_a)
-            tl.store(p_w + 2 * K + BC + o_c, b_bk)
+            if PER_CHANNEL and RING_HALVES:
+                o_h = tl.arange(0, BC // 2)
+                tl.store(p_w + 2 * K + o_h, b_a_lo)
+                tl.store(p_w + 2 * K + BC // 2 + o_h, b_a_hi)
+                tl.store(p_w + 2 * K + BC + o_h, b_bk_lo)
+                tl.store(p_w + 2 * K + BC + BC // 2 + o_h, b_bk_hi)
+            else:
+                tl.store(p_w + 2 * K + o_c, b_a)
+                tl.store(p_w + 2 * K + BC + o_c, b_bk)
             tl.store(p_w + 2 * K + 2 * BC + 1, tl.sum(b_k * b_q))
         tl.store(p_w + 2 * K + 2 * BC, b_beta)
         if fits:
@@ -376,6 +419,7 @@ def delta_replay_staged_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, ring
         HV=HV, H=H, K=K, CAP=cap, BC=bc, W=width, PER_CHANNEL=per_channel, REFOLD=do_refold, WY=wy, RAW_QK=raw_qk,
         HAS_BIAS=dt_bias is not None, HAS_INDICES=has_indices, SPLIT=ring_programs,
         RING_PREFETCH=variant.ring_prefetch, PDL=pdl, num_warps=ring_warps, maxnreg=variant.ring_max_registers,
+        RING_HALVES=variant.ring_halves and per_channel and not wy,
     )
     common = dict(HV=HV, H=H, K=K, V=V, CAP=cap, BC=bc, W=width, PER_CHANNEL=per_channel, REFOLD=do_refold, WY=wy,
                   RAW_QK=raw_qk, STAGES=variant.stages, UNROLL=variant.unroll, HAS_INDICES=has_indices)

@@ -244,6 +244,16 @@ def test_staged_defaults_one_list_program_per_sm_gpu(per_channel, refold, monkey
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("refold", [False, True])
+@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
+def test_ring_halves_gpu(dtype, refold, monkeypatch):
+    """KDA's defaults with ``ring_halves`` at Kimi-Linear dims, batch 64 (ring capacity 16:
+    halves of 8 rows), 3+ windows against float64."""
+    variant = dataclasses.replace(decode.default_variant(256, True, refold, 128), ring_halves=True)
+    check_variant_gpu(True, (32, 32, 128, 128), dtype, 64, variant, monkeypatch, refold=refold)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32"])
 @pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
 def test_staged_defaults_flush_tf32x2_gpu(per_channel, dtype, monkeypatch):

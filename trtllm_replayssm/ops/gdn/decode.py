@@ -75,7 +75,8 @@ def default_variant(batch: int, per_channel: bool, refold: bool, d_v: int):
       kernel's 9.5 / 20.8 / 32.1 / 53.1 us; KDA 6.5 / 14.7 / 22.9 / 37.4 us against fla's 8.7 /
       17.6 / 28.6 / 49.1 us (row-wise 11.2 / 35.6 / 44.4 / 74.3 us). At batch 32 it still leads
       the staged step (GDN 38.8 / 40.6 us, KDA 40.3 / 42.8 us, refolding), at 40 it trails it
-      (GDN 47.6 / 46.3, KDA 51.6 / 50.8; staggered 41.5 / 48.6), at 64 by 9-16 us;
+      (GDN 47.6 / 46.3, KDA 51.6 / 50.8; the staged step's staggered steps 41.5 / 48.6), at 64
+      by 9-16 us;
     - from batch 33, both kinds: the staged step with one-warp ring and stream programs (their
       reductions over ``d_k`` stay inside a warp: the ring launch 24.5 -> 12.2 us for GDN,
       88.8 -> 28.3 us for KDA) and the flush rows' tiles in a list launch on a side stream

@@ -168,12 +168,9 @@ def staged_config(rows: int, v_heads: int, d_k: int, d_v: int, variant: StagedVa
     ring kernel's tile is ``[CAP, d_k]``."""
     heads = rows * v_heads
     bv = 32 if heads >= 2048 else 16 if heads >= 256 else 8
-    bv = min(bv, 16, d_v) if d_k >= 256 else min(bv, d_v)
-    warps = 4 if bv * d_k >= 4096 else 2
-    bv = min(variant.block_v or bv, d_v)
-    if variant.block_v is not None and variant.num_warps is None:
-        warps = 4 if bv * d_k >= 4096 else 2
-    return bv, variant.num_warps or warps, variant.ring_warps or (4 if d_k >= 128 else 2)
+    bv = min(variant.block_v or (min(bv, 16) if d_k >= 256 else bv), d_v)
+    warps = variant.num_warps or (4 if bv * d_k >= 4096 else 2)
+    return bv, warps, variant.ring_warps or (4 if d_k >= 128 else 2)
 
 
 def uses_flush_dot(variant: StagedVariant, refold: bool) -> bool:

@@ -95,7 +95,7 @@ def default_variant(batch: int, per_channel: bool, refold: bool, d_v: int):
     """
     if batch < WRITE_THROUGH_BELOW:
         return "write_through"
-    if batch >= 32 and d_v % 32 == 0:
+    if d_v % 32 == 0:
         from .decode_staged import StagedVariant
 
         # 8-row stream tiles, both kinds: 64 registers, so 32 one-warp programs per SM (16-row
@@ -435,12 +435,6 @@ def _strides(q, k, v, a, b, out):
     )
 
 
-def _launch(rows, HV, K, V, block_v, num_warps):
-    bv, warps = launch_config(rows, HV, K, V)
-    bv, warps = block_v or bv, num_warps or warps
-    return bv, warps, (rows * HV * (V // bv),)
-
-
 def delta_standard_step(ssm_state, q, k, v, a, b, A_log, dt_bias, state_indices, pad_slot_id, scale,
                         *, block_v=None, num_warps=None):
     """Launch the standard step (arguments already checked by the public wrapper).
@@ -461,10 +455,9 @@ def _launch_standard(ssm_state, replay, q, k, v, a, b, A_log, dt_bias, state_ind
     the write-through step's ``(ring_k, ring_v, ring_beta, ring_g, committed, flush_at, window)``."""
     batch, H, K = q.shape
     HV, V = v.shape[1], v.shape[2]
-    if replay is not None:
-        bv, warps = write_through_config(batch, HV, K, V)
-        block_v, num_warps = block_v or bv, num_warps or warps
-    bv, warps, grid = _launch(batch, HV, K, V, block_v, num_warps)
+    bv, warps = (launch_config if replay is None else write_through_config)(batch, HV, K, V)
+    bv, warps = block_v or bv, num_warps or warps
+    grid = (batch * HV * (V // bv),)
     out = torch.empty_like(v)
     if replay is None:
         ring, window, cap = (ssm_state,) * 7, 0, 1  # unused (WRITE_THROUGH=False prunes every use)

@@ -157,14 +157,15 @@ def check_variant(layer, batch, variant):
     mine = layer.state(batch)
     mine.committed.copy_(idx % L)
     mine.flush_at.fill_(L)
-    ref = mine.clone()
     # The random state's cached u does not follow from its raw ring: a variant that folds the
-    # cached u is compared with the row-wise kernel folding it too (refold=False).
+    # cached u is compared with the row-wise kernel folding it too (refold=False); a
+    # write-through step folds the raw entries, so its reference is the standard step on the
+    # materialised (refolded) state.
     ref_refold = not (isinstance(variant, StagedVariant) and variant.fold == "u")
     if write_through:
-        # The random ring's cached u does not follow from its raw entries, which a write-through
-        # step folds: its reference is the standard step on the materialised (refolded) state.
         ref = materialize(mine, idx, -1, refold=True, per_channel_decay=layer.per_channel)
+    else:
+        ref = mine.clone()
     for _ in range(L + 1):
         x = layer.tokens(batch)
         if write_through:

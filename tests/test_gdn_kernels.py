@@ -209,6 +209,7 @@ def test_default_variant_by_batch_kind_and_fold():
             # one-warp ring and stream programs (their reductions over d_k stay inside a warp), 8-row tiles
             assert big.flush_launch and (big.ring_warps, big.num_warps) == (1, 1)
             assert big.block_v == 8 and big.raw_qk == (not per_channel)
+            assert big.ring_halves == per_channel  # KDA's ring terms over two halves of the ring
         for refold in (False, True):
             assert decode.default_variant(256, per_channel, refold, 48) is None  # d_v not a multiple of 32
 

@@ -133,15 +133,16 @@ def test_flush_item_tiles_cpu(per_channel, dtype, tiles):
     assert flushes >= 2 * 3 and worst_c < 1e-5, (flushes, worst_c)
 
 
+@pytest.mark.parametrize("halves", [True, False], ids=["halves", "whole"])
 @pytest.mark.parametrize("window", [4, 7, 12], ids=["cap4", "cap7", "cap12"])
 @pytest.mark.parametrize("refold", [False, True], ids=["fold-u", "refold"])
-def test_ring_halves_cpu(refold, window):
-    """KDA's ring terms over two halves of the ring (``ring_halves``; the later half only once
-    the window reaches it) against float64 through 3+ windows: capacity 4 (halves of 2 rows; a
-    non-flush step never reaches the second), 7 (halves of 4, the second padded past the
-    capacity, reached at c = 5) and 12 (halves of 8, reached from c = 9); the ops' KDA defaults
-    otherwise."""
-    variant = dataclasses.replace(decode.default_variant(256, True, refold, 32), ring_halves=True)
+def test_ring_halves_cpu(refold, window, halves):
+    """KDA's ring terms over two halves of the ring (``ring_halves``, the default; the later
+    half only once the window reaches it) and over the whole ring, against float64 through 3+
+    windows: capacity 4 (halves of 2 rows; a non-flush step never reaches the second), 7 (halves
+    of 4, the second padded past the capacity, reached at c = 5) and 12 (halves of 8, reached
+    from c = 9); the ops' KDA defaults otherwise."""
+    variant = dataclasses.replace(decode.default_variant(256, True, refold, 32), ring_halves=halves)
     check_variant_cpu(True, 4, 4, 16, 32, window, refold, variant)
 
 
@@ -246,10 +247,11 @@ def test_staged_defaults_one_list_program_per_sm_gpu(per_channel, refold, monkey
 @pytest.mark.gpu
 @pytest.mark.parametrize("refold", [False, True])
 @pytest.mark.parametrize("dtype", ["bf16", "fp32"])
-def test_ring_halves_gpu(dtype, refold, monkeypatch):
-    """KDA's defaults with ``ring_halves`` at Kimi-Linear dims, batch 64 (ring capacity 16:
-    halves of 8 rows), 3+ windows against float64."""
-    variant = dataclasses.replace(decode.default_variant(256, True, refold, 128), ring_halves=True)
+def test_ring_whole_gpu(dtype, refold, monkeypatch):
+    """KDA's defaults with the ring terms over the whole ring (``ring_halves=False``; the
+    defaults' halves run in every default-variant test) at Kimi-Linear dims, batch 64, 3+
+    windows against float64."""
+    variant = dataclasses.replace(decode.default_variant(256, True, refold, 128), ring_halves=False)
     check_variant_gpu(True, (32, 32, 128, 128), dtype, 64, variant, monkeypatch, refold=refold)
 
 

@@ -91,6 +91,9 @@ def default_variant(batch: int, per_channel: bool, refold: bool, d_v: int):
       kernel (GDN 38.6 / 61.2 us against 54.5 / 77.8 us with ``refold=False``, 40.2 / 63.1 us refolding;
       KDA 42.5 / 70.1 us refolding and 74.3 us at 64 with ``refold=False``, against 61.4 /
       87.0 us; staggered about half the row-wise kernel's);
+      KDA's ring launch forms the decayed keys over two halves of the ring (``ring_halves``):
+      batch 256 amortized 219.0 us (``refold=False``) / 219.6 us (refolding) = 1.73x / 1.72x
+      fla's 378.3 us, from 225.8 / 231.5 us without;
     - otherwise (``d_v`` not a multiple of 32 from batch 33) the row-wise kernel.
     """
     if batch < WRITE_THROUGH_BELOW:
@@ -101,6 +104,12 @@ def default_variant(batch: int, per_channel: bool, refold: bool, d_v: int):
         # 8-row stream tiles, both kinds: 64 registers, so 32 one-warp programs per SM (16-row
         # tiles take 122-123 and halve that; the KDA stream launch 169.4 -> 146.8 us at batch 256).
         stream = dict(block_v=8, num_warps=1, ring_warps=1, raw_qk=not per_channel, flush_launch=True)
+        if per_channel:
+            # KDA's ring terms over two halves of the ring (the later one only once the window
+            # reaches it): ring launch 168 -> 96 registers on sm_90; batch 256 non-flush 192.5 ->
+            # 185.6 us, amortized 225.8 -> 219.0 us (refolding 231.5 -> 219.6 us), batch 128
+            # 124.1 -> 119.1 / 118.3 us.
+            stream["ring_halves"] = True
         if refold:
             return StagedVariant(**stream, flush_stream=True, flush_block_v=16, flush_warps=1, flush_persistent=16)
         if not per_channel:

@@ -1,0 +1,86 @@
+"""One all-flush ReplaySSM step at serving batch, twice (compile, then the run to profile), for
+Nsight Compute: every live slot at ``committed = L - 1`` so that the step's flush launch folds
+every row. Mamba-2 at Nemotron-H dims, GDN / KDA at the benchmarks' dims, bf16, the ops' default
+launch (``--refold`` for the delta rules' refolding flush, else the cached ``u``).
+
+    ncu --clock-control none -k regex:flush --launch-skip 1 -c 1 --set full \\
+        python3 benchmarks/ncu_flush_step.py --kind kda --batch 256
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+WINDOW = 16
+
+
+def mamba2_step(batch: int):
+    from trtllm_replayssm.config import ReplaySSMConfig
+    from trtllm_replayssm.ops.mamba2 import Mamba2ReplayState, decode
+
+    heads, head_dim, d_state, groups = 128, 64, 128, 8
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    st = Mamba2ReplayState.allocate(batch, heads, head_dim, d_state, groups, ReplaySSMConfig(window=WINDOW),
+                                    activation_dtype=torch.bfloat16, device="cuda")
+    st.checkpoint.normal_(0, 0.05, generator=gen)
+    for t in (st.ring_x, st.ring_B):
+        t.normal_(0, 0.1, generator=gen)
+    st.ring_dt.uniform_(0, 0.1, generator=gen)
+
+    def rnd(*shape):
+        return torch.randn(*shape, device="cuda", generator=gen).to(torch.bfloat16)
+
+    x, z = rnd(batch, heads, head_dim), rnd(batch, heads, head_dim)
+    dt, B, C = rnd(batch, heads), rnd(batch, groups, d_state), rnd(batch, groups, d_state)
+    A = -torch.rand(heads, device="cuda", generator=gen)
+    D, dt_bias = torch.randn(heads, device="cuda", generator=gen), torch.randn(heads, device="cuda", generator=gen)
+    idx = torch.arange(batch, dtype=torch.int32, device="cuda")
+
+    def step():
+        st.committed.fill_(WINDOW - 1)
+        st.flush_at.fill_(WINDOW)
+        decode.replay_step(st.checkpoint, st.ring_x, st.ring_dt, st.ring_B, st.committed, st.flush_at, st.window,
+                           x, dt, A, B, C, D, z, dt_bias, True, None, None, idx, -1)
+    return step
+
+
+def delta_step(kind: str, batch: int, refold: bool):
+    from _delta_layer import Layer
+    from trtllm_replayssm.ops.gdn import decode
+
+    dims = (32, 32, 128, 128) if kind == "kda" else (32, 16, 128, 128)
+    layer = Layer(kind, *dims, torch.bfloat16, WINDOW)
+    st, x = layer.state(batch), layer.tokens(batch)
+    idx = torch.arange(batch, dtype=torch.int32, device="cuda")
+
+    def step():
+        st.committed.fill_(WINDOW - 1)
+        st.flush_at.fill_(WINDOW)
+        decode.delta_replay_step(st.checkpoint, st.ring_k, st.ring_v, st.ring_beta, st.ring_g, st.ring_u,
+                                 st.committed, st.flush_at, st.window, **x, A_log=layer.A_log,
+                                 dt_bias=layer.dt_bias, state_indices=idx, pad_slot_id=-1, scale=None, refold=refold)
+    return step
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--kind", default="mamba2", choices=["mamba2", "gdn", "kda"])
+    p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--refold", action="store_true", help="delta rules: the refolding flush")
+    args = p.parse_args(argv)
+    if args.batch < 1:
+        p.error(f"--batch: expected >= 1, got {args.batch}")
+    step = mamba2_step(args.batch) if args.kind == "mamba2" else delta_step(args.kind, args.batch, args.refold)
+    for _ in range(2):
+        step()
+        torch.cuda.synchronize()
+
+
+if __name__ == "__main__":
+    main()

@@ -84,9 +84,10 @@ def _tile_refold_chunked_k(p_s, c, b_v, p_q, p_rk, p_rv, p_rg, p_rb, o_v, K: tl.
                            KC: tl.constexpr, PER_CHANNEL: tl.constexpr):
     """:func:`_tile_refold` on the tile held as ``[K / KC, BV, KC]`` (``d_k`` in ``KC``-column
     chunks): a thread's elements then span several chunks of a few rows, so each update's
-    reduction over ``d_k`` adds the chunks inside the thread and crosses a few lanes (sm_90,
-    bf16 keys, ``KC = 32``: 4 shuffles per update) instead of 5 shuffle levels for each of the
-    ``BV`` rows, which bind the row layout's refolding flush by instruction issue. Loads the
+    reduction over ``d_k`` adds the chunks inside the thread and crosses a few lanes (the
+    TTGIR's layout on sm_90, bf16 keys, ``KC = 32``: 2 shuffle levels for each of a thread's 2
+    rows, and the ``[BV]`` vector ``u`` through shared memory) instead of 5 levels for each of
+    the ``BV`` rows, which bind the row layout's refolding flush by instruction issue. Loads the
     tile at ``p_s`` (``[BV, K]`` rows of ``S_c``), folds the window ``0..c`` (the token's ``v``
     is ``b_v``), stores it; returns ``S q`` ``[BV]`` with ``q`` at ``p_q``."""
     o_x = tl.arange(0, K // KC)[:, None, None] * KC + tl.arange(0, KC)[None, None, :]

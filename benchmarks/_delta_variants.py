@@ -25,7 +25,6 @@ from trtllm_replayssm.ops.gdn.decode_staged import (
 from trtllm_replayssm.ops.gdn.reference import delta_rule_replay_materialize as materialize
 
 
-
 @dataclasses.dataclass(frozen=True)
 class WriteThrough:
     """``variant="write_through"`` with the standard step's launch config or this ``(BV, warps)``."""

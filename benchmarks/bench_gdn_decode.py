@@ -19,15 +19,14 @@ every phase. GB/s counts the bytes each step must move; ``% copy`` is against a 
 copy measured in the same run. Prints a table and writes JSON (``--json``).
 
 ``--variants`` instead checks every replay kernel variant of ``_delta_variants.VARIANTS``
-(row-wise, chunked, the staged step, the write-through step) against the row-wise replay kernel and the standard kernel on
-the GPU (WRONG and no timing on a mismatch), then
-times each one's non-flush, flush, amortized and staggered steps beside fla and the standard
-kernel, at batches 1, 128, 256 (a short run: about one compile per variant and launch config).
+(row-wise, chunked, the staged step, the write-through step) against the row-wise replay kernel
+and the standard kernel on the GPU (WRONG and no timing on a mismatch), then times each one's
+non-flush, flush, amortized and staggered steps beside fla and the standard kernel, at batches
+1, 128, 256 (a short run: about one compile per variant and launch config).
 
     python benchmarks/bench_gdn_decode.py --json gdn.json
     python benchmarks/bench_gdn_decode.py --variants --json gdn_variants.json
 """
-
 
 from __future__ import annotations
 

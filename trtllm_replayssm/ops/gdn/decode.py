@@ -43,8 +43,8 @@ import triton.language as tl
 
 from .._arrivals import arrival_counters, write_through_cursors
 
-__all__ = ["REPLAY_VARIANT", "WRITE_THROUGH_BELOW", "default_variant", "delta_standard_step", "delta_replay_step", "launch_config",
-           "replay_config"]
+__all__ = ["REPLAY_VARIANT", "WRITE_THROUGH_BELOW", "default_variant", "delta_standard_step", "delta_replay_step",
+           "launch_config", "replay_config", "write_through_config"]
 
 #: The ReplaySSM kernel the ops launch: None for :func:`default_variant`'s measured choice per
 #: call (batch, kind, flush kind), "rowwise" for :func:`_replay_step_kernel` (row-wise refold),

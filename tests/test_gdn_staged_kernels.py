@@ -146,13 +146,13 @@ def test_ring_halves_cpu(refold, window, halves):
     check_variant_cpu(True, 4, 4, 16, 32, window, refold, variant)
 
 
-@pytest.mark.parametrize("chunk", [8, 16], ids=["k8", "k16"])
+@pytest.mark.parametrize("prefetch", [True, False], ids=["prefetch", "in_order"])
 @pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
-def test_refold_k_chunk_cpu(per_channel, chunk):
-    """The refolding flush with its tiles held in ``d_k`` chunks (``refold_k_chunk``) on the
-    refolding defaults, against float64 through 3+ windows (ring capacity 12, staggered phases,
-    a padded row)."""
-    variant = dataclasses.replace(decode.default_variant(256, per_channel, True, 32), refold_k_chunk=chunk)
+def test_refold_prefetch_cpu(per_channel, prefetch):
+    """The refolding flush with each update's ring entry loaded one update ahead
+    (``refold_prefetch``, the default; the last prefetch is the token's entry) and loaded in
+    turn, against float64 through 3+ windows (ring capacity 12, staggered phases, a padded row)."""
+    variant = dataclasses.replace(decode.default_variant(256, per_channel, True, 32), refold_prefetch=prefetch)
     check_variant_cpu(per_channel, 4, 2, 16, 32, 12, True, variant)
 
 
@@ -183,8 +183,6 @@ def test_ring_split_is_bitwise_cpu(per_channel):
 # (fields, the error's start) of options StagedVariant refuses
 STAGED_BAD_OPTIONS = [
     (dict(ring_halves=True, ring_prefetch=True), "^ring_halves:"),
-    (dict(refold_k_chunk=4), "^refold_k_chunk:"),
-    (dict(refold_k_chunk=24), "^refold_k_chunk:"),
     (dict(fold="chunked"), "^fold:"),
     (dict(block_v=12), "^block_v:"),
     (dict(num_warps=3), "^num_warps:"),
@@ -268,15 +266,13 @@ def test_ring_whole_gpu(dtype, refold, monkeypatch):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("chunk,programs", [(16, 16), (32, 12)])
 @pytest.mark.parametrize("dtype", ["bf16", "fp32"])
 @pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
-def test_refold_k_chunk_gpu(per_channel, dtype, chunk, programs, monkeypatch):
-    """The refolding defaults with the flush's tiles in ``d_k`` chunks (and the list launch at
-    ``programs`` per SM), batch 64 at model dims, 3+ windows against float64."""
+def test_refold_in_order_gpu(per_channel, dtype, monkeypatch):
+    """The refolding defaults with the ring entries loaded in turn (``refold_prefetch=False``;
+    the defaults load them one update ahead), batch 64 at model dims, 3+ windows against float64."""
     dims = (32, 32, 128, 128) if per_channel else GPU_DIMS[0]
-    variant = dataclasses.replace(decode.default_variant(256, per_channel, True, dims[3]), refold_k_chunk=chunk,
-                                  flush_persistent=programs)
+    variant = dataclasses.replace(decode.default_variant(256, per_channel, True, dims[3]), refold_prefetch=False)
     check_variant_gpu(per_channel, dims, dtype, 64, variant, monkeypatch, refold=True)
 
 

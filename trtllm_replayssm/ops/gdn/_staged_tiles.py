@@ -80,46 +80,36 @@ def _tile_wy(S, c, b_v, p_rk, p_rv, p_rg, p_rb, p_a, o_k, o_v, o_c, K: tl.conste
 
 
 @triton.jit
-def _tile_refold_chunked_k(p_s, c, b_v, p_q, p_rk, p_rv, p_rg, p_rb, o_v, K: tl.constexpr, V: tl.constexpr,
-                           KC: tl.constexpr, PER_CHANNEL: tl.constexpr):
-    """:func:`_tile_refold` on the tile held as ``[K / KC, BV, KC]`` (``d_k`` in ``KC``-column
-    chunks): a thread's elements then span several chunks of a few rows, so each update's
-    reduction over ``d_k`` adds the chunks inside the thread and crosses a few lanes (the
-    TTGIR's layout on sm_90, bf16 keys, ``KC = 32``: 2 shuffle levels for each of a thread's 2
-    rows, and the ``[BV]`` vector ``u`` through shared memory) instead of 5 levels for each of
-    the ``BV`` rows, which bind the row layout's refolding flush by instruction issue. Loads the
-    tile at ``p_s`` (``[BV, K]`` rows of ``S_c``), folds the window ``0..c`` (the token's ``v``
-    is ``b_v``), stores it; returns ``S q`` ``[BV]`` with ``q`` at ``p_q``."""
-    o_x = tl.arange(0, K // KC)[:, None, None] * KC + tl.arange(0, KC)[None, None, :]
-    p_t = p_s + o_v[None, :, None] * K + o_x
-    S = tl.load(p_t).to(tl.float32)
-    # The key (and decay) rows are loaded at the tile's full shape, the same address for every
-    # row: their loads then share the tile's layout and the loop converts none of them.
-    o_xf = o_x + 0 * o_v[None, :, None]
-    for j in tl.range(0, c + 1):
-        k_j = tl.load(p_rk + j * K + o_xf).to(tl.float32)
+def _tile_refold(S, c, b_v, b_beta, p_rk, p_rv, p_rg, p_rb, o_k, o_v, K: tl.constexpr, V: tl.constexpr,
+                 CAP: tl.constexpr, PER_CHANNEL: tl.constexpr, STAGES: tl.constexpr, PREFETCH: tl.constexpr):
+    """The window ``0..c`` from the raw ring (launch 1 wrote the token's ``k, beta, g`` at ``c``)
+    as ``c + 1`` exact updates of an fp32 tile; the token's ``v`` is ``b_v``. ``PREFETCH``:
+    entry ``j + 1``'s loads are issued before entry ``j``'s update (``refold_prefetch``)."""
+    if PREFETCH:
+        b_k, b_vj, b_g, b_bj = _ring_entry(0, p_rk, p_rv, p_rg, p_rb, o_k, o_v, K, V, PER_CHANNEL)
+        for j in range(0, c):
+            # j + 1 <= c < CAP: the last prefetch is the token's entry (its stale v unused).
+            n_k, n_v, n_g, n_b = _ring_entry(j + 1, p_rk, p_rv, p_rg, p_rb, o_k, o_v, K, V, PER_CHANNEL)
+            S = _delta_update(S, b_k.to(tl.float32), b_vj.to(tl.float32), b_g, b_bj, PER_CHANNEL)
+            b_k, b_vj, b_g, b_bj = n_k, n_v, n_g, n_b
+    else:
+        S = _tile_refold_raw(S, c, p_rk, p_rv, p_rg, p_rb, o_k, o_v, K, V, PER_CHANNEL, STAGES)
         if PER_CHANNEL:
-            S = S * tl.exp(tl.load(p_rg + j * K + o_xf))
+            b_g = tl.load(p_rg + c * K + o_k)
         else:
-            S = S * tl.exp(tl.load(p_rg + j))
-        v_j = tl.where(j == c, b_v, tl.load(p_rv + j * V + o_v).to(tl.float32))
-        b_u = tl.load(p_rb + j) * (v_j - tl.sum(tl.sum(S * k_j, axis=0), axis=1))
-        S += b_u[None, :, None] * k_j
-    tl.store(p_t, S.to(p_s.dtype.element_ty))
-    return tl.sum(tl.sum(S * tl.load(p_q + o_x), axis=0), axis=1)
+            b_g = tl.load(p_rg + c)
+        b_k = tl.load(p_rk + c * K + o_k)
+    return _delta_update(S, b_k.to(tl.float32), b_v, b_g, b_beta, PER_CHANNEL)
 
 
 @triton.jit
-def _tile_refold(S, c, b_v, b_beta, p_rk, p_rv, p_rg, p_rb, o_k, o_v, K: tl.constexpr, V: tl.constexpr,
-                 PER_CHANNEL: tl.constexpr, STAGES: tl.constexpr):
-    """The window ``0..c`` from the raw ring (launch 1 wrote the token's ``k, beta, g`` at ``c``)
-    as ``c + 1`` exact updates of an fp32 tile; the token's ``v`` is ``b_v``."""
-    S = _tile_refold_raw(S, c, p_rk, p_rv, p_rg, p_rb, o_k, o_v, K, V, PER_CHANNEL, STAGES)
+def _ring_entry(j, p_rk, p_rv, p_rg, p_rb, o_k, o_v, K: tl.constexpr, V: tl.constexpr, PER_CHANNEL: tl.constexpr):
+    """Ring entry ``j``'s ``(k, v, g, beta)``, ``k`` / ``v`` as stored."""
     if PER_CHANNEL:
-        b_g = tl.load(p_rg + c * K + o_k)
+        b_g = tl.load(p_rg + j * K + o_k)
     else:
-        b_g = tl.load(p_rg + c)
-    return _delta_update(S, tl.load(p_rk + c * K + o_k).to(tl.float32), b_v, b_g, b_beta, PER_CHANNEL)
+        b_g = tl.load(p_rg + j)
+    return tl.load(p_rk + j * K + o_k), tl.load(p_rv + j * V + o_v), b_g, tl.load(p_rb + j)
 
 
 @triton.jit

@@ -76,12 +76,12 @@ class StagedVariant:
     later one only when the window reaches it, instead of one ``[CAP, d_k]`` tile (fewer
     registers per program, no exponentials for empty entries; the same terms to fp32 rounding).
 
-    ``refold_k_chunk`` (a refolding flush, ``fold="refold"``): its tiles held as ``d_k`` in
-    chunks of that many columns (a power of 2 from 8 that divides ``d_k``; 0: whole rows), so
-    that each of the window's updates reduces over ``d_k`` mostly inside a thread
-    (``_tile_refold_chunked_k``). More registers per flush program (sm_90, 16-row one-warp
-    tiles: 128 -> 167-168), so a list launch's ``flush_persistent`` must shrink with it (12 such
-    one-warp programs fit an SM, not 16) or ``flush_max_registers`` hold it.
+    ``refold_prefetch`` (a refolding flush, ``fold="refold"``): each of the window's updates
+    loads the next ring entry's ``k, v, g, beta`` before it runs, so that their latency (L2
+    hits) overlaps an update instead of opening the next one (Nsight Compute, KDA refolding
+    flush on an H200: 29% of the stall samples on the loop's first use of ``g_j``); the last
+    prefetch is the token's entry, whose update follows the loop. Same arithmetic, ~11 more
+    registers per thread.
 
     ``pdl``: the stream launch is a programmatic dependent launch of the ring launch
     (``ops/_pdl.py``; sm_90+ compiled kernels, otherwise ignored): its programs are dispatched
@@ -111,7 +111,7 @@ class StagedVariant:
     flush_stream: bool = False
     flush_precision: str = "tf32x3"
     flush_item_tiles: int = 1
-    refold_k_chunk: int = 0
+    refold_prefetch: bool = False
     pdl: bool = False
 
     def __post_init__(self):
@@ -141,9 +141,6 @@ class StagedVariant:
         if self.flush_item_tiles != 1 and not (self.flush_dot and self.flush_persistent):
             raise ValueError("flush_item_tiles: only with flush_dot=True and flush_persistent > 0 (the list launch's "
                              "one-product fold)")
-        kc = self.refold_k_chunk
-        if kc and not (kc >= 8 and kc & (kc - 1) == 0):
-            raise ValueError(f"refold_k_chunk: expected 0 or a power of 2 >= 8, got {kc}")
         if self.ring_halves and self.ring_prefetch:
             raise ValueError("ring_halves: not with ring_prefetch (which loads every ring entry at once)")
         if self.flush_persistent < 0:
@@ -182,13 +179,6 @@ def staged_config(rows: int, v_heads: int, d_k: int, d_v: int, variant: StagedVa
     bv = min(variant.block_v or (min(bv, 16) if d_k >= 256 else bv), d_v)
     warps = variant.num_warps or (4 if bv * d_k >= 4096 else 2)
     return bv, warps, variant.ring_warps or (4 if d_k >= 128 else 2)
-
-
-def refold_k_chunk(variant: StagedVariant, d_k: int, refolds: bool) -> int:
-    """``d_k`` columns per chunk of a refolding flush's tile (``refold_k_chunk`` where the flush
-    refolds with the row-by-row updates and the chunk divides ``d_k``; else 0, whole rows)."""
-    kc = variant.refold_k_chunk
-    return kc if refolds and kc and d_k % kc == 0 else 0
 
 
 def uses_flush_dot(variant: StagedVariant, refold: bool) -> bool:

@@ -93,7 +93,9 @@ def default_variant(batch: int, per_channel: bool, refold: bool, d_v: int):
       87.0 us; staggered about half the row-wise kernel's);
       KDA's ring launch forms the decayed keys over two halves of the ring (``ring_halves``):
       batch 256 amortized 219.0 us (``refold=False``) / 219.6 us (refolding) = 1.73x / 1.72x
-      fla's 378.3 us, from 225.8 / 231.5 us without;
+      fla's 378.3 us, from 225.8 / 231.5 us without; the refolding flush loads each update's
+      ring entry one update ahead (``refold_prefetch``, 128 registers): GDN 206.0 -> 202.4 us
+      (1.29x fla), KDA 220.1 -> 218.2 us (1.73x) at batch 256;
     - otherwise (``d_v`` not a multiple of 32 from batch 33) the row-wise kernel.
     """
     if batch < WRITE_THROUGH_BELOW:
@@ -111,7 +113,11 @@ def default_variant(batch: int, per_channel: bool, refold: bool, d_v: int):
             # 124.1 -> 119.1 / 118.3 us.
             stream["ring_halves"] = True
         if refold:
-            return StagedVariant(**stream, flush_stream=True, flush_block_v=16, flush_warps=1, flush_persistent=16)
+            # Each update's ring entry loaded one update ahead, held to 128 registers (16 one-warp
+            # programs per SM; uncapped, KDA's took 168): batch 256 flush 749 -> 699 us (GDN) and
+            # 770 -> 745 us (KDA), amortized 206.0 -> 202.4 / 220.1 -> 218.2 us.
+            return StagedVariant(**stream, flush_stream=True, flush_block_v=16, flush_warps=1, flush_persistent=16,
+                                 refold_prefetch=True, flush_max_registers=128)
         if not per_channel:
             # A scalar decay and 16-bit keys: the dot fold in two TF32 passes (ops/_tf32.py), in
             # 16-row one-warp programs (221 registers, 8 per SM), beside the stream launch: flush

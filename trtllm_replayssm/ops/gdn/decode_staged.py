@@ -57,14 +57,13 @@ import triton.language as tl
 from .._flush_list import LIST_MAX_BATCH, flush_ranks, flush_row, list_grid
 from .._pdl import gdc_launch_dependents, gdc_wait, pdl_supported
 from .._side_stream import fork, join
-from ._staged_tiles import (_fold_keys, _tile_fold_u, _tile_fold_u_dot, _tile_read, _tile_refold,
-                            _tile_refold_chunked_k, _tile_wy)
-from ._staged_variant import (StagedVariant, flush_config, item_tiles, refold_k_chunk, ring_split, scratch_width,
+from ._staged_tiles import _fold_keys, _tile_fold_u, _tile_fold_u_dot, _tile_read, _tile_refold, _tile_wy
+from ._staged_variant import (StagedVariant, flush_config, item_tiles, ring_split, scratch_width,
                               staged_config, uses_flush_dot)
 from .decode import _load_token, _program_ids, _strides
 from .decode_chunked import _coupling, _unit_lower_inverse
 
-__all__ = ["StagedVariant", "delta_replay_staged_step", "flush_config", "item_tiles", "refold_k_chunk", "ring_split",
+__all__ = ["StagedVariant", "delta_replay_staged_step", "flush_config", "item_tiles", "ring_split",
            "scratch_width", "staged_config", "uses_flush_dot"]
 
 
@@ -287,11 +286,12 @@ def _flush_tile(q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u
                 HV: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr,
                 CAP: tl.constexpr, BC: tl.constexpr, W: tl.constexpr, PER_CHANNEL: tl.constexpr, REFOLD: tl.constexpr,
                 WY: tl.constexpr, RAW_QK: tl.constexpr, STAGES: tl.constexpr, UNROLL: tl.constexpr,
-                DOT: tl.constexpr, TF32X2: tl.constexpr = False, TILES: tl.constexpr = 1, KC: tl.constexpr = 0):
+                DOT: tl.constexpr, TF32X2: tl.constexpr = False, TILES: tl.constexpr = 1,
+                PREFETCH: tl.constexpr = False):
     """Rows ``v0 .. v0 + TILES * BV`` of value head ``i_hv`` of flush row ``i_b``, in ``TILES``
     tiles of ``BV`` rows: fold, store, output. With ``DOT`` the fold's key side (``_fold_keys``)
-    is formed once for the ``TILES`` tiles. ``KC`` (a refold, ``refold_k_chunk``): the tile held
-    in ``KC``-column chunks of ``d_k`` (``_tile_refold_chunked_k``)."""
+    is formed once for the ``TILES`` tiles. ``PREFETCH``: a refold's ring entries loaded one
+    update ahead (``refold_prefetch``)."""
     o_k = tl.arange(0, K)
     o_c = tl.arange(0, BC)
     i_h = i_hv // (HV // H)
@@ -305,39 +305,31 @@ def _flush_tile(q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u
     PRESPLIT: tl.constexpr = PER_CHANNEL and TILES > 1
     if DOT:
         B, B_lo, w, decay = _fold_keys(c, p_rk, p_rg, o_k, o_c, K, CAP, PER_CHANNEL, PRESPLIT)
-    if REFOLD and not WY and KC > 0:
-        for t in tl.static_range(TILES):
-            o_v = v0 + t * BV + tl.arange(0, BV)
-            b_v = tl.load(v + i_b * stride_v + i_hv * stride_vh + o_v).to(ring_v.dtype.element_ty).to(tl.float32)
-            b_o = _tile_refold_chunked_k(checkpoint + sh * V * K, c, b_v, p_w, p_rk, p_rv, p_rg,
-                                         ring_beta + sh * CAP, o_v, K, V, KC, PER_CHANNEL)
-            tl.store(out + i_b * stride_o + i_hv * stride_oh + o_v, b_o.to(out.dtype.element_ty))
-    else:
-        for t in tl.static_range(TILES):
-            o_v = v0 + t * BV + tl.arange(0, BV)
-            p_s = checkpoint + sh * V * K + o_v[:, None] * K + o_k[None, :]
-            S = tl.load(p_s).to(tl.float32)
-            b_v = tl.load(v + i_b * stride_v + i_hv * stride_vh + o_v).to(ring_v.dtype.element_ty).to(tl.float32)
-            if WY:
-                S = _tile_wy(S, c, b_v, p_rk, p_rv, p_rg, ring_beta + sh * CAP, p_w + 2 * K + 2 * BC + 4, o_k,
-                             o_v, o_c, K, V, BV, BC, CAP, PER_CHANNEL, STAGES, UNROLL)
-                b_o = tl.sum(S * tl.load(p_w + o_k)[None, :], axis=1)
-            elif REFOLD:
-                S = _tile_refold(S, c, b_v, b_beta, p_rk, p_rv, p_rg, ring_beta + sh * CAP, o_k, o_v, K, V,
-                                 PER_CHANNEL, STAGES)
-                b_o = tl.sum(S * tl.load(p_w + o_k)[None, :], axis=1)
+    for t in tl.static_range(TILES):
+        o_v = v0 + t * BV + tl.arange(0, BV)
+        p_s = checkpoint + sh * V * K + o_v[:, None] * K + o_k[None, :]
+        S = tl.load(p_s).to(tl.float32)
+        b_v = tl.load(v + i_b * stride_v + i_hv * stride_vh + o_v).to(ring_v.dtype.element_ty).to(tl.float32)
+        if WY:
+            S = _tile_wy(S, c, b_v, p_rk, p_rv, p_rg, ring_beta + sh * CAP, p_w + 2 * K + 2 * BC + 4, o_k,
+                         o_v, o_c, K, V, BV, BC, CAP, PER_CHANNEL, STAGES, UNROLL)
+            b_o = tl.sum(S * tl.load(p_w + o_k)[None, :], axis=1)
+        elif REFOLD:
+            S = _tile_refold(S, c, b_v, b_beta, p_rk, p_rv, p_rg, ring_beta + sh * CAP, o_k, o_v, K, V, CAP,
+                             PER_CHANNEL, STAGES, PREFETCH)
+            b_o = tl.sum(S * tl.load(p_w + o_k)[None, :], axis=1)
+        else:
+            # Only the c live entries (c is read with the slot, so the mask costs no latency).
+            U = tl.load(p_ru + o_c[:, None] * V + o_v[None, :], mask=(o_c < c)[:, None], other=0.0)
+            b_u, b_o = _tile_read(S, U, c, b_v, b_beta, p_w, q + i_b * stride_q + i_h * stride_qh, p_rk,
+                                  o_k, o_c, K, BC, RAW_QK)
+            if DOT:
+                S = _tile_fold_u_dot(S, U, b_u, c, B, B_lo, w, decay, o_c, ring_k, PER_CHANNEL, TF32X2,
+                                     PRESPLIT)
             else:
-                # Only the c live entries (c is read with the slot, so the mask costs no latency).
-                U = tl.load(p_ru + o_c[:, None] * V + o_v[None, :], mask=(o_c < c)[:, None], other=0.0)
-                b_u, b_o = _tile_read(S, U, c, b_v, b_beta, p_w, q + i_b * stride_q + i_h * stride_qh, p_rk,
-                                      o_k, o_c, K, BC, RAW_QK)
-                if DOT:
-                    S = _tile_fold_u_dot(S, U, b_u, c, B, B_lo, w, decay, o_c, ring_k, PER_CHANNEL, TF32X2,
-                                         PRESPLIT)
-                else:
-                    S = _tile_fold_u(S, b_u, c, p_rk, p_ru, p_rg, o_k, o_v, K, V, PER_CHANNEL, STAGES)
-            tl.store(p_s, S.to(checkpoint.dtype.element_ty))
-            tl.store(out + i_b * stride_o + i_hv * stride_oh + o_v, b_o.to(out.dtype.element_ty))
+                S = _tile_fold_u(S, b_u, c, p_rk, p_ru, p_rg, o_k, o_v, K, V, PER_CHANNEL, STAGES)
+        tl.store(p_s, S.to(checkpoint.dtype.element_ty))
+        tl.store(out + i_b * stride_o + i_hv * stride_oh + o_v, b_o.to(out.dtype.element_ty))
 
 
 @triton.jit
@@ -347,7 +339,7 @@ def _flush_kernel(
     HV: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, CAP: tl.constexpr,
     BC: tl.constexpr, W: tl.constexpr, HEADS_PER_PROGRAM: tl.constexpr, SPLIT: tl.constexpr, PER_CHANNEL: tl.constexpr,
     REFOLD: tl.constexpr, WY: tl.constexpr, RAW_QK: tl.constexpr, STAGES: tl.constexpr, UNROLL: tl.constexpr,
-    HAS_INDICES: tl.constexpr, DOT: tl.constexpr, TF32X2: tl.constexpr, KC: tl.constexpr = 0,
+    HAS_INDICES: tl.constexpr, DOT: tl.constexpr, TF32X2: tl.constexpr, PREFETCH: tl.constexpr = False,
 ):
     """The flush rows of a ``flush_launch`` step: ``V / SPLIT`` rows of ``HEADS_PER_PROGRAM``
     value heads of one row per program, in ``BV``-row tiles; programs of other rows exit after
@@ -367,7 +359,7 @@ def _flush_kernel(
                 _flush_tile(q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, scratch, i_b, hv0 + hh,
                             slot, c, v0, stride_q, stride_qh, stride_v, stride_vh, stride_o, stride_oh,
                             HV, H, K, V, BV, CAP, BC, W, PER_CHANNEL, REFOLD, WY, RAW_QK, STAGES, UNROLL, DOT, TF32X2,
-                            1, KC)
+                            1, PREFETCH)
 
 
 @triton.jit
@@ -377,7 +369,7 @@ def _flush_list_kernel(
     HV: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, CAP: tl.constexpr,
     BC: tl.constexpr, W: tl.constexpr, PER_CHANNEL: tl.constexpr, REFOLD: tl.constexpr, WY: tl.constexpr,
     RAW_QK: tl.constexpr, STAGES: tl.constexpr, UNROLL: tl.constexpr, HAS_INDICES: tl.constexpr, DOT: tl.constexpr,
-    TF32X2: tl.constexpr, BLOCK_B: tl.constexpr, TILES: tl.constexpr, KC: tl.constexpr = 0,
+    TF32X2: tl.constexpr, BLOCK_B: tl.constexpr, TILES: tl.constexpr, PREFETCH: tl.constexpr = False,
 ):
     """The flush rows' ``[BV, d_k]`` tiles as a list walked by a fixed wave of programs
     (``flush_persistent`` per SM): each program numbers the flush rows by a prefix sum of the
@@ -397,7 +389,7 @@ def _flush_list_kernel(
                     (i % PER_ROW) // NVB, slot, tl.load(row_info + i_b * 2), (i % NVB) * BV * TILES,
                     stride_q, stride_qh, stride_v, stride_vh, stride_o, stride_oh,
                     HV, H, K, V, BV, CAP, BC, W, PER_CHANNEL, REFOLD, WY, RAW_QK, STAGES, UNROLL, DOT, TF32X2,
-                    TILES, KC)
+                    TILES, PREFETCH)
 
 
 def delta_replay_staged_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, committed, flush_at, window,
@@ -434,7 +426,7 @@ def delta_replay_staged_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, ring
         RING_PREFETCH=variant.ring_prefetch, PDL=pdl, num_warps=ring_warps, maxnreg=variant.ring_max_registers,
         RING_HALVES=variant.ring_halves and per_channel and not wy,
     )
-    kc = refold_k_chunk(variant, K, do_refold and not wy)
+    prefetch = variant.refold_prefetch and do_refold and not wy
     common = dict(HV=HV, H=H, K=K, V=V, CAP=cap, BC=bc, W=width, PER_CHANNEL=per_channel, REFOLD=do_refold, WY=wy,
                   RAW_QK=raw_qk, STAGES=variant.stages, UNROLL=variant.unroll, HAS_INDICES=has_indices)
 
@@ -447,14 +439,14 @@ def delta_replay_staged_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, ring
                 q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, state_indices, scratch, row_info,
                 batch, sq, sqh, sv, svh, so, soh,
                 BV=flush_bv, BLOCK_B=triton.next_power_of_2(batch), DOT=dot, TF32X2=tf32x2,
-                TILES=tiles, KC=kc, **common,
+                TILES=tiles, PREFETCH=prefetch, **common,
                 num_warps=flush_warps, maxnreg=variant.flush_max_registers,
             )
         else:
             _flush_kernel[(batch * (HV // heads) * split,)](
                 q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, state_indices, pad_slot_id, scratch,
                 row_info, sq, sqh, sv, svh, so, soh,
-                BV=flush_bv, HEADS_PER_PROGRAM=heads, SPLIT=split, DOT=dot, TF32X2=tf32x2, KC=kc, **common,
+                BV=flush_bv, HEADS_PER_PROGRAM=heads, SPLIT=split, DOT=dot, TF32X2=tf32x2, PREFETCH=prefetch, **common,
                 num_warps=flush_warps,
                 maxnreg=variant.flush_max_registers,
             )

@@ -53,7 +53,7 @@ import triton.language as tl
 from .._flush_list import LIST_MAX_BATCH, flush_ranks, flush_row, list_grid
 from .._side_stream import fork, join
 from .._tf32 import fp32_dot
-from .decode import _common, _mixer_output, _program_ids, _slot_of, _softplus_clamp, _state_strides
+from .decode import _common, _mixer_gate, _mixer_output, _program_ids, _slot_of, _softplus_clamp, _state_strides
 
 __all__ = ["replay_step_staged"]
 
@@ -190,6 +190,7 @@ def _stream_kernel(
     ck_ptrs = ckpt_ptr + slot * s_ck_slot + h * s_ck_head + offs_p[:, None] * s_ck_p + offs_n[None, :]
     # The checkpoint tile is the only large transfer: first, so everything else overlaps it.
     S = tl.load(ck_ptrs, mask=live_p[:, None] & mask_n[None, :], other=0.0).to(tl.float32)
+    d_h, zv = _mixer_gate(h, row, offs_p, mask_p, D_ptr, z_ptr, s_z_row, s_z_head, HAS_D, HAS_Z)
 
     line = coef_ptr + (row * HEADS + h) * (CAP + 2)
     lead = tl.load(line + offs_j, mask=offs_j < CAP, other=0.0)
@@ -226,7 +227,7 @@ def _stream_kernel(
         tl.store(committed_ptr + slot, tl.where(is_flush, 0, c + 1))
         if is_flush:
             tl.store(flush_at_ptr + slot, window)
-    y = _mixer_output(y, xf, h, row, offs_p, mask_p, D_ptr, z_ptr, s_z_row, s_z_head, HAS_D, HAS_Z)
+    y = _mixer_output(y, xf, d_h, zv, HAS_D, HAS_Z)
     y = tl.where(live, y, 0.0)
     tl.store(y_ptr + row * s_y_row + h * s_y_head + offs_p, y.to(y_ptr.dtype.element_ty),
              mask=mask_p)
@@ -252,6 +253,7 @@ def _flush_tile(ckpt_ptr, x_ptr, D_ptr, z_ptr, y_ptr, rB_base, row, slot, h, pt,
     mask_p = offs_p < P
     ck_ptrs = ckpt_ptr + slot * s_ck_slot + h * s_ck_head + offs_p[:, None] * s_ck_p + offs_n[None, :]
     S = tl.load(ck_ptrs, mask=mask_p[:, None] & mask_n[None, :], other=0.0).to(tl.float32)
+    d_h, zv = _mixer_gate(h, row, offs_p, mask_p, D_ptr, z_ptr, s_z_row, s_z_head, HAS_D, HAS_Z)
     # Every ring entry, zeroed from c on in registers (NaN-safe): the load waits for no cursor.
     rx = tl.load(rx_base + offs_j[None, :] * s_rx_j + offs_p[:, None],
                  mask=mask_p[:, None] & (offs_j < CAP)[None, :], other=0.0)
@@ -262,7 +264,7 @@ def _flush_tile(ckpt_ptr, x_ptr, D_ptr, z_ptr, y_ptr, rB_base, row, slot, h, pt,
                      in_ring, mask_p, mask_n, P, N, CAP, FOLD)
     tl.store(ck_ptrs, upd.to(ckpt_ptr.dtype.element_ty), mask=mask_p[:, None] & mask_n[None, :])
     y = tl.sum(upd * Cv[None, :], axis=1)
-    y = _mixer_output(y, xf, h, row, offs_p, mask_p, D_ptr, z_ptr, s_z_row, s_z_head, HAS_D, HAS_Z)
+    y = _mixer_output(y, xf, d_h, zv, HAS_D, HAS_Z)
     tl.store(y_ptr + row * s_y_row + h * s_y_head + offs_p, y.to(y_ptr.dtype.element_ty), mask=mask_p)
 
 

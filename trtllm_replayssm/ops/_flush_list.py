@@ -5,6 +5,11 @@ The wave is sized on the host from the device's SM count, never from the flags (
 replays the grid it captured); its programs read at most :data:`LIST_MAX_BATCH` flags each and
 number the flush rows with :func:`flush_ranks` / :func:`flush_row`. The flags are the int32
 ``info[2 * row + 1]`` both kinds' ring launches write (0 for padded rows).
+
+A wave larger than what fits an SM at once runs its surplus programs after the first ones have
+walked their whole item lists: a second wave of the flush (a list launch at 16 one-warp
+programs per SM whose kernel took 168 registers ran 1.4-1.8x slower on an H200). So each launch
+site reports its compiled kernel (:func:`note_resident`) and later waves keep to what fits.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-__all__ = ["LIST_MAX_BATCH", "flush_ranks", "flush_row", "list_grid"]
+__all__ = ["LIST_MAX_BATCH", "flush_ranks", "flush_row", "list_grid", "note_resident", "programs_per_sm"]
 
 #: Largest batch whose flags one program holds in registers (``[next_pow2(batch)]`` int32);
 #: larger batches take the per-row flush launch.
@@ -29,9 +34,42 @@ def _sm_count(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-def list_grid(items: int, per_sm: int, device: torch.device) -> int:
-    """Programs of a list flush launch: ``per_sm`` per SM, at most one per item (``items``: the
+#: Programs per SM that fit at once, per launch key, from the kernels compiled so far.
+_RESIDENT: dict = {}
+
+
+def programs_per_sm(n_regs: int, num_warps: int, shared: int, regs_per_sm: int = 65536,
+                    threads_per_sm: int = 2048, shared_per_sm: int = 233472, max_blocks: int = 32) -> int:
+    """Programs of a kernel (``n_regs`` registers per thread, ``num_warps`` warps, ``shared``
+    bytes of shared memory per program) that one SM holds at once; the defaults are sm_90's.
+    Registers go to warps in units of 256 (8 per thread)."""
+    per_warp = -(-max(n_regs, 1) * 32 // 256) * 256
+    fit = min(regs_per_sm // per_warp // num_warps, threads_per_sm // (32 * num_warps), max_blocks)
+    if shared:
+        fit = min(fit, shared_per_sm // (shared + 1024))  # the runtime reserves 1 KiB per block
+    return max(1, fit)
+
+
+def note_resident(key, compiled, device: torch.device) -> None:
+    """Record for :func:`list_grid` how many programs of ``compiled`` (what a Triton launch
+    returns; ``None`` under the interpreter) fit one SM of ``device``; ``key`` names the launch
+    (everything its compilation depends on)."""
+    n_regs = getattr(compiled, "n_regs", None)
+    if key is None or not n_regs or device.type != "cuda" or key in _RESIDENT:
+        return
+    props = torch.cuda.get_device_properties(device)
+    _RESIDENT[key] = programs_per_sm(
+        n_regs, compiled.metadata.num_warps, compiled.metadata.shared,
+        regs_per_sm=getattr(props, "regs_per_multiprocessor", 65536),
+        threads_per_sm=getattr(props, "max_threads_per_multi_processor", 2048),
+        shared_per_sm=getattr(props, "shared_memory_per_multiprocessor", 233472))
+
+
+def list_grid(items: int, per_sm: int, device: torch.device, key=None) -> int:
+    """Programs of a list flush launch: ``per_sm`` per SM (fewer where :func:`note_resident`
+    found that the launch ``key``'s kernel fits fewer), at most one per item (``items``: the
     tiles of a step in which every row flushes)."""
+    per_sm = min(per_sm, _RESIDENT.get(key, per_sm))
     return max(1, min(items, _sm_count(device) * per_sm))
 
 

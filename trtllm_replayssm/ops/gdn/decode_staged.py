@@ -54,7 +54,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .._flush_list import LIST_MAX_BATCH, flush_ranks, flush_row, list_grid
+from .._flush_list import LIST_MAX_BATCH, flush_ranks, flush_row, list_grid, note_resident
 from .._pdl import gdc_launch_dependents, gdc_wait, pdl_supported
 from .._side_stream import fork, join
 from ._staged_tiles import _fold_keys, _tile_fold_u, _tile_fold_u_dot, _tile_read, _tile_refold, _tile_wy
@@ -435,13 +435,16 @@ def delta_replay_staged_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, ring
         if variant.flush_persistent and batch <= LIST_MAX_BATCH:
             tiles = item_tiles(V, flush_bv, variant, dot)
             items = batch * HV * (V // (flush_bv * tiles))
-            _flush_list_kernel[(list_grid(items, variant.flush_persistent, q.device),)](
+            consts = dict(BV=flush_bv, BLOCK_B=triton.next_power_of_2(batch), DOT=dot, TF32X2=tf32x2, TILES=tiles,
+                          PREFETCH=prefetch, **common)
+            key = ("delta", q.dtype, ring_k.dtype, checkpoint.dtype, flush_warps, variant.flush_max_registers,
+                   *sorted(consts.items()))
+            compiled = _flush_list_kernel[(list_grid(items, variant.flush_persistent, q.device, key),)](
                 q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, state_indices, scratch, row_info,
-                batch, sq, sqh, sv, svh, so, soh,
-                BV=flush_bv, BLOCK_B=triton.next_power_of_2(batch), DOT=dot, TF32X2=tf32x2,
-                TILES=tiles, PREFETCH=prefetch, **common,
+                batch, sq, sqh, sv, svh, so, soh, **consts,
                 num_warps=flush_warps, maxnreg=variant.flush_max_registers,
             )
+            note_resident(key, compiled, q.device)
         else:
             _flush_kernel[(batch * (HV // heads) * split,)](
                 q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, state_indices, pad_slot_id, scratch,

@@ -101,14 +101,14 @@ def resources(per_channel: bool, act: str, HV: int, H: int, K: int, V: int, cap:
         if variant.flush_persistent:
             list_types = {n: t for n, t in flush_types.items() if n != "pad_slot_id"}
             out["flush"] = _compile(staged._flush_list_kernel, {**list_types, "batch": "i32"},
-                                    dict(BV=flush_bv, BLOCK_B=rows, DOT=dot, TF32X2=tf32x2,
-                                         TILES=staged.item_tiles(V, flush_bv, variant, dot), PREFETCH=prefetch, **common),
+                                    dict(BV=flush_bv, BLOCK_B=rows, DOT=dot, TF32X2=tf32x2, PREFETCH=prefetch,
+                                         TILES=staged.item_tiles(V, flush_bv, variant, dot), **common),
                                     flush_warps, variant.flush_max_registers)
             out["launch"] += f" flush list BV={flush_bv} warps={flush_warps} x{variant.flush_persistent}/SM"
         else:
             out["flush"] = _compile(staged._flush_kernel, flush_types, dict(BV=flush_bv, HEADS_PER_PROGRAM=heads,
-                                                                             SPLIT=split, DOT=dot, TF32X2=tf32x2, PREFETCH=prefetch,
-                                                                             **common),
+                                                                             SPLIT=split, DOT=dot, TF32X2=tf32x2,
+                                                                             PREFETCH=prefetch, **common),
                                     flush_warps, variant.flush_max_registers)
             out["launch"] += f" flush BV={flush_bv} warps={flush_warps} heads={heads} split={split}"
     return out

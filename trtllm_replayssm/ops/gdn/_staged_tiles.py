@@ -11,7 +11,7 @@ import triton
 import triton.language as tl
 
 from .._tf32 import dot_tf32x2, dot_tf32x3_split_b, tf32_split
-from .decode import _delta_update, _tile_refold_raw
+from .decode import _delta_update, _ring_entry, _tile_refold_raw
 
 
 @triton.jit
@@ -100,16 +100,6 @@ def _tile_refold(S, c, b_v, b_beta, p_rk, p_rv, p_rg, p_rb, o_k, o_v, K: tl.cons
             b_g = tl.load(p_rg + c)
         b_k = tl.load(p_rk + c * K + o_k)
     return _delta_update(S, b_k.to(tl.float32), b_v, b_g, b_beta, PER_CHANNEL)
-
-
-@triton.jit
-def _ring_entry(j, p_rk, p_rv, p_rg, p_rb, o_k, o_v, K: tl.constexpr, V: tl.constexpr, PER_CHANNEL: tl.constexpr):
-    """Ring entry ``j``'s ``(k, v, g, beta)``, ``k`` / ``v`` as stored."""
-    if PER_CHANNEL:
-        b_g = tl.load(p_rg + j * K + o_k)
-    else:
-        b_g = tl.load(p_rg + j)
-    return tl.load(p_rk + j * K + o_k), tl.load(p_rv + j * V + o_v), b_g, tl.load(p_rb + j)
 
 
 @triton.jit

@@ -80,8 +80,9 @@ class StagedVariant:
     loads the next ring entry's ``k, v, g, beta`` before it runs, so that their latency (L2
     hits) overlaps an update instead of opening the next one (Nsight Compute, KDA refolding
     flush on an H200: 29% of the stall samples on the loop's first use of ``g_j``); the last
-    prefetch is the token's entry, whose update follows the loop. Same arithmetic, ~11 more
-    registers per thread.
+    prefetch is the token's entry, whose update follows the loop. Same arithmetic; it holds one
+    more entry in registers (sm_90, 16-row one-warp tiles: 168 uncapped, and 128 without spills
+    under ``flush_max_registers=128``, which the defaults set so that 16 programs fit an SM).
 
     ``pdl``: the stream launch is a programmatic dependent launch of the ring launch
     (``ops/_pdl.py``; sm_90+ compiled kernels, otherwise ignored): its programs are dispatched

@@ -251,17 +251,24 @@ def _standard_step_kernel(
 
 
 @triton.jit
+def _ring_entry(j, p_rk, p_rv, p_rg, p_rb, o_k, o_v, K: tl.constexpr, V: tl.constexpr, PER_CHANNEL: tl.constexpr):
+    """Ring entry ``j``'s ``(k, v, g, beta)``: ``k`` ``[K]`` and ``v`` ``[V]`` as stored, ``g``
+    ``[K]`` (per-channel) or a scalar, ``beta`` a scalar."""
+    if PER_CHANNEL:
+        b_g = tl.load(p_rg + j * K + o_k)
+    else:
+        b_g = tl.load(p_rg + j)
+    return tl.load(p_rk + j * K + o_k), tl.load(p_rv + j * V + o_v), b_g, tl.load(p_rb + j)
+
+
+@triton.jit
 def _tile_refold_raw(S, c, p_rk, p_rv, p_rg, p_rb, o_k, o_v, K: tl.constexpr, V: tl.constexpr,
                      PER_CHANNEL: tl.constexpr, STAGES: tl.constexpr = 1):
     """Ring entries ``0..c-1`` (raw ``k, v, g, beta`` at ``p_r*``) folded into an fp32 ``[BV, K]``
     tile, one exact update each; ``STAGES``: software-pipelining depth of the loop."""
     for j in tl.range(0, c, num_stages=STAGES):
-        if PER_CHANNEL:
-            b_gj = tl.load(p_rg + j * K + o_k)
-        else:
-            b_gj = tl.load(p_rg + j)
-        S = _delta_update(S, tl.load(p_rk + j * K + o_k).to(tl.float32), tl.load(p_rv + j * V + o_v).to(tl.float32),
-                          b_gj, tl.load(p_rb + j), PER_CHANNEL)
+        b_k, b_v, b_g, b_beta = _ring_entry(j, p_rk, p_rv, p_rg, p_rb, o_k, o_v, K, V, PER_CHANNEL)
+        S = _delta_update(S, b_k.to(tl.float32), b_v.to(tl.float32), b_g, b_beta, PER_CHANNEL)
     return S
 
 

@@ -97,7 +97,7 @@ def resources(per_channel: bool, act: str, HV: int, H: int, K: int, V: int, cap:
         flush_bv, flush_warps, heads, split = staged.flush_config(rows, HV, K, V, variant, dot)
         flush_types = {n: t for n, t in tile_types.items() if n not in ("committed", "flush_at", "window")}
         tf32x2 = dot and variant.flush_precision == "tf32x2"
-        prefetch = variant.refold_prefetch and refold and not wy
+        prefetch = variant.refold_prefetch if refold and not wy else 0
         if variant.flush_persistent:
             list_types = {n: t for n, t in flush_types.items() if n != "pad_slot_id"}
             out["flush"] = _compile(staged._flush_list_kernel, {**list_types, "batch": "i32"},

@@ -204,8 +204,8 @@ def test_default_variant_by_batch_kind_and_fold():
         assert isinstance(refolding, StagedVariant) and not refolding.flush_dot and refolding.fold == "refold"
         assert (refolding.flush_persistent, refolding.flush_block_v, refolding.flush_warps) == (16, 16, 1)
         # ring entries loaded one update ahead, held to the 128 registers of 16 programs per SM
-        assert refolding.refold_prefetch and refolding.flush_max_registers == 128
-        assert not fold_u.refold_prefetch
+        assert refolding.refold_prefetch == 1 and refolding.flush_max_registers == 128
+        assert fold_u.refold_prefetch == 0
         # the flush launch under the stream launch on a side stream, but not KDA's dot fold
         assert refolding.flush_stream and fold_u.flush_stream == (not per_channel)
         for big in (fold_u, refolding):

@@ -117,7 +117,7 @@ def default_variant(batch: int, per_channel: bool, refold: bool, d_v: int):
             # programs per SM; uncapped, KDA's took 168): batch 256 flush 749 -> 699 us (GDN) and
             # 770 -> 745 us (KDA), amortized 206.0 -> 202.4 / 220.1 -> 218.2 us.
             return StagedVariant(**stream, flush_stream=True, flush_block_v=16, flush_warps=1, flush_persistent=16,
-                                 refold_prefetch=True, flush_max_registers=128)
+                                 refold_prefetch=1, flush_max_registers=128)
         if not per_channel:
             # A scalar decay and 16-bit keys: the dot fold in two TF32 passes (ops/_tf32.py), in
             # 16-row one-warp programs (221 registers, 8 per SM), beside the stream launch: flush

@@ -287,11 +287,11 @@ def _flush_tile(q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u
                 CAP: tl.constexpr, BC: tl.constexpr, W: tl.constexpr, PER_CHANNEL: tl.constexpr, REFOLD: tl.constexpr,
                 WY: tl.constexpr, RAW_QK: tl.constexpr, STAGES: tl.constexpr, UNROLL: tl.constexpr,
                 DOT: tl.constexpr, TF32X2: tl.constexpr = False, TILES: tl.constexpr = 1,
-                PREFETCH: tl.constexpr = False):
+                PREFETCH: tl.constexpr = 0):
     """Rows ``v0 .. v0 + TILES * BV`` of value head ``i_hv`` of flush row ``i_b``, in ``TILES``
     tiles of ``BV`` rows: fold, store, output. With ``DOT`` the fold's key side (``_fold_keys``)
-    is formed once for the ``TILES`` tiles. ``PREFETCH``: a refold's ring entries loaded one
-    update ahead (``refold_prefetch``)."""
+    is formed once for the ``TILES`` tiles. ``PREFETCH``: how a refold loads its ring entries
+    ahead (``refold_prefetch``)."""
     o_k = tl.arange(0, K)
     o_c = tl.arange(0, BC)
     i_h = i_hv // (HV // H)
@@ -339,7 +339,7 @@ def _flush_kernel(
     HV: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, CAP: tl.constexpr,
     BC: tl.constexpr, W: tl.constexpr, HEADS_PER_PROGRAM: tl.constexpr, SPLIT: tl.constexpr, PER_CHANNEL: tl.constexpr,
     REFOLD: tl.constexpr, WY: tl.constexpr, RAW_QK: tl.constexpr, STAGES: tl.constexpr, UNROLL: tl.constexpr,
-    HAS_INDICES: tl.constexpr, DOT: tl.constexpr, TF32X2: tl.constexpr, PREFETCH: tl.constexpr = False,
+    HAS_INDICES: tl.constexpr, DOT: tl.constexpr, TF32X2: tl.constexpr, PREFETCH: tl.constexpr = 0,
 ):
     """The flush rows of a ``flush_launch`` step: ``V / SPLIT`` rows of ``HEADS_PER_PROGRAM``
     value heads of one row per program, in ``BV``-row tiles; programs of other rows exit after
@@ -369,7 +369,7 @@ def _flush_list_kernel(
     HV: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, CAP: tl.constexpr,
     BC: tl.constexpr, W: tl.constexpr, PER_CHANNEL: tl.constexpr, REFOLD: tl.constexpr, WY: tl.constexpr,
     RAW_QK: tl.constexpr, STAGES: tl.constexpr, UNROLL: tl.constexpr, HAS_INDICES: tl.constexpr, DOT: tl.constexpr,
-    TF32X2: tl.constexpr, BLOCK_B: tl.constexpr, TILES: tl.constexpr, PREFETCH: tl.constexpr = False,
+    TF32X2: tl.constexpr, BLOCK_B: tl.constexpr, TILES: tl.constexpr, PREFETCH: tl.constexpr = 0,
 ):
     """The flush rows' ``[BV, d_k]`` tiles as a list walked by a fixed wave of programs
     (``flush_persistent`` per SM): each program numbers the flush rows by a prefix sum of the
@@ -426,7 +426,7 @@ def delta_replay_staged_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, ring
         RING_PREFETCH=variant.ring_prefetch, PDL=pdl, num_warps=ring_warps, maxnreg=variant.ring_max_registers,
         RING_HALVES=variant.ring_halves and per_channel and not wy,
     )
-    prefetch = variant.refold_prefetch and do_refold and not wy
+    prefetch = variant.refold_prefetch if do_refold and not wy else 0
     common = dict(HV=HV, H=H, K=K, V=V, CAP=cap, BC=bc, W=width, PER_CHANNEL=per_channel, REFOLD=do_refold, WY=wy,
                   RAW_QK=raw_qk, STAGES=variant.stages, UNROLL=variant.unroll, HAS_INDICES=has_indices)
 

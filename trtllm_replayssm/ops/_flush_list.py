@@ -7,9 +7,10 @@ number the flush rows with :func:`flush_ranks` / :func:`flush_row`. The flags ar
 ``info[2 * row + 1]`` both kinds' ring launches write (0 for padded rows).
 
 A wave larger than what fits an SM at once runs its surplus programs after the first ones have
-walked their whole item lists: a second wave of the flush (a list launch at 16 one-warp
-programs per SM whose kernel took 168 registers ran 1.4-1.8x slower on an H200). So each launch
-site reports its compiled kernel (:func:`note_resident`) and later waves keep to what fits.
+walked their whole item lists: a second wave of the flush (on an H200, a list launch of a
+168-register one-warp kernel at 16 programs per SM took 1.2-1.35x the time it took at the 12 that
+fit). So each launch site reports its compiled kernel (:func:`note_resident`) and later waves
+keep to what fits.
 """
 
 from __future__ import annotations

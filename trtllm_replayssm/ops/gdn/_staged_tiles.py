@@ -81,7 +81,7 @@ def _tile_wy(S, c, b_v, p_rk, p_rv, p_rg, p_rb, p_a, o_k, o_v, o_c, K: tl.conste
 
 @triton.jit
 def _tile_refold(S, c, b_v, b_beta, p_rk, p_rv, p_rg, p_rb, o_k, o_v, K: tl.constexpr, V: tl.constexpr,
-                 CAP: tl.constexpr, PER_CHANNEL: tl.constexpr, STAGES: tl.constexpr, PREFETCH: tl.constexpr):
+                 PER_CHANNEL: tl.constexpr, STAGES: tl.constexpr, PREFETCH: tl.constexpr):
     """The window ``0..c`` from the raw ring (launch 1 wrote the token's ``k, beta, g`` at ``c``)
     as ``c + 1`` exact updates of an fp32 tile; the token's ``v`` is ``b_v``. ``PREFETCH``
     (``refold_prefetch``): 1, entry ``j + 1``'s ``k, v, g, beta`` are loaded before entry ``j``'s
@@ -105,11 +105,7 @@ def _tile_refold(S, c, b_v, b_beta, p_rk, p_rv, p_rg, p_rb, o_k, o_v, K: tl.cons
             b_k, b_vj, b_g, b_bj = n_k, n_v, n_g, n_b
     else:
         S = _tile_refold_raw(S, c, p_rk, p_rv, p_rg, p_rb, o_k, o_v, K, V, PER_CHANNEL, STAGES)
-        if PER_CHANNEL:
-            b_g = tl.load(p_rg + c * K + o_k)
-        else:
-            b_g = tl.load(p_rg + c)
-        b_k = tl.load(p_rk + c * K + o_k)
+        b_k, _, b_g, _ = _ring_entry(c, p_rk, p_rv, p_rg, p_rb, o_k, o_v, K, V, PER_CHANNEL)
     return _delta_update(S, b_k.to(tl.float32), b_v, b_g, b_beta, PER_CHANNEL)
 
 

@@ -315,7 +315,7 @@ def _flush_tile(q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u
                          o_v, o_c, K, V, BV, BC, CAP, PER_CHANNEL, STAGES, UNROLL)
             b_o = tl.sum(S * tl.load(p_w + o_k)[None, :], axis=1)
         elif REFOLD:
-            S = _tile_refold(S, c, b_v, b_beta, p_rk, p_rv, p_rg, ring_beta + sh * CAP, o_k, o_v, K, V, CAP,
+            S = _tile_refold(S, c, b_v, b_beta, p_rk, p_rv, p_rg, ring_beta + sh * CAP, o_k, o_v, K, V,
                              PER_CHANNEL, STAGES, PREFETCH)
             b_o = tl.sum(S * tl.load(p_w + o_k)[None, :], axis=1)
         else:

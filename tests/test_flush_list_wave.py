@@ -10,7 +10,7 @@ import torch
 
 from trtllm_replayssm.config import ReplaySSMConfig
 from trtllm_replayssm.ops import _flush_list
-from trtllm_replayssm.ops._flush_list import list_grid, programs_per_sm
+from trtllm_replayssm.ops._flush_list import launch_key, list_grid, programs_per_sm
 from trtllm_replayssm.ops.gdn import decode
 
 from delta_kernel_harness import Layer
@@ -37,6 +37,13 @@ def test_list_grid_without_a_record():
     assert list_grid(1000, 16, dev, key=("never", "noted")) == 32
     assert list_grid(5, 16, dev) == 5
     assert list_grid(0, 16, dev) == 1
+
+
+def test_launch_key_layout():
+    """The key's fields in order (the GPU test below finds its launch by kind and register cap)."""
+    key = launch_key("delta", (torch.bfloat16, torch.bfloat16, torch.float32), 1, 128, {"TILES": 2, "BV": 16})
+    assert key == ("delta", torch.bfloat16, torch.bfloat16, torch.float32, 1, 128, ("BV", 16), ("TILES", 2))
+    assert key != launch_key("delta", (torch.bfloat16, torch.bfloat16, torch.float32), 1, None, {"TILES": 2, "BV": 16})
 
 
 @pytest.mark.gpu

@@ -21,7 +21,8 @@ import torch
 import triton
 import triton.language as tl
 
-__all__ = ["LIST_MAX_BATCH", "flush_ranks", "flush_row", "list_grid", "note_resident", "programs_per_sm"]
+__all__ = ["LIST_MAX_BATCH", "flush_ranks", "flush_row", "launch_key", "list_grid", "note_resident",
+           "programs_per_sm"]
 
 #: Largest batch whose flags one program holds in registers (``[next_pow2(batch)]`` int32);
 #: larger batches take the per-row flush launch.
@@ -49,6 +50,13 @@ def programs_per_sm(n_regs: int, num_warps: int, shared: int, regs_per_sm: int =
     if shared:
         fit = min(fit, shared_per_sm // (shared + 1024))  # the runtime reserves 1 KiB per block
     return max(1, fit)
+
+
+def launch_key(kind: str, dtypes: tuple, num_warps: int, max_registers, constexprs: dict) -> tuple:
+    """The key under which :func:`note_resident` / :func:`list_grid` keep a list launch's
+    residency: ``(kind, *dtypes, num_warps, max_registers, *sorted constexpr items)``, what its
+    compilation depends on besides Triton's own argument specialisations."""
+    return (kind, *dtypes, num_warps, max_registers, *sorted(constexprs.items()))
 
 
 def note_resident(key, compiled, device: torch.device) -> None:

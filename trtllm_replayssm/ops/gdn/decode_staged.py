@@ -54,7 +54,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .._flush_list import LIST_MAX_BATCH, flush_ranks, flush_row, list_grid, note_resident
+from .._flush_list import LIST_MAX_BATCH, flush_ranks, flush_row, launch_key, list_grid, note_resident
 from .._pdl import gdc_launch_dependents, gdc_wait, pdl_supported
 from .._side_stream import fork, join
 from ._staged_tiles import _fold_keys, _tile_fold_u, _tile_fold_u_dot, _tile_read, _tile_refold, _tile_wy
@@ -437,8 +437,8 @@ def delta_replay_staged_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, ring
             items = batch * HV * (V // (flush_bv * tiles))
             consts = dict(BV=flush_bv, BLOCK_B=triton.next_power_of_2(batch), DOT=dot, TF32X2=tf32x2, TILES=tiles,
                           PREFETCH=prefetch, **common)
-            key = ("delta", q.dtype, ring_k.dtype, checkpoint.dtype, flush_warps, variant.flush_max_registers,
-                   *sorted(consts.items()))
+            key = launch_key("delta", (q.dtype, ring_k.dtype, checkpoint.dtype), flush_warps,
+                             variant.flush_max_registers, consts)
             compiled = _flush_list_kernel[(list_grid(items, variant.flush_persistent, q.device, key),)](
                 q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, state_indices, scratch, row_info,
                 batch, sq, sqh, sv, svh, so, soh, **consts,

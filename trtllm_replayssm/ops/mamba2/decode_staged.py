@@ -50,7 +50,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .._flush_list import LIST_MAX_BATCH, flush_ranks, flush_row, list_grid, note_resident
+from .._flush_list import LIST_MAX_BATCH, flush_ranks, flush_row, launch_key, list_grid, note_resident
 from .._side_stream import fork, join
 from .._tf32 import fp32_dot
 from .decode import _common, _mixer_gate, _mixer_output, _program_ids, _slot_of, _softplus_clamp, _state_strides
@@ -412,8 +412,8 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
                           BLOCK_P=cfg.flush_block_p, BLOCK_N=block_n, BLOCK_J=block_j,
                           BLOCK_B=triton.next_power_of_2(batch), HAS_D=flags["HAS_D"], HAS_Z=flags["HAS_Z"],
                           HAS_INDICES=flags["HAS_INDICES"], FOLD=cfg.fold)
-            key = ("mamba2", x.dtype, checkpoint.dtype, ring_x.dtype, cfg.flush_warps, cfg.flush_max_registers,
-                   *sorted(consts.items()))
+            key = launch_key("mamba2", (x.dtype, checkpoint.dtype, ring_x.dtype), cfg.flush_warps,
+                             cfg.flush_max_registers, consts)
             compiled = _flush_list_kernel[(list_grid(items, cfg.flush_persistent, x.device, key),)](
                 checkpoint, ring_x, ring_B, coef, info, x, B, C, D_, z_, idx_, y,
                 batch, pad_slot_id, *flush_strides, **consts,

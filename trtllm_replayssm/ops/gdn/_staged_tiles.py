@@ -84,19 +84,9 @@ def _tile_refold(S, c, b_v, b_beta, p_rk, p_rv, p_rg, p_rb, o_k, o_v, K: tl.cons
                  PER_CHANNEL: tl.constexpr, STAGES: tl.constexpr, PREFETCH: tl.constexpr):
     """The window ``0..c`` from the raw ring (launch 1 wrote the token's ``k, beta, g`` at ``c``)
     as ``c + 1`` exact updates of an fp32 tile; the token's ``v`` is ``b_v``. ``PREFETCH``
-    (``refold_prefetch``): 1, entry ``j + 1``'s ``k, v, g, beta`` are loaded before entry ``j``'s
-    update; 2, only its ``k`` and ``g`` (the update's first operands), each update loading its own
-    ``v`` and ``beta`` at its start (they are used after the reduction over ``d_k``)."""
-    if PREFETCH == 2:
-        b_k, _, b_g, _ = _ring_entry(0, p_rk, p_rv, p_rg, p_rb, o_k, o_v, K, V, PER_CHANNEL)
-        for j in range(0, c):
-            b_vj = tl.load(p_rv + j * V + o_v)
-            b_bj = tl.load(p_rb + j)
-            # j + 1 <= c < CAP: the last prefetch is the token's entry.
-            n_k, _, n_g, _ = _ring_entry(j + 1, p_rk, p_rv, p_rg, p_rb, o_k, o_v, K, V, PER_CHANNEL)
-            S = _delta_update(S, b_k.to(tl.float32), b_vj.to(tl.float32), b_g, b_bj, PER_CHANNEL)
-            b_k, b_g = n_k, n_g
-    elif PREFETCH:
+    (``refold_prefetch``): entry ``j + 1``'s ``k, v, g, beta`` are loaded before entry ``j``'s
+    update."""
+    if PREFETCH:
         b_k, b_vj, b_g, b_bj = _ring_entry(0, p_rk, p_rv, p_rg, p_rb, o_k, o_v, K, V, PER_CHANNEL)
         for j in range(0, c):
             # j + 1 <= c < CAP: the last prefetch is the token's entry (its stale v unused).

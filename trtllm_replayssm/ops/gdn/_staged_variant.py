@@ -76,18 +76,16 @@ class StagedVariant:
     later one only when the window reaches it, instead of one ``[CAP, d_k]`` tile (fewer
     registers per program, no exponentials for empty entries; the same terms to fp32 rounding).
 
-    ``refold_prefetch`` (a refolding flush, ``fold="refold"``): how the window's updates load
-    their ring entries. 0: each at the start of its update. 1: the next entry's ``k, v, g, beta``
-    before the current update runs, so that their latency (L2 hits) overlaps an update instead of
-    opening the next one (Nsight Compute, KDA refolding flush on an H200: 29% of the stall samples
-    on the loop's first use of ``g_j``); the last prefetch is the token's entry, whose update
-    follows the loop. It holds one more entry in registers (sm_90, 16-row one-warp tiles: 168
-    uncapped, 128 without spills under ``flush_max_registers=128``, which the defaults set so
-    that 16 programs fit an SM); under that cap ptxas issues the prefetch late in the update, where
-    registers free up. 2: only the next entry's ``k`` and ``g`` (the update's first operands),
-    each update loading its own ``v`` and ``beta`` at its start (used after the reduction over
-    ``d_k``): fewer registers held across the update, and in the sm_90 SASS the prefetch moves to
-    the middle of the loop.
+    ``refold_prefetch`` (a refolding flush, ``fold="refold"``): 1 loads the next ring entry's
+    ``k, v, g, beta`` before the current update runs, so that their latency (L2 hits) overlaps an
+    update instead of opening the next one (Nsight Compute, KDA refolding flush on an H200: 29% of
+    the stall samples on the loop's first use of ``g_j``); the last prefetch is the token's entry,
+    whose update follows the loop; 0 loads each entry at the start of its update. It holds one
+    more entry in registers (sm_90, 16-row one-warp tiles: 168 uncapped, 128 without spills under
+    ``flush_max_registers=128``, which the defaults set so that 16 programs fit an SM); under that
+    cap ptxas issues the prefetch late in the update, where registers free up. (Only the next
+    entry's ``k`` and ``g`` ahead, with ``v`` and ``beta`` at each update's start, timed within
+    noise of 1 on an H200 and was removed: NOTES_delta.md, twelfth run.)
 
     ``pdl``: the stream launch is a programmatic dependent launch of the ring launch
     (``ops/_pdl.py``; sm_90+ compiled kernels, otherwise ignored): its programs are dispatched
@@ -147,8 +145,8 @@ class StagedVariant:
         if self.flush_item_tiles != 1 and not (self.flush_dot and self.flush_persistent):
             raise ValueError("flush_item_tiles: only with flush_dot=True and flush_persistent > 0 (the list launch's "
                              "one-product fold)")
-        if self.refold_prefetch not in (0, 1, 2):
-            raise ValueError(f"refold_prefetch: expected 0, 1 or 2, got {self.refold_prefetch!r}")
+        if self.refold_prefetch not in (0, 1):
+            raise ValueError(f"refold_prefetch: expected 0 or 1, got {self.refold_prefetch!r}")
         if self.ring_halves and self.ring_prefetch:
             raise ValueError("ring_halves: not with ring_prefetch (which loads every ring entry at once)")
         if self.flush_persistent < 0:

@@ -10,9 +10,10 @@ each replay (benchmarks/_timing.py):
 * ``standard``: the in-project standard kernel (read + write the state every token).
 * ``replay non-flush``: mean over ring lengths ``c = 0..L-2``; ``replay flush``: ``c = L-1``;
   ``replay amortized``: the mean over the ``L`` phases of a window (15 + 1 at L=16);
-  ``replay staggered``: one step of a batch whose slots sit at phases ``slot % L``; the
-  refolding flush (``refold=True``, the ops' default).
-* ``replay fold u ...``: the same four with ``refold=False`` (the flush folds the cached ``u``).
+  ``replay staggered``: one step of a batch whose slots sit at phases ``slot % L``; what the
+  ops run by default (``refold=None``: the flush folds the cached ``u``, as ``refold=False``).
+* ``replay refold ...``: the same four with ``refold=True`` (the flush refolds the window from
+  the raw ring, as a state with a read copy will need).
 
 The cursors are set before each replay, outside the timed region, so the same graph is timed at
 every phase. GB/s counts the bytes each step must move; ``% copy`` is against a device-to-device
@@ -76,8 +77,8 @@ def bench_batch(layer, batch, flusher, rounds, copy_bw, with_fla, sweep):
     del ssm
 
     state = layer.state(batch)
-    variants = [(None, "replay", True)] + ([(bv, f"replay BV={bv}", True) for bv in (8, 16, 32)] if sweep else [])
-    variants.append((None, "replay fold u", False))
+    variants = [(None, "replay", False)] + ([(bv, f"replay BV={bv}", False) for bv in (8, 16, 32)] if sweep else [])
+    variants.append((None, "replay refold", True))
     for block_v, name, refold in variants:
         graph = capture_graph(replay_fn(layer, state, x, idx, refold=refold, block_v=block_v))
         # A write-through step (the default at small batches) keeps every slot at c = 0.

@@ -31,9 +31,30 @@ def test_cpu_dispatch_is_the_reference(per_channel):
     oracle = state.clone()
     op, ref = (kda_replay_step, kda_ref.kda_replay_step) if per_channel else (gdn_replay_step, gdn_ref.gdn_replay_step)
     for _ in range(4):
-        torch.testing.assert_close(op(state, **x, state_indices=idx), ref(oracle, **x, state_indices=idx), rtol=0, atol=0)
+        torch.testing.assert_close(op(state, **x, state_indices=idx), ref(oracle, **x, state_indices=idx, refold=False),
+                                   rtol=0, atol=0)
     for name, t in state.tensors().items():
         assert torch.equal(t, getattr(oracle, name)), name
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_default_flush_folds_the_cached_u(per_channel):
+    """``refold=None`` (the ops' default) folds the cached ``u`` on a checkpoint-only state: with
+    ``ring_u`` made inconsistent with the raw ring, the flushed checkpoint is the cached-u fold's
+    and not the refold's (both forced values still reach the kernels as given)."""
+    op = kda_replay_step if per_channel else gdn_replay_step
+    state, x, idx = _setup(per_channel)
+    for _ in range(2):
+        op(state, **x, state_indices=idx, refold=True)
+    state.ring_u.add_(1.0)
+    folds = {}
+    for refold in (None, False, True):
+        st = state.clone()
+        op(st, **x, state_indices=idx, refold=refold)
+        assert int(st.committed[0]) == 0, "the step was expected to flush slot 0"
+        folds[refold] = st.checkpoint
+    assert torch.equal(folds[None], folds[False])
+    assert not torch.allclose(folds[None], folds[True], atol=1e-3)
 
 
 def test_standard_op_cpu():
@@ -72,7 +93,7 @@ def test_compile_fullgraph():
 
 @pytest.mark.parametrize("bad,match", [
     ({"q": torch.randn(3, 2, 4)}, "q"), ({"v": torch.randn(3, 4, 7)}, "v"), ({"a": torch.randn(3, 4, 8)}, "a"),
-    ({"A_log": torch.randn(3)}, "A_log"), ({"dt_bias": torch.randn(5)}, "dt_bias"), ({"refold": 1}, "refold"),
+    ({"A_log": torch.randn(3)}, "A_log"), ({"dt_bias": torch.randn(5)}, "dt_bias"), ({"refold": 1}, "refold"), ({"refold": "u"}, "refold"),
 ])
 def test_bad_input_rejected_without_change(bad, match):
     state, x, idx = _setup(False)

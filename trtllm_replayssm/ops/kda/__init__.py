@@ -28,7 +28,7 @@ def kda_standard_step(ssm_state: torch.Tensor, q, k, v, a, b, A_log, dt_bias=Non
 
 
 def kda_replay_step(state: DeltaRuleReplayState, q, k, v, a, b, A_log, dt_bias=None, state_indices=None,
-                    pad_slot_id: int = -1, scale: float | None = None, refold: bool = True) -> torch.Tensor:
+                    pad_slot_id: int = -1, scale: float | None = None, refold: bool | None = None) -> torch.Tensor:
     """One ReplaySSM decode token per row; ``state`` from :func:`allocate` (``ring_g`` per
     channel). ``refold`` as in :func:`trtllm_replayssm.ops.gdn.gdn_replay_step`."""
     return _wrappers.replay_step("kda", True, state, q, k, v, a, b, A_log, dt_bias, state_indices,

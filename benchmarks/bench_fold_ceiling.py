@@ -11,7 +11,9 @@ fold of cached ``u`` (``X`` = ``u``, ``Y`` = decayed keys).
 - ``tma``: the persistent loop with tiles loaded and stored through host TMA descriptors, which
   Triton's pipeliner multi-buffers in shared memory (Hopper and later).
 
-Folds: ``fma`` (unrolled rank-1 FMAs), ``loop`` (rolled), ``tf32x3`` / ``ieee`` (``tl.dot``).
+Folds: ``fma`` (unrolled rank-1 FMAs), ``loop`` (rolled), ``tf32x3`` / ``tf32x2`` / ``ieee``
+(``tl.dot``); ``gluon ...``: the tf32x2 fold with the tile in the MMA accumulator layout from load
+to store (``_fold_gluon.py``).
 The minimum possible time is a standard step's bytes (read + write the state once).
 
     PYTHONPATH=$PWD python3 benchmarks/bench_fold_ceiling.py [--batch 256] [--dims 128 64 128 16]
@@ -29,6 +31,8 @@ import triton.language as tl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _timing import L2Flusher, capture_graph, copy_bandwidths_gbps, median, time_replays  # noqa: E402
+
+from trtllm_replayssm.ops._tf32 import dot_tf32x2  # noqa: E402
 
 
 @triton.jit
@@ -53,7 +57,10 @@ def _fold(S, head, rows_in_head, X_ptr, Y_ptr, a_ptr, HPG: tl.constexpr, P: tl.c
         offs_j = tl.arange(0, J)
         Xt = tl.load(x_base + offs_j[None, :] * P + rows_in_head[:, None])
         Y = tl.load(y_base + offs_j[:, None] * N + offs_n[None, :]).to(tl.float32)
-        acc = tl.dot(Xt, Y, acc=acc, input_precision=FOLD)
+        if FOLD == "tf32x2":
+            acc = dot_tf32x2(Xt, Y, acc)
+        else:
+            acc = tl.dot(Xt, Y, acc=acc, input_precision=FOLD)
     return acc
 
 
@@ -131,8 +138,8 @@ def launches(S, X, Y, a, C, out, head_dim, hpg, sms):
     common = dict(HPG=hpg, P=head_dim, N=n, J=j)
     out_ = {}
     for bp, warps in ((16, 2), (16, 4), (32, 4), (8, 1), (64, 4), (64, 8), (16, 8)):
-        for fold in ("fma", "loop", "tf32x3", "ieee"):
-            if (fold in ("tf32x3", "ieee") and bp < 16) or (bp == 64 or warps == 8) and fold != "tf32x3":
+        for fold in ("fma", "loop", "tf32x3", "tf32x2", "ieee"):
+            if (fold in ("tf32x3", "tf32x2", "ieee") and bp < 16) or (bp == 64 or warps == 8) and fold != "tf32x3":
                 continue
             out_[f"plain bp{bp} w{warps} {fold}"] = (
                 lambda bp=bp, warps=warps, fold=fold: _fold_plain[(rows // bp,)](
@@ -155,6 +162,12 @@ def launches(S, X, Y, a, C, out, head_dim, hpg, sms):
             lambda bp=bp, warps=warps, grid=grid, items=items, per_item=per_item, fold=fold: _fold_loop[(grid,)](
                 S, X, Y, a, C, out, items, **common, BLOCK_P=bp, TILES_PER_ITEM=per_item, FOLD=fold,
                 num_warps=warps))
+    try:
+        import _fold_gluon
+    except ImportError:  # a Triton without Gluon
+        pass
+    else:
+        out_.update(_fold_gluon.launches(S, X, Y, a, C, out, head_dim, hpg, sms))
     try:
         from triton.tools.tensor_descriptor import TensorDescriptor
     except ImportError:

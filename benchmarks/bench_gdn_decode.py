@@ -11,9 +11,9 @@ each replay (benchmarks/_timing.py):
 * ``replay non-flush``: mean over ring lengths ``c = 0..L-2``; ``replay flush``: ``c = L-1``;
   ``replay amortized``: the mean over the ``L`` phases of a window (15 + 1 at L=16);
   ``replay staggered``: one step of a batch whose slots sit at phases ``slot % L``; what the
-  ops run by default (``refold=None``: the flush folds the cached ``u``, as ``refold=False``).
-* ``replay refold ...``: the same four with ``refold=True`` (the flush refolds the window from
-  the raw ring, as a state with a read copy will need).
+  ops run by default (``refold=None``: GDN's flush folds the cached ``u``, KDA's refolds the
+  window from the raw ring).
+* ``replay refold ...`` (GDN) / ``replay fold u ...`` (KDA): the same four with the other fold.
 
 The cursors are set before each replay, outside the timed region, so the same graph is timed at
 every phase. GB/s counts the bytes each step must move; ``% copy`` is against a device-to-device
@@ -46,6 +46,7 @@ from _delta_variants import derive_variants, run_variants  # noqa: E402
 from _timing import L2Flusher, capture_graph, copy_bandwidth_gbps, device_info, median, time_replays  # noqa: E402
 
 from trtllm_replayssm.ops.gdn import decode  # noqa: E402
+from trtllm_replayssm.ops.gdn._wrappers import default_refold  # noqa: E402
 
 
 BATCHES = (1, 32, 128, 256, 512)
@@ -77,8 +78,9 @@ def bench_batch(layer, batch, flusher, rounds, copy_bw, with_fla, sweep):
     del ssm
 
     state = layer.state(batch)
-    variants = [(None, "replay", False)] + ([(bv, f"replay BV={bv}", False) for bv in (8, 16, 32)] if sweep else [])
-    variants.append((None, "replay refold", True))
+    default = default_refold(layer.per_channel)
+    variants = [(None, "replay", default)] + ([(bv, f"replay BV={bv}", default) for bv in (8, 16, 32)] if sweep else [])
+    variants.append((None, "replay fold u" if default else "replay refold", not default))
     for block_v, name, refold in variants:
         graph = capture_graph(replay_fn(layer, state, x, idx, refold=refold, block_v=block_v))
         # A write-through step (the default at small batches) keeps every slot at c = 0.

@@ -38,9 +38,9 @@ def gdn_replay_step(state: DeltaRuleReplayState, q, k, v, a, b, A_log, dt_bias=N
 
     ``state``: a GDN :class:`DeltaRuleReplayState`, updated in place. ``refold=True`` refolds a
     flushing slot's window from the checkpoint and the raw ring; ``False`` folds the cached
-    ``ring_u``; ``None`` (default) picks for the state: the fold of the cached ``u`` while outputs
-    read the checkpoint itself (every state here: no read copy yet), where both are the same fp32
-    recurrence and the fold is faster (H200, batch 256: 186 against 201 us amortized).
+    ``ring_u``; ``None`` (default) picks the faster of the two while outputs read the checkpoint
+    itself (every state here: no read copy yet), where both are the same fp32 recurrence: GDN
+    folds the cached ``u`` (H200, batch 256: 188 against 202 us amortized), KDA refolds.
     Returns ``o [batch, HV, d_v]`` in ``v.dtype``.
     """
     return _wrappers.replay_step("gdn", False, state, q, k, v, a, b, A_log, dt_bias, state_indices,

@@ -11,6 +11,7 @@ import torch
 from trtllm_replayssm.config import ReplaySSMConfig
 from trtllm_replayssm.ops.mamba2 import decode, mamba2_replay_step, mamba2_standard_step, reference
 from trtllm_replayssm.ops.mamba2.state import Mamba2ReplayState
+from trtllm_replayssm.ops.mamba2.decode_staged import flush_heads_per_program
 
 HAS_CUDA = torch.cuda.is_available()
 
@@ -194,6 +195,8 @@ STAGED_INTERPRETER = [
     ((4, 80, 24, 1), dict(block_p=8, fold="loop", num_warps=2, flush_launch=True, flush_heads=2, flush_block_p=32)),
     ((6, 32, 16, 2), dict(block_p=16, fold="tf32x3", num_warps=2, flush_launch=True, flush_heads=2, flush_block_p=16)),
     ((2, 48, 16, 1), dict(block_p=16, fold="fma", num_warps=2, flush_launch=True, flush_heads=4)),
+    # 6 heads per group, flush_heads 4: 3 heads per program (flush_heads_per_program)
+    ((6, 32, 16, 1), dict(block_p=16, fold="loop", num_warps=2, flush_launch=True, flush_heads=4, flush_block_p=16)),
     ((4, 40, 16, 2), dict(block_p=8, fold="tf32x3", num_warps=2, flush_launch=True, flush_heads=2, flush_block_p=16,
                           flush_stages=3)),
     # the flush launch as a list of flush tiles walked by a fixed wave (2 programs per "SM" on CPU)
@@ -214,6 +217,19 @@ def test_replay_staged_kernel_interpreter(dims, params):
     # As the v4 test: window 4 over 13 steps, staggered first flushes, a padded row, 3+ windows.
     cfg = decode.LaunchConfig(**{"num_warps": 4, "kernel": "staged", **params})
     check_replay(dims, torch.float32, 3, 4, 13, "cpu", run=_kernel_replay(cfg), stagger=True)
+
+
+@pytest.mark.parametrize("hpg,asked,want", [(16, 8, 8), (12, 8, 6), (12, 4, 4), (6, 4, 3), (2, 4, 2), (7, 4, 1),
+                                               (1, 1, 1)])
+def test_flush_heads_per_program(hpg, asked, want):
+    # The largest divisor of the group's heads not above flush_heads (Nemotron-H 16, Nano 12).
+    assert flush_heads_per_program(hpg, asked) == want
+
+
+@pytest.mark.parametrize("hpg,asked", [(0, 4), (4, 0)])
+def test_flush_heads_per_program_rejects(hpg, asked):
+    with pytest.raises(ValueError, match="flush_heads"):
+        flush_heads_per_program(hpg, asked)
 
 
 @pytest.mark.skipif(HAS_CUDA, reason="interpreter test; the GPU grid covers it on CUDA")
@@ -268,10 +284,12 @@ def triton_next_pow2(n):
 
 
 def test_launch_config_default_kernels_by_batch():
-    configs = [decode.launch_config("replay", 64, 128, b) for b in (1, 11, 12, 63, 64, 512)]
-    assert [c.kernel for c in configs] == ["write_through"] * 2 + ["staged"] * 4
-    # one head per flush program below batch 64 (few flush rows per staggered step), four from 64
-    assert [c.flush_heads for c in configs[2:]] == [1, 1, 4, 4] and all(c.flush_stream for c in configs[2:])
+    configs = [decode.launch_config("replay", 64, 128, b) for b in (1, 11, 12, 63, 64, 127, 128, 255, 256, 512)]
+    assert [c.kernel for c in configs] == ["write_through"] * 2 + ["staged"] * 8
+    # one head per flush program below batch 64 (few flush rows per staggered step), four from
+    # 64, eight from 128, whole groups (up to 16 heads) from 256
+    assert [c.flush_heads for c in configs[2:]] == [1, 1, 4, 4, 8, 8, 16, 16]
+    assert all(c.flush_stream for c in configs[2:])
     kernels = [decode.launch_config("replay", 64, 256, b).kernel for b in (1, 15, 16, 127, 128)]
     assert kernels == ["write_through", "write_through", "v4", "v4", "staged"]  # d_state 256
     # head_dim 80 (Nemotron-3-Nano) must tile exactly; d_state 256 halves the tile rows

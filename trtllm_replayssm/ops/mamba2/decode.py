@@ -149,9 +149,19 @@ def launch_config(kind: str, head_dim: int, d_state: int, batch: int) -> LaunchC
         # batch / 16 rows flush per step, and four heads per program serialise them (Nemotron-H
         # batch 32: staggered 1.16x -> 1.36x the standard, in phase 1.35x -> 1.31x; the v4 kernel
         # that served 16-127 before: 1.13x / 1.08x; Nemotron-3-Nano batch 32 1.27x / 1.32x
-        # against v4's 0.92x / 0.86x, whose 32-row tiles do not divide head_dim 80).
+        # against v4's 0.92x / 0.86x, whose 32-row tiles do not divide head_dim 80). More heads
+        # per flush program as the batch grows (whole groups from 256; the largest divisor of the
+        # group's heads, flush_heads_per_program): fewer of the flush launch's early exits in
+        # non-flush steps and a shorter flush. Plain runs, one call, 4 / 8 / 16 heads, Nemotron-H:
+        # batch 256 amortized 309.7 / 306.3 / 305.7 us, mixed 301.5 / 299.6 / 297.9; 512 amortized
+        # 606.0 / 599.7 / 594.6, mixed 616.4 / 616.2 / 625.4 (585-616 us for 4 heads across runs);
+        # Nemotron-3-Nano (12 per group: 4 / 6 / 12) 256 amortized 296.9 / 295.3 / 294.9, mixed
+        # 286.9 / 284.9 / 283.2; 512 mixed 578.8 / 597.3 / 598.1 (long flush programs tail a
+        # staggered step once 32 rows flush in it). `--variants` at 128: 4 and 8 within 0.5 us; at
+        # 64 eight heads lose the mixed step (111.4 against 87 us).
+        heads = 1 if batch < 64 else 4 if batch < 128 else 8 if batch < 256 else 16
         return LaunchConfig(block_p=16, num_warps=2, kernel="staged", fold="tf32x2", flush_launch=True,
-                            flush_max_registers=96, flush_stream=True, flush_heads=1 if batch < 64 else 4)
+                            flush_max_registers=96, flush_stream=True, flush_heads=heads)
     if batch < 128:
         # One program per head streaming 32-row tiles with the next one in flight, capped at 128
         # registers, rows first in the grid, cursors moved by a second launch, rolled FMA fold

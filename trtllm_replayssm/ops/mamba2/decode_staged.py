@@ -373,6 +373,15 @@ def _flush_list_kernel(
                     s_y_row, s_y_head, P, N, CAP, BLOCK_P, HAS_D, HAS_Z, FOLD)
 
 
+def flush_heads_per_program(heads_per_group: int, flush_heads: int) -> int:
+    """Heads per program of the per-row flush launch: the largest divisor of ``heads_per_group``
+    not above ``flush_heads`` (a program's heads share their group's ring ``B``), e.g. 8 -> 8 of
+    Nemotron-H's 16 heads per group, 6 of Nemotron-3-Nano's 12."""
+    if heads_per_group < 1 or flush_heads < 1:
+        raise ValueError(f"flush_heads: expected >= 1 heads per program and per group, got {flush_heads} "
+                         f"and {heads_per_group}")
+    return max(d for d in range(1, min(flush_heads, heads_per_group) + 1) if heads_per_group % d == 0)
+
 def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at, window,
                        x, dt, A, B, C, D, z, dt_bias, dt_softplus, dt_min, dt_max, state_indices, pad_slot_id,
                        y, cfg):
@@ -421,7 +430,7 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
             )
             note_resident(key, compiled, x.device)
         else:
-            per_program = cfg.flush_heads if (heads // groups) % cfg.flush_heads == 0 else 1
+            per_program = flush_heads_per_program(heads // groups, cfg.flush_heads)
             _flush_kernel[(batch, heads // per_program)](
                 checkpoint, ring_x, ring_B, coef, info, x, B, C, D_, z_, idx_, y,
                 pad_slot_id, *flush_strides, s_ck_p=s_ck_p, s_rx_j=s_rx_j, s_rB_j=s_rB_j,

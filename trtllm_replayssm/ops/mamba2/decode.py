@@ -102,6 +102,8 @@ class LaunchConfig:
             raise ValueError(f"LaunchConfig.flush_persistent: expected >= 0, got {self.flush_persistent}")
         if self.flush_stages < 1:
             raise ValueError(f"LaunchConfig.flush_stages: expected >= 1, got {self.flush_stages}")
+        if self.flush_heads < 1:
+            raise ValueError(f"LaunchConfig.flush_heads: expected >= 1, got {self.flush_heads}")
         if self.flush_stream and not self.flush_launch:
             raise ValueError("LaunchConfig.flush_stream: needs flush_launch=True")
         if self.flush_launch and self.kernel != "staged":

@@ -38,8 +38,9 @@ per (row, group, ``flush_heads`` heads), whole heads in ``flush_block_p``-row ti
 software pipeliner); programs of non-flush rows exit after two loads. The stream
 launch then serves only the non-flush rows and compiles without the fold (H200, batch 256:
 non-flush 290 us = 95% of copy against 336 us); its programs of flush rows move the cursors and
-exit. ``flush_max_registers`` caps the flush launch's registers (128: 4 programs per SM, the
-default); ``flush_persistent=N`` replaces its grid by N programs per SM walking a list of the
+exit. ``flush_max_registers`` caps the flush launch's registers (96 in the defaults: 5 programs
+per SM), which take more heads per program as the batch grows (``decode.launch_config``);
+``flush_persistent=N`` replaces its grid by N programs per SM walking a list of the
 flush rows' tiles numbered from the ring launch's flags (fewer early exits on non-flush steps,
 a slower flush as measured: ``benchmarks/NOTES_mamba2.md``).
 """
@@ -381,6 +382,7 @@ def flush_heads_per_program(heads_per_group: int, flush_heads: int) -> int:
         raise ValueError(f"flush_heads: expected >= 1 heads per program and per group, got {flush_heads} "
                          f"and {heads_per_group}")
     return max(d for d in range(1, min(flush_heads, heads_per_group) + 1) if heads_per_group % d == 0)
+
 
 def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at, window,
                        x, dt, A, B, C, D, z, dt_bias, dt_softplus, dt_min, dt_max, state_indices, pad_slot_id,

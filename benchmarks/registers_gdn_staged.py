@@ -61,24 +61,17 @@ def _compile(fn, types: dict[str, str], constexprs: dict[str, object], num_warps
 def resources(per_channel: bool, act: str, HV: int, H: int, K: int, V: int, cap: int, variant: staged.StagedVariant,
               rows: int = 256, refold: bool = True) -> dict[str, str]:
     """ptxas's resource line of each kernel (ring, stream, and flush with ``flush_launch``) for
-    one launch choice, called with ``refold`` (the benchmarks' ``--variants`` call with True)."""
-    bv, warps, ring_warps = staged.staged_config(rows, HV, K, V, variant)
-    refold = refold and variant.fold != "u"
-    wy = variant.fold == "wy"
-    raw_qk = variant.raw_qk and not per_channel
-    dot = staged.uses_flush_dot(variant, refold)
-    bc, width = staged.scratch_width(K, cap, variant.fold, dot)
+    one launch choice, called with ``refold`` (the benchmarks' ``--variants`` call with True);
+    the constexprs are the launcher's own (``staged.staged_launch``)."""
+    launch = staged.staged_launch(variant, rows, HV, H, K, V, cap, per_channel=per_channel, refold=refold,
+                                  has_bias=True, has_indices=True, pdl=variant.pdl)
     ring_types = {
         "q": f"*{act}", "k": f"*{act}", "a": f"*{act}", "b": f"*{act}", "A_log": "*fp32", "dt_bias": "*fp32",
         "ring_k": f"*{act}", "ring_beta": "*fp32", "ring_g": "*fp32", "committed": "*i32", "flush_at": "*i32",
         "state_indices": "*i32", "pad_slot_id": "i32", "scale": "fp32", "scratch": "*fp32", "row_info": "*i32",
         **{s: "i32" for s in ("stride_q", "stride_qh", "stride_k", "stride_kh", "stride_a", "stride_b")},
     }
-    ring = _compile(staged._ring_kernel, ring_types, dict(
-        HV=HV, H=H, K=K, CAP=cap, BC=bc, W=width, PER_CHANNEL=per_channel, REFOLD=refold, WY=wy, RAW_QK=raw_qk,
-        HAS_BIAS=True, HAS_INDICES=True, SPLIT=staged.ring_split(HV, H, variant),
-        RING_PREFETCH=variant.ring_prefetch, PDL=variant.pdl, RING_HALVES=variant.ring_halves and per_channel and not wy),
-        ring_warps, variant.ring_max_registers)
+    ring = _compile(staged._ring_kernel, ring_types, launch.ring, launch.ring_warps, variant.ring_max_registers)
     tile_types = {
         "q": f"*{act}", "v": f"*{act}", "out": f"*{act}", "checkpoint": "*fp32", "ring_k": f"*{act}",
         "ring_v": f"*{act}", "ring_beta": "*fp32", "ring_g": "*fp32", "ring_u": "*fp32", "committed": "*i32",
@@ -86,31 +79,25 @@ def resources(per_channel: bool, act: str, HV: int, H: int, K: int, V: int, cap:
         "row_info": "*i32", **{s: "i32" for s in ("stride_q", "stride_qh", "stride_v", "stride_vh", "stride_o",
                                                    "stride_oh")},
     }
-    common = dict(HV=HV, H=H, K=K, V=V, CAP=cap, BC=bc, W=width, PER_CHANNEL=per_channel, REFOLD=refold, WY=wy,
-                  RAW_QK=raw_qk, STAGES=variant.stages, UNROLL=variant.unroll, HAS_INDICES=True)
-    stream = _compile(staged._stream_kernel, tile_types, dict(BV=bv, FLUSH_HERE=not variant.flush_launch,
-                                                              PDL=variant.pdl, **common),
-                      warps, variant.max_registers)
-    out = {"launch": f"BV={bv} warps={warps} ring_warps={ring_warps} ring_split={staged.ring_split(HV, H, variant)}",
+    stream = _compile(staged._stream_kernel, tile_types, dict(launch.stream, **launch.common), launch.warps,
+                      variant.max_registers)
+    out = {"launch": f"BV={launch.block_v} warps={launch.warps} ring_warps={launch.ring_warps} "
+                     f"ring_split={launch.ring_programs}",
            "ring": ring, "stream": stream}
     if variant.flush_launch:
-        flush_bv, flush_warps, heads, split = staged.flush_config(rows, HV, K, V, variant, dot)
         flush_types = {n: t for n, t in tile_types.items() if n not in ("committed", "flush_at", "window")}
-        tf32x2 = dot and variant.flush_precision == "tf32x2"
-        prefetch = variant.refold_prefetch if refold and not wy else 0
-        if variant.flush_persistent:
+        consts = dict(launch.flush, **launch.common)
+        if launch.flush_list:
             list_types = {n: t for n, t in flush_types.items() if n != "pad_slot_id"}
-            out["flush"] = _compile(staged._flush_list_kernel, {**list_types, "batch": "i32"},
-                                    dict(BV=flush_bv, BLOCK_B=rows, DOT=dot, TF32X2=tf32x2, PREFETCH=prefetch,
-                                         TILES=staged.item_tiles(V, flush_bv, variant, dot), **common),
-                                    flush_warps, variant.flush_max_registers)
-            out["launch"] += f" flush list BV={flush_bv} warps={flush_warps} x{variant.flush_persistent}/SM"
+            out["flush"] = _compile(staged._flush_list_kernel, {**list_types, "batch": "i32"}, consts,
+                                    launch.flush_warps, variant.flush_max_registers)
+            out["launch"] += (f" flush list BV={launch.flush_block_v} warps={launch.flush_warps} "
+                              f"x{variant.flush_persistent}/SM")
         else:
-            out["flush"] = _compile(staged._flush_kernel, flush_types, dict(BV=flush_bv, HEADS_PER_PROGRAM=heads,
-                                                                             SPLIT=split, DOT=dot, TF32X2=tf32x2,
-                                                                             PREFETCH=prefetch, **common),
-                                    flush_warps, variant.flush_max_registers)
-            out["launch"] += f" flush BV={flush_bv} warps={flush_warps} heads={heads} split={split}"
+            out["flush"] = _compile(staged._flush_kernel, flush_types, consts, launch.flush_warps,
+                                    variant.flush_max_registers)
+            out["launch"] += (f" flush BV={launch.flush_block_v} warps={launch.flush_warps} "
+                              f"heads={launch.flush_heads} split={launch.flush_split}")
     return out
 
 

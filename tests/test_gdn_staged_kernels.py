@@ -11,7 +11,8 @@ import torch
 
 from trtllm_replayssm.config import ReplaySSMConfig
 from trtllm_replayssm.ops.gdn import decode
-from trtllm_replayssm.ops.gdn.decode_staged import StagedVariant
+from trtllm_replayssm.ops._flush_list import LIST_MAX_BATCH
+from trtllm_replayssm.ops.gdn.decode_staged import StagedVariant, staged_launch
 
 from delta_kernel_harness import (
     DTYPES, GPU_DIMS, Layer, checkpoints_after_three_windows, check_variant_cpu,
@@ -178,6 +179,31 @@ def test_ring_split_is_bitwise_cpu(per_channel):
     for name in ("checkpoint", "ring_k", "ring_v", "ring_beta", "ring_g", "ring_u", "committed", "flush_at"):
         for other in states[1:]:
             assert torch.equal(getattr(states[0], name), getattr(other, name)), name
+
+
+def test_staged_launch_constexprs():
+    """What ``staged_launch`` hands the kernels (the launcher and the register report share it):
+    the fold that runs, the flush kernel by batch, the shared constexprs."""
+    dims = (256, 32, 16, 128, 128, 16)
+    kw = dict(has_bias=True, has_indices=True, pdl=False)
+    refolding = staged_launch(decode.default_variant(256, False, True, 128), *dims, per_channel=False, refold=True, **kw)
+    assert refolding.flush_list and refolding.flush["PREFETCH"] == 1 and not refolding.flush["DOT"]
+    assert refolding.common["REFOLD"] and refolding.ring["RAW_QK"] and refolding.stream == dict(
+        BV=8, FLUSH_HERE=False, PDL=False)
+    folding = staged_launch(decode.default_variant(256, False, False, 128), *dims, per_channel=False, refold=False,
+                            **kw)
+    assert folding.flush["DOT"] and folding.flush["TF32X2"] and folding.flush["PREFETCH"] == 0
+    assert not folding.common["REFOLD"] and folding.flush_warps == 1
+    # "wy" only where the flush refolds (the cached-u fold has no window solve)
+    wy = StagedVariant(fold="wy", flush_launch=True)
+    assert staged_launch(wy, *dims, per_channel=False, refold=True, **kw).common["WY"]
+    assert not staged_launch(wy, *dims, per_channel=False, refold=False, **kw).common["WY"]
+    # KDA: per-channel decays, ring halves; the list launch only up to LIST_MAX_BATCH rows
+    kda = decode.default_variant(256, True, True, 128)
+    big = staged_launch(kda, LIST_MAX_BATCH + 1, 32, 32, 128, 128, 16, per_channel=True, refold=True, **kw)
+    assert big.ring["RING_HALVES"] and big.ring["PER_CHANNEL"] and not big.ring["RAW_QK"]
+    assert not big.flush_list and big.flush["HEADS_PER_PROGRAM"] == big.flush_heads
+    assert staged_launch(StagedVariant(), *dims, per_channel=False, refold=True, **kw).flush == {}
 
 
 # (fields, the error's start) of options StagedVariant refuses

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 
 import triton
 
+from .._flush_list import LIST_MAX_BATCH
+
 
 _FOLDS = ("refold", "wy", "u")
 _DOT_PRECISIONS = ("tf32x3", "tf32x2")
@@ -220,3 +222,60 @@ def scratch_width(d_k: int, capacity: int, fold: str, dot: bool = False) -> tupl
     # tl.dot (the window's k_i . k_j in launch 1, the flush_dot fold) takes 16-row tiles.
     bc = max(triton.next_power_of_2(capacity), 16 if wy or dot else 2)
     return bc, 2 * d_k + 2 * bc + 4 + (bc * bc if wy else 0)
+
+
+@dataclass(frozen=True)
+class StagedLaunch:
+    """What one staged step launches: tiles, warps and each kernel's constexprs. The launcher
+    (``decode_staged.delta_replay_staged_step``) and ``benchmarks/registers_gdn_staged.py`` build
+    their launches from it, so that what is compiled for the register report is what runs."""
+
+    block_v: int
+    warps: int
+    ring_warps: int
+    ring_programs: int  # per (row, key head)
+    width: int  # fp32 scratch line per (row, value head)
+    ring: dict  # ``_ring_kernel``
+    common: dict  # shared by ``_stream_kernel`` and the flush kernels
+    stream: dict  # ``_stream_kernel``'s own
+    flush: dict  # the flush kernel's own (empty without ``flush_launch``)
+    flush_list: bool  # ``_flush_list_kernel`` rather than ``_flush_kernel``
+    flush_block_v: int
+    flush_warps: int
+    flush_heads: int
+    flush_split: int
+    flush_tiles: int
+
+
+def staged_launch(variant: StagedVariant, rows: int, v_heads: int, k_heads: int, d_k: int, d_v: int, capacity: int,
+                  *, per_channel: bool, refold: bool, has_bias: bool, has_indices: bool, pdl: bool) -> StagedLaunch:
+    """The :class:`StagedLaunch` of ``variant`` for ``rows`` batch rows called with ``refold``;
+    ``pdl``: the programmatic dependent launch is on (``variant.pdl`` on a device that has it)."""
+    do_refold = refold and variant.fold != "u"
+    dot = uses_flush_dot(variant, refold)
+    wy = variant.fold == "wy" and do_refold
+    raw_qk = variant.raw_qk and not per_channel
+    bc, width = scratch_width(d_k, capacity, variant.fold, dot)
+    bv, warps, ring_warps = staged_config(rows, v_heads, d_k, d_v, variant)
+    programs = ring_split(v_heads, k_heads, variant)
+    ring = dict(HV=v_heads, H=k_heads, K=d_k, CAP=capacity, BC=bc, W=width, PER_CHANNEL=per_channel, REFOLD=do_refold,
+                WY=wy, RAW_QK=raw_qk, HAS_BIAS=has_bias, HAS_INDICES=has_indices, SPLIT=programs,
+                RING_PREFETCH=variant.ring_prefetch, PDL=pdl, RING_HALVES=variant.ring_halves and per_channel and not wy)
+    common = dict(HV=v_heads, H=k_heads, K=d_k, V=d_v, CAP=capacity, BC=bc, W=width, PER_CHANNEL=per_channel,
+                  REFOLD=do_refold, WY=wy, RAW_QK=raw_qk, STAGES=variant.stages, UNROLL=variant.unroll,
+                  HAS_INDICES=has_indices)
+    flush_bv, flush_warps, heads, split = flush_config(rows, v_heads, d_k, d_v, variant, dot)
+    tiles = item_tiles(d_v, flush_bv, variant, dot)
+    flush_list = bool(variant.flush_launch and variant.flush_persistent and rows <= LIST_MAX_BATCH)
+    own = dict(BV=flush_bv, DOT=dot, TF32X2=dot and variant.flush_precision == "tf32x2",
+               PREFETCH=variant.refold_prefetch if do_refold and not wy else 0)
+    if not variant.flush_launch:
+        flush = {}
+    elif flush_list:
+        flush = dict(own, BLOCK_B=triton.next_power_of_2(rows), TILES=tiles)
+    else:
+        flush = dict(own, HEADS_PER_PROGRAM=heads, SPLIT=split)
+    return StagedLaunch(
+        block_v=bv, warps=warps, ring_warps=ring_warps, ring_programs=programs, width=width, ring=ring, common=common,
+        stream=dict(BV=bv, FLUSH_HERE=not variant.flush_launch, PDL=pdl), flush=flush, flush_list=flush_list,
+        flush_block_v=flush_bv, flush_warps=flush_warps, flush_heads=heads, flush_split=split, flush_tiles=tiles)

@@ -54,17 +54,17 @@ import torch
 import triton
 import triton.language as tl
 
-from .._flush_list import LIST_MAX_BATCH, flush_ranks, flush_row, launch_key, list_grid, note_resident
+from .._flush_list import flush_ranks, flush_row, launch_key, list_grid, note_resident
 from .._pdl import gdc_launch_dependents, gdc_wait, pdl_supported
 from .._side_stream import fork, join
 from ._staged_tiles import _fold_keys, _tile_fold_u, _tile_fold_u_dot, _tile_read, _tile_refold, _tile_wy
-from ._staged_variant import (StagedVariant, flush_config, item_tiles, ring_split, scratch_width,
-                              staged_config, uses_flush_dot)
+from ._staged_variant import (StagedLaunch, StagedVariant, flush_config, item_tiles, ring_split, scratch_width,
+                              staged_config, staged_launch, uses_flush_dot)
 from .decode import _load_token, _program_ids, _strides
 from .decode_chunked import _coupling, _unit_lower_inverse
 
-__all__ = ["StagedVariant", "delta_replay_staged_step", "flush_config", "item_tiles", "ring_split",
-           "scratch_width", "staged_config", "uses_flush_dot"]
+__all__ = ["StagedLaunch", "StagedVariant", "delta_replay_staged_step", "flush_config", "item_tiles", "ring_split",
+           "scratch_width", "staged_config", "staged_launch", "uses_flush_dot"]
 
 
 @triton.jit
@@ -400,58 +400,39 @@ def delta_replay_staged_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, ring
     Returns ``o [batch, HV, d_v]`` in ``v.dtype``."""
     batch, H, K = q.shape
     HV, V = v.shape[1], v.shape[2]
-    cap = ring_k.shape[2]
-    per_channel, do_refold = a.dim() == 3, refold and variant.fold != "u"
-    dot = uses_flush_dot(variant, refold)
-    tf32x2 = dot and variant.flush_precision == "tf32x2"
-    bc, width = scratch_width(K, cap, variant.fold, dot)
-    scratch = torch.empty(batch * HV * width, dtype=torch.float32, device=q.device)
-    row_info = torch.empty(batch * 2, dtype=torch.int32, device=q.device)
     out = v.new_empty(v.shape)
     if batch == 0:
         return out
-    bv, warps, ring_warps = staged_config(batch, HV, K, V, variant)
-    wy = variant.fold == "wy" and do_refold
-    raw_qk = variant.raw_qk and not per_channel
-    has_indices = state_indices is not None
+    launch = staged_launch(variant, batch, HV, H, K, V, ring_k.shape[2], per_channel=a.dim() == 3, refold=refold,
+                           has_bias=dt_bias is not None, has_indices=state_indices is not None,
+                           pdl=variant.pdl and pdl_supported(q.device))
+    scratch = torch.empty(batch * HV * launch.width, dtype=torch.float32, device=q.device)
+    row_info = torch.empty(batch * 2, dtype=torch.int32, device=q.device)
     scale = K ** -0.5 if scale is None else scale
     sq, sqh, sk, skh, sv, svh, sa, sb, so, soh = _strides(q, k, v, a, b, out)
-    ring_programs = ring_split(HV, H, variant)
-    pdl = variant.pdl and pdl_supported(q.device)
-    _ring_kernel[(batch * H * ring_programs,)](
+    _ring_kernel[(batch * H * launch.ring_programs,)](
         q, k, a, b, A_log, A_log if dt_bias is None else dt_bias, ring_k, ring_beta, ring_g, committed, flush_at,
         state_indices, pad_slot_id, scale, scratch, row_info, sq, sqh, sk, skh, sa, sb,
-        HV=HV, H=H, K=K, CAP=cap, BC=bc, W=width, PER_CHANNEL=per_channel, REFOLD=do_refold, WY=wy, RAW_QK=raw_qk,
-        HAS_BIAS=dt_bias is not None, HAS_INDICES=has_indices, SPLIT=ring_programs,
-        RING_PREFETCH=variant.ring_prefetch, PDL=pdl, num_warps=ring_warps, maxnreg=variant.ring_max_registers,
-        RING_HALVES=variant.ring_halves and per_channel and not wy,
+        **launch.ring, num_warps=launch.ring_warps, maxnreg=variant.ring_max_registers,
     )
-    prefetch = variant.refold_prefetch if do_refold and not wy else 0
-    common = dict(HV=HV, H=H, K=K, V=V, CAP=cap, BC=bc, W=width, PER_CHANNEL=per_channel, REFOLD=do_refold, WY=wy,
-                  RAW_QK=raw_qk, STAGES=variant.stages, UNROLL=variant.unroll, HAS_INDICES=has_indices)
 
     def flush_rows():
-        flush_bv, flush_warps, heads, split = flush_config(batch, HV, K, V, variant, dot)
-        if variant.flush_persistent and batch <= LIST_MAX_BATCH:
-            tiles = item_tiles(V, flush_bv, variant, dot)
-            items = batch * HV * (V // (flush_bv * tiles))
-            consts = dict(BV=flush_bv, BLOCK_B=triton.next_power_of_2(batch), DOT=dot, TF32X2=tf32x2, TILES=tiles,
-                          PREFETCH=prefetch, **common)
-            key = launch_key("delta", (q.dtype, ring_k.dtype, checkpoint.dtype), flush_warps,
+        consts = dict(launch.flush, **launch.common)
+        if launch.flush_list:
+            items = batch * HV * (V // (launch.flush_block_v * launch.flush_tiles))
+            key = launch_key("delta", (q.dtype, ring_k.dtype, checkpoint.dtype), launch.flush_warps,
                              variant.flush_max_registers, consts)
             compiled = _flush_list_kernel[(list_grid(items, variant.flush_persistent, q.device, key),)](
                 q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, state_indices, scratch, row_info,
                 batch, sq, sqh, sv, svh, so, soh, **consts,
-                num_warps=flush_warps, maxnreg=variant.flush_max_registers,
+                num_warps=launch.flush_warps, maxnreg=variant.flush_max_registers,
             )
             note_resident(key, compiled, q.device)
         else:
-            _flush_kernel[(batch * (HV // heads) * split,)](
+            _flush_kernel[(batch * (HV // launch.flush_heads) * launch.flush_split,)](
                 q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, state_indices, pad_slot_id, scratch,
-                row_info, sq, sqh, sv, svh, so, soh,
-                BV=flush_bv, HEADS_PER_PROGRAM=heads, SPLIT=split, DOT=dot, TF32X2=tf32x2, PREFETCH=prefetch, **common,
-                num_warps=flush_warps,
-                maxnreg=variant.flush_max_registers,
+                row_info, sq, sqh, sv, svh, so, soh, **consts,
+                num_warps=launch.flush_warps, maxnreg=variant.flush_max_registers,
             )
 
     # flush_stream: the flush launch first, on a side stream, so that it runs under the stream
@@ -460,11 +441,11 @@ def delta_replay_staged_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, ring
     if side is not None:
         with torch.cuda.stream(side):
             flush_rows()
-    _stream_kernel[(batch * HV * (V // bv),)](
+    _stream_kernel[(batch * HV * (V // launch.block_v),)](
         q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, committed, flush_at, state_indices,
         pad_slot_id, window, scratch, row_info, sq, sqh, sv, svh, so, soh,
-        BV=bv, FLUSH_HERE=not variant.flush_launch, **common, PDL=pdl, num_warps=warps,
-        maxnreg=variant.max_registers, **({"launch_pdl": True} if pdl else {}),
+        **launch.stream, **launch.common, num_warps=launch.warps,
+        maxnreg=variant.max_registers, **({"launch_pdl": True} if launch.stream["PDL"] else {}),
     )
     if side is not None:
         join(side, q.device)

@@ -12,8 +12,9 @@ fold of cached ``u`` (``X`` = ``u``, ``Y`` = decayed keys).
   Triton's pipeliner multi-buffers in shared memory (Hopper and later).
 
 Folds: ``fma`` (unrolled rank-1 FMAs), ``loop`` (rolled), ``tf32x3`` / ``tf32x2`` / ``ieee``
-(``tl.dot``); ``gluon ...``: the tf32x2 fold with the tile in the MMA accumulator layout from load
-to store (``_fold_gluon.py``).
+(``tl.dot``); in Gluon (``_fold_gluon.py``): ``gluon bp...`` the tf32x2 fold with the tile in the
+MMA accumulator layout from load to store, ``gluon fma ...`` rank-1 fp32 FMAs with a register block
+of the tile per thread.
 The minimum possible time is a standard step's bytes (read + write the state once).
 
     PYTHONPATH=$PWD python3 benchmarks/bench_fold_ceiling.py [--batch 256] [--dims 128 64 128 16]

@@ -23,6 +23,7 @@ __all__ = [
     "copy_bandwidth_gbps",
     "copy_bandwidths_gbps",
     "device_info",
+    "graph_timeline",
     "median",
     "time_replays",
 ]
@@ -84,6 +85,47 @@ def time_replays(
             ends[r][i].record()
     torch.cuda.synchronize()
     return [[1e3 * starts[r][i].elapsed_time(ends[r][i]) for i in range(n)] for r in range(rounds)]
+
+
+def graph_timeline(graph: torch.cuda.CUDAGraph, replays: int, flush: L2Flusher) -> list[dict]:
+    """Where the device time of ``replays`` replays of ``graph`` goes, kernel by kernel.
+
+    Each replay is timed between two events (as :func:`time_replays` does) and traced by the CUDA
+    profiler; per replay the result holds ``"us"`` (the event-timed replay) and ``"kernels"``:
+    ``(name, start, end)`` in microseconds from the replay's first kernel start. What the events
+    see beyond the last kernel's end is the graph's own launch and its dependency edges.
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    flush()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        flush()
+        torch.cuda.synchronize()
+    flush_names = {e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA}
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(replays)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(replays)]
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for r in range(replays):
+            flush()
+            starts[r].record()
+            graph.replay()
+            ends[r].record()
+        torch.cuda.synchronize()
+    kernels = sorted(((e.time_range.start, e.time_range.end, e.name) for e in prof.events()
+                      if e.device_type == torch.autograd.DeviceType.CUDA), key=lambda k: k[0])
+    runs: list[list[tuple[float, float, str]]] = []
+    for start, end, name in kernels:
+        if name in flush_names:
+            runs.append([])
+        elif runs:
+            runs[-1].append((start, end, name))
+    out = []
+    for r, run in enumerate(runs[:replays]):
+        t0 = min(k[0] for k in run) if run else 0.0
+        out.append({"us": 1e3 * starts[r].elapsed_time(ends[r]),
+                    "kernels": [(name, start - t0, end - t0) for start, end, name in run]})
+    return out
 
 
 def median(values: Sequence[float]) -> float:

@@ -14,7 +14,10 @@ fold of cached ``u`` (``X`` = ``u``, ``Y`` = decayed keys).
 Folds: ``fma`` (unrolled rank-1 FMAs), ``loop`` (rolled), ``tf32x3`` / ``tf32x2`` / ``ieee``
 (``tl.dot``); in Gluon (``_fold_gluon.py``): ``gluon bp...`` the tf32x2 fold with the tile in the
 MMA accumulator layout from load to store, ``gluon fma ...`` rank-1 fp32 FMAs with a register block
-of the tile per thread.
+of the tile per thread. ``delta chain ...`` / ``delta after ...``: the ``tl.dot`` fold with a
+delta rule's row reduction ``S k`` (its result multiplied by a runtime zero, so the check holds)
+before the fold, where the token's ``u`` needs it, or after the store, where a fold of the ring
+alone leaves it (the next window's first ``u``).
 The minimum possible time is a standard step's bytes (read + write the state once).
 
     PYTHONPATH=$PWD python3 benchmarks/bench_fold_ceiling.py [--batch 256] [--dims 128 64 128 16]
@@ -38,8 +41,13 @@ from trtllm_replayssm.ops._tf32 import dot_tf32x2  # noqa: E402
 
 @triton.jit
 def _fold(S, head, rows_in_head, X_ptr, Y_ptr, a_ptr, HPG: tl.constexpr, P: tl.constexpr, N: tl.constexpr,
-          J: tl.constexpr, FOLD: tl.constexpr):
-    """``a S + X[:, rows]^T Y`` for one ``[BLOCK_P, N]`` tile of ``head``, in fp32."""
+          J: tl.constexpr, FOLD: tl.constexpr, eps_ptr=None, DELTA: tl.constexpr = 0):
+    """``a S + X[:, rows]^T Y`` for one ``[BLOCK_P, N]`` tile of ``head``, in fp32.
+
+    ``DELTA=1`` (``tl.dot`` folds): the last entry's ``X`` column is formed from the tile first,
+    ``x + eps (S y_last)`` with ``eps`` a runtime zero, as a delta rule's flush forms the token's
+    ``u`` from ``S k_t`` before its fold: the same result, with a row reduction between the tile's
+    load and its fold."""
     offs_n = tl.arange(0, N)
     x_base = X_ptr + head * J * P
     y_base = Y_ptr + (head // HPG) * J * N
@@ -58,6 +66,11 @@ def _fold(S, head, rows_in_head, X_ptr, Y_ptr, a_ptr, HPG: tl.constexpr, P: tl.c
         offs_j = tl.arange(0, J)
         Xt = tl.load(x_base + offs_j[None, :] * P + rows_in_head[:, None])
         Y = tl.load(y_base + offs_j[:, None] * N + offs_n[None, :]).to(tl.float32)
+        if DELTA == 1:
+            k_t = tl.load(y_base + (J - 1) * N + offs_n).to(tl.float32)
+            last = offs_j[None, :] == J - 1
+            u = tl.sum(tl.where(last, Xt, 0.0), axis=1) + tl.load(eps_ptr) * tl.sum(S * k_t[None, :], axis=1)
+            Xt = tl.where(last, u[:, None], Xt)
         if FOLD == "tf32x2":
             acc = dot_tf32x2(Xt, Y, acc)
         else:
@@ -66,21 +79,28 @@ def _fold(S, head, rows_in_head, X_ptr, Y_ptr, a_ptr, HPG: tl.constexpr, P: tl.c
 
 
 @triton.jit
-def _output(acc, head, rows, C_ptr, out_ptr, HPG: tl.constexpr, N: tl.constexpr):
+def _output(acc, head, rows, C_ptr, out_ptr, HPG: tl.constexpr, N: tl.constexpr, Y_ptr=None, eps_ptr=None,
+            J: tl.constexpr = 0, DELTA: tl.constexpr = 0):
+    """``out = acc C``; ``DELTA=2``: plus ``eps (acc y_last)``, a second reduction of the folded
+    tile after its store (a delta rule's next ``u`` formed from the new checkpoint)."""
     C = tl.load(C_ptr + (head // HPG) * N + tl.arange(0, N)).to(tl.float32)
-    tl.store(out_ptr + rows, tl.sum(acc * C[None, :], axis=1))
+    y = tl.sum(acc * C[None, :], axis=1)
+    if DELTA == 2:
+        k_t = tl.load(Y_ptr + ((head // HPG) * J + J - 1) * N + tl.arange(0, N)).to(tl.float32)
+        y += tl.load(eps_ptr) * tl.sum(acc * k_t[None, :], axis=1)
+    tl.store(out_ptr + rows, y)
 
 
 @triton.jit
 def _fold_plain(S_ptr, X_ptr, Y_ptr, a_ptr, C_ptr, out_ptr, HPG: tl.constexpr, P: tl.constexpr, N: tl.constexpr,
-                J: tl.constexpr, BLOCK_P: tl.constexpr, FOLD: tl.constexpr):
+                J: tl.constexpr, BLOCK_P: tl.constexpr, FOLD: tl.constexpr, eps_ptr=None, DELTA: tl.constexpr = 0):
     t = tl.program_id(0).to(tl.int64)
     head = t // (P // BLOCK_P)
     rows = t * BLOCK_P + tl.arange(0, BLOCK_P)
     ptrs = S_ptr + rows[:, None] * N + tl.arange(0, N)[None, :]
-    acc = _fold(tl.load(ptrs), head, rows - head * P, X_ptr, Y_ptr, a_ptr, HPG, P, N, J, FOLD)
+    acc = _fold(tl.load(ptrs), head, rows - head * P, X_ptr, Y_ptr, a_ptr, HPG, P, N, J, FOLD, eps_ptr, DELTA)
     tl.store(ptrs, acc)
-    _output(acc, head, rows, C_ptr, out_ptr, HPG, N)
+    _output(acc, head, rows, C_ptr, out_ptr, HPG, N, Y_ptr, eps_ptr, J, DELTA)
 
 
 @triton.jit
@@ -106,7 +126,7 @@ def _fold_persist(S_ptr, X_ptr, Y_ptr, a_ptr, C_ptr, out_ptr, n_tiles, HPG: tl.c
 @triton.jit
 def _fold_loop(S_ptr, X_ptr, Y_ptr, a_ptr, C_ptr, out_ptr, n_items, HPG: tl.constexpr, P: tl.constexpr,
                N: tl.constexpr, J: tl.constexpr, BLOCK_P: tl.constexpr, TILES_PER_ITEM: tl.constexpr,
-               FOLD: tl.constexpr):
+               FOLD: tl.constexpr, eps_ptr=None, DELTA: tl.constexpr = 0):
     """Programs walk items of ``TILES_PER_ITEM`` tiles, one after the other, no prefetch: with the
     grid a fixed wave (``persist``-style) or one item per program (``TILES_PER_ITEM`` tiles)."""
     offs = tl.arange(0, BLOCK_P)[:, None] * N + tl.arange(0, N)[None, :]
@@ -116,9 +136,9 @@ def _fold_loop(S_ptr, X_ptr, Y_ptr, a_ptr, C_ptr, out_ptr, n_items, HPG: tl.cons
             head = t // (P // BLOCK_P)
             rows = t * BLOCK_P + tl.arange(0, BLOCK_P)
             acc = _fold(tl.load(S_ptr + t * BLOCK_P * N + offs), head, rows - head * P, X_ptr, Y_ptr, a_ptr, HPG, P,
-                        N, J, FOLD)
+                        N, J, FOLD, eps_ptr, DELTA)
             tl.store(S_ptr + t * BLOCK_P * N + offs, acc)
-            _output(acc, head, rows, C_ptr, out_ptr, HPG, N)
+            _output(acc, head, rows, C_ptr, out_ptr, HPG, N, Y_ptr, eps_ptr, J, DELTA)
 
 
 @triton.jit
@@ -163,6 +183,17 @@ def launches(S, X, Y, a, C, out, head_dim, hpg, sms):
             lambda bp=bp, warps=warps, grid=grid, items=items, per_item=per_item, fold=fold: _fold_loop[(grid,)](
                 S, X, Y, a, C, out, items, **common, BLOCK_P=bp, TILES_PER_ITEM=per_item, FOLD=fold,
                 num_warps=warps))
+    # A delta rule's flush: the token's u from the tile before the fold (chain) or the next
+    # window's first u from the folded tile after its store (after).
+    eps = torch.zeros(1, device=S.device)
+    for bp, warps, per_head, fold in ((16, 1, False, "tf32x2"), (32, 4, False, "tf32x2"), (32, 4, True, "tf32x3"),
+                                      (32, 4, True, "tf32x2"), (16, 2, True, "tf32x2")):
+        for delta, what in ((1, "chain"), (2, "after")):
+            per_item = head_dim // bp if per_head else 1
+            out_[f"delta {what} bp{bp} w{warps} {'head' if per_head else 'tile'} {fold}"] = (
+                lambda bp=bp, warps=warps, per_item=per_item, fold=fold, delta=delta: _fold_loop[(rows // bp // per_item,)](
+                    S, X, Y, a, C, out, rows // bp // per_item, **common, BLOCK_P=bp, TILES_PER_ITEM=per_item,
+                    FOLD=fold, eps_ptr=eps, DELTA=delta, num_warps=warps))
     try:
         import _fold_gluon
     except ImportError:  # a Triton without Gluon

@@ -6,6 +6,9 @@ on the same inputs for scale.
     PYTHONPATH=$PWD python3 benchmarks/profile_delta_step.py --kind gdn --batch 256 \\
         --variants rowwise "staged flush raw_qk BV=16 2 warps whole heads" \\
         --derive "staged flush raw_qk BV=16 2 warps whole heads: ring_warps=2, max_registers=64"
+
+``--timeline``: each variant's step also replayed as the benchmark does (a CUDA graph, L2 flushed
+before each replay) under the profiler, kernel starts and ends within the replay printed.
 """
 
 from __future__ import annotations
@@ -16,10 +19,12 @@ from pathlib import Path
 
 import torch
 
+from trtllm_replayssm.ops.gdn._wrappers import default_refold
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _delta_layer import Layer  # noqa: E402
 from _delta_variants import VARIANTS, derive_variants, variant_step  # noqa: E402
-from profile_mamba2_step import kernel_times  # noqa: E402
+from profile_mamba2_step import kernel_times, timeline  # noqa: E402
 
 
 def main(argv=None):
@@ -33,6 +38,7 @@ def main(argv=None):
     p.add_argument("--flush", action="store_true",
                    help="profile flush steps instead (every row at ring length window - 1; the cursor "
                         "fill appears as its own kernel)")
+    p.add_argument("--timeline", action="store_true", help="also trace graph replays kernel by kernel")
     args = p.parse_args(argv)
     args.variants += derive_variants(args.derive)
     dims = {"gdn": (32, 16, 128, 128), "kda": (32, 32, 128, 128)}[args.kind]
@@ -59,6 +65,11 @@ def main(argv=None):
         print(f"  {name}")
         for kernel, us in sorted(times.items(), key=lambda kv: -kv[1]):
             print(f"    {kernel[:60]:<60} {us:8.1f} us")
+        if args.timeline:
+            state.committed.zero_()
+            # The ops' default fold (refold=None).
+            refold = default_refold(args.kind == "kda", args.batch)
+            timeline(lambda: variant_step(layer, variant, state, x, idx, refold=refold), state.window)
 
 
 if __name__ == "__main__":

@@ -2,19 +2,29 @@
 stream launches, or a one-launch kernel), non-flush and flush steps apart, from the CUDA
 profiler. Complements ``bench_mamba2_decode.py``, which times whole steps.
 
-    PYTHONPATH=$PWD python3 benchmarks/profile_mamba2_step.py --batch 256
+    PYTHONPATH=$PWD python3 benchmarks/profile_mamba2_step.py --batch 256 [--timeline]
+
+``--timeline`` also replays each step as the benchmark does (a CUDA graph, L2 flushed before
+each replay) under the profiler and prints when each kernel starts and ends within the replay,
+and the replay's event-timed length: what the graph's launch and dependency edges add.
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
+import sys
 from collections import defaultdict
+from pathlib import Path
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
 from trtllm_replayssm.config import ReplaySSMConfig
 from trtllm_replayssm.ops.mamba2 import Mamba2ReplayState, decode
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _timing import L2Flusher, capture_graph, graph_timeline  # noqa: E402
 
 WINDOW = 16
 
@@ -32,10 +42,36 @@ def kernel_times(fn, steps: int) -> dict[str, float]:
     return dict(out)
 
 
+def print_timeline(label: str, replays: list[dict]) -> None:
+    """Median start / end of each kernel (by its place in the replay) over ``replays``."""
+    if not replays:
+        return
+    names = [k[0] for k in replays[0]["kernels"]]
+    same = [r for r in replays if [k[0] for k in r["kernels"]] == names]
+    us = statistics.median(r["us"] for r in same)
+    span = statistics.median(max(k[2] for k in r["kernels"]) for r in same)
+    print(f"  timeline {label}: {len(same)} replays, event-timed {us:.1f} us, first kernel start to last end {span:.1f} us")
+    for i, name in enumerate(names):
+        start = statistics.median(r["kernels"][i][1] for r in same)
+        end = statistics.median(r["kernels"][i][2] for r in same)
+        print(f"    {name[:56]:<56} {start:8.1f} .. {end:8.1f} us")
+
+
+def timeline(step, window: int, replays: int = 4) -> None:
+    """Per-kernel timeline of ``step``'s graph replays: the non-flush and the flush steps apart."""
+    flusher = L2Flusher()
+    graph = capture_graph(step)
+    runs = graph_timeline(graph, replays * window, flusher)
+    longest = max(r["us"] for r in runs)
+    print_timeline("non-flush", [r for r in runs if r["us"] < 0.7 * longest])
+    print_timeline("flush", [r for r in runs if r["us"] >= 0.7 * longest])
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--batch", type=int, nargs="+", default=[256])
     p.add_argument("--dims", type=int, nargs=4, default=[128, 64, 128, 8], metavar=("HEADS", "HEAD_DIM", "D_STATE", "GROUPS"))
+    p.add_argument("--timeline", action="store_true", help="also trace graph replays kernel by kernel")
     args = p.parse_args(argv)
     heads, head_dim, d_state, groups = args.dims
     for batch in args.batch:
@@ -75,6 +111,10 @@ def main(argv=None):
             print(f"  {name[:60]:<60} non-flush {nonflush.get(name, 0.0):8.1f} us   flush {flush.get(name, 0.0):8.1f} us")
         for name, us in base.items():
             print(f"  standard {name[:51]:<51} {us:8.1f} us")
+        if args.timeline:
+            timeline(step, WINDOW)
+            flusher = L2Flusher()
+            print_timeline("standard", graph_timeline(capture_graph(standard), 8, flusher))
 
 
 if __name__ == "__main__":

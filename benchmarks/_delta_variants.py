@@ -20,8 +20,9 @@ from _timing import L2Flusher, capture_graph, copy_bandwidth_gbps, device_info, 
 from trtllm_replayssm.ops.gdn import decode
 from trtllm_replayssm.ops.gdn.decode_chunked import ChunkedVariant, chunked_config
 from trtllm_replayssm.ops.gdn.decode_staged import (
-    StagedVariant, flush_config, ring_split, staged_config, uses_flush_dot,
+    StagedVariant, flush_config, folds_first, ring_split, staged_config, uses_flush_dot,
 )
+from trtllm_replayssm.ops.gdn.reference import delta_rule_replay_flush as flush_slots
 from trtllm_replayssm.ops.gdn.reference import delta_rule_replay_materialize as materialize
 
 
@@ -161,6 +162,9 @@ def check_variant(layer, batch, variant):
     # write-through step folds the raw entries, so its reference is the standard step on the
     # materialised (refolded) state.
     ref_refold = not (isinstance(variant, StagedVariant) and variant.fold == "u")
+    # A fold-first variant flushes a row before the token that would fill its window: the
+    # row-wise reference gets those rows flushed first (the reference's replay_flush).
+    first = folds_first(variant, True, L)
     if write_through:
         ref = materialize(mine, idx, -1, refold=True, per_channel_decay=layer.per_channel)
     else:
@@ -171,6 +175,9 @@ def check_variant(layer, batch, variant):
             want = decode.delta_standard_step(ref, **x, A_log=layer.A_log, dt_bias=layer.dt_bias,
                                               state_indices=idx, pad_slot_id=-1, scale=None)
         else:
+            if first:
+                due = idx[ref.committed[idx.long()] + 1 >= ref.flush_at[idx.long()]]
+                flush_slots(ref, due, -1, ref_refold, layer.per_channel)
             want = variant_step(layer, "rowwise", ref, x, idx, refold=ref_refold)
         errors["out_vs_rowwise"] = max(errors.get("out_vs_rowwise", 0.0),
                                        _rel(variant_step(layer, variant, mine, x, idx), want))
@@ -191,14 +198,17 @@ def check_variant(layer, batch, variant):
         want = decode.delta_standard_step(plain, **x, A_log=layer.A_log, dt_bias=layer.dt_bias,
                                           state_indices=idx, pad_slot_id=-1, scale=None)
         errors["out_vs_standard"] = max(errors.get("out_vs_standard", 0.0), _rel(o, want))
-    errors["checkpoint_vs_standard"] = _rel(mine.checkpoint, plain)
+    # (A fold-first variant's last step left the token in the ring: compare the whole state.)
+    errors["checkpoint_vs_standard"] = _rel(
+        materialize(mine, idx, -1, refold=True, per_channel_decay=layer.per_channel) if first else mine.checkpoint,
+        plain)
     torch.cuda.synchronize()
     loose = 1e-4 if fp32 else 5e-2
     # 16-bit activations: the ring keeps the l2-normalised k in that dtype, and a kernel whose
     # norm reduces in another order (other warps per program) can round an element one ulp apart
     # (2^-8 in bf16), which moves the checkpoint and u by up to ~1e-3; fp32 keeps the tight bound.
     near = 1e-4 if fp32 else 5e-3
-    ok = (cursors_equal and bool((mine.committed == 0).all()) and errors["checkpoint_vs_rowwise"] < near
+    ok = (cursors_equal and bool((mine.committed == int(first)).all()) and errors["checkpoint_vs_rowwise"] < near
           and errors["ring_u_vs_rowwise"] < near and errors["out_vs_rowwise"] < (1e-4 if fp32 else 2e-2)
           and errors["out_vs_standard"] < loose and errors["checkpoint_vs_standard"] < loose)
     return ok, errors
@@ -275,11 +285,17 @@ def bench_variants_batch(layer, batch, flusher, rounds, copy_bw, with_fla, names
             row.update(nonflush_us=us, flush_us=us, amortized_us=us, staggered_us=us)
             del graph, state
             continue
+        # A fold-first flush cycles through ring lengths 1..L-1 (L - 1 tokens per fold); the
+        # non-flush cost is linear in c, so the mean over 1..L-2 is that of its ends.
+        first = folds_first(variant, True, L)
+        own = (1, L - 2) if first else phases
+        cycle = L - 1 if first else L
         per_phase = {c: phase_us(torch.full((batch,), c, dtype=torch.int32, device="cuda"))
-                     for c in (*phases, L - 1)}
-        nonflush = sum(per_phase[c] for c in phases) / len(phases)
+                     for c in (*own, L - 1)}
+        nonflush = sum(per_phase[c] for c in own) / len(own)
+        mixed = (1 + torch.arange(batch, device="cuda", dtype=torch.int32) % cycle) if first else stagger
         row.update(per_phase_us=per_phase, nonflush_us=nonflush, flush_us=per_phase[L - 1],
-                   amortized_us=((L - 1) * nonflush + per_phase[L - 1]) / L, staggered_us=phase_us(stagger),
+                   amortized_us=((cycle - 1) * nonflush + per_phase[L - 1]) / cycle, staggered_us=phase_us(mixed),
                    nonflush_pct_copy=100 * nonflush_bytes / nonflush / 1e3 / copy_bw,
                    flush_pct_copy=100 * flush_bytes / per_phase[L - 1] / 1e3 / copy_bw)
         del graph, state
@@ -289,7 +305,7 @@ def bench_variants_batch(layer, batch, flusher, rounds, copy_bw, with_fla, names
 
 def print_variants(rows, kind, L):
     print(f"\n{kind.upper()} replay variants (non-flush: mean of c = {nonflush_phases(L)}; amortized: "
-          f"({L - 1} non-flush + 1 flush) / {L})")
+          f"({L - 1} non-flush + 1 flush) / {L}; fold_first: c = 1 and {L - 2}, ({L - 2} + 1) / {L - 1})")
     print("| batch | kernel | launch | check | non-flush us | % copy | flush us | % copy | amortized us "
           "| x fla | x standard | staggered us |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")

@@ -9,11 +9,12 @@ each replay (benchmarks/_timing.py):
   timed region), writing its final state: the external baseline.
 * ``standard``: the in-project standard kernel (read + write the state every token).
 * ``replay non-flush``: mean over ring lengths ``c = 0..L-2``; ``replay flush``: ``c = L-1``;
-  ``replay amortized``: the mean over the ``L`` phases of a window (15 + 1 at L=16);
-  ``replay staggered``: one step of a batch whose slots sit at phases ``slot % L``; what the
-  ops run by default (``refold=None``: GDN's flush folds the cached ``u``, KDA's refolds the
-  window from the raw ring).
-* ``replay refold ...`` (GDN) / ``replay fold u ...`` (KDA): the same four with the other fold.
+  ``replay amortized``: the mean over the ``L`` phases of a window (15 + 1 at L=16; a fold-first
+  flush, ``StagedVariant.fold_first``, cycles through ring lengths ``1..L-1``: 14 + 1);
+  ``replay staggered``: one step of a batch whose slots sit at phases ``slot % L`` (fold-first:
+  ``1 + slot % (L - 1)``); what the
+  ops run by default (``refold=None``: the flush folds the cached ``u``; KDA's fold-first).
+* ``replay refold ...``: the same four with the window refolded from the raw ring.
 
 The cursors are set before each replay, outside the timed region, so the same graph is timed at
 every phase. GB/s counts the bytes each step must move; ``% copy`` is against a device-to-device
@@ -46,6 +47,7 @@ from _delta_variants import derive_variants, run_variants  # noqa: E402
 from _timing import L2Flusher, capture_graph, copy_bandwidth_gbps, device_info, median, time_replays  # noqa: E402
 
 from trtllm_replayssm.ops.gdn import decode  # noqa: E402
+from trtllm_replayssm.ops.gdn.decode_staged import folds_first  # noqa: E402
 from trtllm_replayssm.ops.gdn._wrappers import default_refold  # noqa: E402
 
 
@@ -78,28 +80,31 @@ def bench_batch(layer, batch, flusher, rounds, copy_bw, with_fla, sweep):
     del ssm
 
     state = layer.state(batch)
-    default = default_refold(layer.per_channel)
+    default = default_refold(layer.per_channel, batch)
     variants = [(None, "replay", default)] + ([(bv, f"replay BV={bv}", default) for bv in (8, 16, 32)] if sweep else [])
     variants.append((None, "replay fold u" if default else "replay refold", not default))
     for block_v, name, refold in variants:
         graph = capture_graph(replay_fn(layer, state, x, idx, refold=refold, block_v=block_v))
         # A write-through step (the default at small batches) keeps every slot at c = 0.
-        through = block_v is None and decode.default_variant(batch, layer.per_channel, refold,
-                                                             layer.d_v) == "write_through"
+        launched = decode.default_variant(batch, layer.per_channel, refold, layer.d_v) if block_v is None else None
+        through = launched == "write_through"
+        # The ring lengths of a window's cycle: 0..L-1, or 1..L-1 for a fold-first flush (the
+        # token that fills the window starts the next one), the last one flushing.
+        cycle = list(range(1 if folds_first(launched, refold, L) else 0, L))
         phases = [torch.full((batch,), 0 if through else c, dtype=torch.int32, device="cuda") for c in range(L)]
         per_phase = [median([r[0] for r in time_replays([graph], rounds=rounds, flush=Cursors(state, [p], flusher))])
                      for p in phases]
-        nonflush = sum(per_phase[:-1]) / (L - 1)
-        nonflush_bytes = sum(layer.step_bytes(batch, c, False) for c in range(L - 1)) / (L - 1)
+        nonflush = sum(per_phase[c] for c in cycle[:-1]) / (len(cycle) - 1)
+        nonflush_bytes = sum(layer.step_bytes(batch, c, False) for c in cycle[:-1]) / (len(cycle) - 1)
         flush_bytes = layer.step_bytes(batch, L - 1, True, fold_u=not refold)
         if through:
             nonflush_bytes = flush_bytes = layer.step_bytes(batch, 0, True)
         row(f"{name} non-flush", nonflush, nonflush_bytes)
         row(f"{name} flush", per_phase[-1], flush_bytes)
-        row(f"{name} amortized", sum(per_phase) / L, (nonflush_bytes * (L - 1) + flush_bytes) / L,
-            per_phase_us=per_phase)
+        row(f"{name} amortized", sum(per_phase[c] for c in cycle) / len(cycle),
+            (nonflush_bytes * (len(cycle) - 1) + flush_bytes) / len(cycle), per_phase_us=per_phase, cycle=cycle)
         if block_v is None:
-            stagger = (torch.arange(batch, device="cuda", dtype=torch.int32) % L) * (not through)
+            stagger = (cycle[0] + torch.arange(batch, device="cuda", dtype=torch.int32) % len(cycle)) * (not through)
             t = time_replays([capture_graph(replay_fn(layer, state, x, idx, refold=refold))], rounds=rounds,
                              flush=Cursors(state, [stagger], flusher))
             st_bytes = sum(layer.step_bytes(1, c, c == L - 1 or through, fold_u=not refold or c != L - 1)

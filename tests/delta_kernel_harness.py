@@ -14,6 +14,7 @@ from trtllm_replayssm.config import ReplaySSMConfig
 from trtllm_replayssm.ops.gdn import decode
 from trtllm_replayssm.ops.gdn import reference as gdn_ref
 from trtllm_replayssm.ops.gdn.decode_chunked import ChunkedVariant
+from trtllm_replayssm.ops.gdn.decode_staged import folds_first
 from trtllm_replayssm.ops.gdn.state import DeltaRuleReplayState
 from trtllm_replayssm.ops.kda import reference as kda_ref
 
@@ -103,11 +104,18 @@ def drive(layer, batch, slots, steps, window=4, refold=True, pads=True, use_wrap
     if variant is None and not {"block_v", "split"} & launch.keys():
         variant = decode.default_variant(batch, layer.per_channel, refold, layer.d_v)
     live_slots = idx[idx != -1].long().to(ref_dev)
+    fold_first = folds_first(variant, refold, window)
     for t in range(steps):
         inputs = layer.tokens(batch)
         if variant == "write_through":
             # A flush at every token: the reference's live slots flush at this step too.
             oracle.flush_at[live_slots] = oracle.committed[live_slots] + 1
+        if fold_first:
+            # The token that would fill the window starts the next one: the reference flushes
+            # those slots first, then steps them from ring position 0.
+            due = live_slots[oracle.committed[live_slots] + 1 >= oracle.flush_at[live_slots]]
+            layer.ref.__dict__[f"{layer.name}_replay_flush"](oracle, due.to(torch.int32), refold=refold)
+            flushes += due.numel()
         if use_wrapper:
             op = getattr(__import__(f"trtllm_replayssm.ops.{layer.name}", fromlist=["x"]), f"{layer.name}_replay_step")
             got = op(state, **inputs, **layer.params(layer.device), state_indices=idx.to(layer.device), refold=refold)
@@ -127,7 +135,8 @@ def drive(layer, batch, slots, steps, window=4, refold=True, pads=True, use_wrap
         assert torch.equal(state.committed.cpu(), oracle.committed.cpu()), f"step {t}: committed"
         assert torch.equal(state.flush_at.cpu(), oracle.flush_at.cpu()), f"step {t}: flush_at"
         # Every step moves a live slot's cursor forward, unless it flushed back to 0.
-        flushes += int((oracle.committed.cpu()[idx[live].long()] == 0).sum())
+        if not fold_first:
+            flushes += int((oracle.committed.cpu()[idx[live].long()] == 0).sum())
         if bool((oracle.checkpoint != 0).any()):
             worst_c = max(worst_c, rel_err(state.checkpoint, oracle.checkpoint))
     untouched = [s for s in range(slots) if s not in perm]
@@ -306,7 +315,11 @@ def checkpoints_after_three_windows(per_channel, variants):
                 st.checkpoint, st.ring_k, st.ring_v, st.ring_beta, st.ring_g, st.ring_u, st.committed, st.flush_at,
                 st.window, **inputs, **layer.params("cuda"), state_indices=idx, pad_slot_id=-1, scale=None,
                 refold=False, variant=variant)
-    assert all(int(st.committed[0]) == 2 for st in states)  # three flushes behind every row
+    for st, variant in zip(states, variants):  # three flushes behind every row
+        c = 0
+        for _ in range(3 * 16 + 2):
+            c = (1 if folds_first(variant, False, 16) else 0) if c + 1 >= 16 else c + 1
+        assert int(st.committed[0]) == c, (int(st.committed[0]), c)
     return [st.checkpoint for st in states]
 
 

@@ -431,3 +431,49 @@ def test_staged_flush_launch_gpu(dims, monkeypatch):
     variant = StagedVariant(fold="u", block_v=16, num_warps=2, flush_launch=True, raw_qk=True, flush_dot=True,
                             flush_persistent=8, flush_warps=4)
     check_variant_gpu(False, dims, "bf16", 64 if dims == GPU_DIMS[0] else 3, variant, monkeypatch)
+
+
+@pytest.mark.parametrize("stagger", [True, False], ids=["staggered", "aligned"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=["fp16", "fp32"])
+@pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
+def test_fold_first_cpu(per_channel, dtype, stagger):
+    """``fold_first``: the row whose token would fill the window folds the ring's entries alone,
+    then starts the next window with the token (the reference flushes those slots before the step).
+    Outputs, cursors and checkpoints against float64 at every step over 3+ windows per slot, a
+    padded row; aligned phases put several flush rows in one list launch (one program per SM)."""
+    base = dataclasses.replace(decode.default_variant(256, per_channel, False, 32), flush_persistent=1)
+    variant = dataclasses.replace(base, fold_first=True)
+    # Seed 11 as test_flush_tf32x2_cpu: with seed 13 one fp16 key rounds one ulp apart in the
+    # kernel (fp32 l2norm) and the float64 reference, which either fold carries into the checkpoint.
+    layer = Layer(per_channel, 4, 2, 16, 32, dtype=dtype, seed=11)
+    _, worst_c, flushes = drive(layer, 3, slots=4, steps=3 * 4 + 3, window=4, refold=False, stagger=stagger,
+                                variant=variant)
+    assert flushes >= 2 * 3 and worst_c < 1e-5, (flushes, worst_c)
+
+
+@pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
+def test_fold_first_per_row_launch_and_refold_call_cpu(per_channel):
+    """``fold_first`` in the per-row flush launch (``flush_persistent=0``, two heads per program)
+    and called with ``refold=True`` on a ``fold="u"`` variant; a ``refold=True`` call of the
+    defaults (a refold) ignores it (the harness then expects the usual flush)."""
+    layer = Layer(per_channel, 4, 2, 16, 32, seed=17)
+    variant = dataclasses.replace(decode.default_variant(256, per_channel, False, 32), flush_persistent=0,
+                                  flush_item_tiles=1, flush_heads=2, fold="u", fold_first=True)
+    _, worst_c, flushes = drive(layer, 3, slots=4, steps=3 * 4 + 3, window=4, refold=True, variant=variant)
+    assert flushes >= 2 * 3 and worst_c < 1e-5, (flushes, worst_c)
+    refolding = dataclasses.replace(decode.default_variant(256, per_channel, True, 32), fold_first=True,
+                                    flush_dot=True)
+    assert not staged_launch(refolding, 3, 4, 2, 16, 32, 4, per_channel=per_channel, refold=True, has_bias=True,
+                             has_indices=True, pdl=False).common["FOLD_FIRST"]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
+@pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
+def test_fold_first_gpu(per_channel, dtype, monkeypatch):
+    """``fold_first`` at model dims, batch 64 with staggered phases and a padded row, 52 steps at
+    L=16: GDN's default shapes with it, and KDA's default (which folds first); outputs, cursors and
+    checkpoints against float64 (the reference flushes a row before the token that fills it)."""
+    dims = (32, 32, 128, 128) if per_channel else GPU_DIMS[0]
+    variant = dataclasses.replace(decode.default_variant(256, per_channel, False, dims[3]), fold_first=True)
+    check_variant_gpu(per_channel, dims, dtype, 64, variant, monkeypatch, refold=False)

@@ -138,7 +138,7 @@ def _tile_fold_u(S, b_u, c, p_rk, p_ru, p_rg, o_k, o_v, K: tl.constexpr, V: tl.c
 
 @triton.jit
 def _fold_keys(c, p_rk, p_rg, o_k, o_c, K: tl.constexpr, CAP: tl.constexpr, PER_CHANNEL: tl.constexpr,
-               PRESPLIT: tl.constexpr):
+               PRESPLIT: tl.constexpr, FOLD_FIRST: tl.constexpr = False, p_k0=None, p_g0=None):
     """The key side of ``_tile_fold_u_dot``, shared by every tile of a value head (``G`` the
     inclusive cumulative log-decay, all exponents <= 0; whole ring tiles zeroed past ``c`` in
     registers, NaN-safe, so that no load waits for the cursor). Returns ``(B, B_lo, w, decay)``:
@@ -148,19 +148,31 @@ def _fold_keys(c, p_rk, p_rg, o_k, o_c, K: tl.constexpr, CAP: tl.constexpr, PER_
       made once for the tiles that reuse it;
     - scalar decay (Gated DeltaNet): ``B`` the raw keys ``[BC, K]`` (fp32), ``w = e^{G_c - G_j}``
       ``[BC]``, ``decay = e^{G_c}``.
-    Unused outputs repeat ``B`` / ``w``."""
-    live = o_c <= c
+    Unused outputs repeat ``B`` / ``w``.
+
+    ``FOLD_FIRST``: the window is entries ``0..c-1`` (the token is not in it), and entry 0's key
+    and log-decay come from ``p_k0`` / ``p_g0`` (the ring launch wrote the token over them)."""
+    if FOLD_FIRST:
+        live = o_c < c
+    else:
+        live = o_c <= c
     kr = tl.load(p_rk + o_c[:, None] * K + o_k[None, :], mask=(o_c < CAP)[:, None], other=0.0)
     kr = tl.where(live[:, None], kr.to(tl.float32), 0.0)
+    if FOLD_FIRST:
+        kr = tl.where((o_c == 0)[:, None] & live[:, None], tl.load(p_k0 + o_k)[None, :], kr)
     if PER_CHANNEL:
         gr = tl.load(p_rg + o_c[:, None] * K + o_k[None, :], mask=(o_c < CAP)[:, None], other=0.0)
         gr = tl.where(live[:, None], gr, 0.0)
+        if FOLD_FIRST:
+            gr = tl.where((o_c == 0)[:, None] & live[:, None], tl.load(p_g0 + o_k)[None, :], gr)
         G_c = tl.sum(gr, axis=0)
         B = kr * tl.exp(G_c[None, :] - tl.cumsum(gr, axis=0))
         decay = tl.exp(G_c)
         w = live.to(tl.float32)
     else:
         gr = tl.where(live, tl.load(p_rg + o_c, mask=o_c < CAP, other=0.0), 0.0)
+        if FOLD_FIRST:
+            gr = tl.where((o_c == 0) & live, tl.load(p_g0), gr)
         G_c = tl.sum(gr, axis=0)
         w = tl.exp(G_c - tl.cumsum(gr, axis=0))
         decay = tl.exp(G_c)

@@ -89,6 +89,19 @@ class StagedVariant:
     entry's ``k`` and ``g`` ahead, with ``v`` and ``beta`` at each update's start, timed within
     noise of 1 on an H200 and was removed: NOTES_delta.md, twelfth run.)
 
+    ``fold_first`` (a flush that folds the cached ``u`` as one product, ``flush_dot``): the row
+    whose token would fill the window folds the ring's ``c`` entries without the token, stores
+    that checkpoint and starts the next window with the token as its entry 0 (its ``u`` and
+    output from the folded tile, as a non-flush step at ``c = 0``), where the default folds the
+    token too. The stored tile then does not wait for the token's ``u``, whose ``S k_t`` row
+    reduction sits between the tile's load and its fold otherwise (H200, GDN dims, the fold
+    alone: 455 -> 349 us for 16-row one-warp tiles, ``bench_fold_ceiling.py``). The state is the
+    same recurrence, flushed one token earlier (the reference's ``replay_flush`` then
+    ``replay_step``): after a flush the ring holds one entry, so in steady state a window folds
+    ``L - 1`` entries every ``L - 1`` tokens. The ring launch moves the ring's entry-0 key and
+    decay into the scratch line before it writes the token there. Ignored for a refold and for
+    ``window < 2``.
+
     ``pdl``: the stream launch is a programmatic dependent launch of the ring launch
     (``ops/_pdl.py``; sm_90+ compiled kernels, otherwise ignored): its programs are dispatched
     while the ring launch finishes and wait for it before their first load.
@@ -118,6 +131,7 @@ class StagedVariant:
     flush_precision: str = "tf32x3"
     flush_item_tiles: int = 1
     refold_prefetch: int = 0
+    fold_first: bool = False
     pdl: bool = False
 
     def __post_init__(self):
@@ -147,6 +161,8 @@ class StagedVariant:
         if self.flush_item_tiles != 1 and not (self.flush_dot and self.flush_persistent):
             raise ValueError("flush_item_tiles: only with flush_dot=True and flush_persistent > 0 (the list launch's "
                              "one-product fold)")
+        if self.fold_first and not self.flush_dot:
+            raise ValueError("fold_first: only with flush_dot=True (the one-product fold of the cached u)")
         if self.refold_prefetch not in (0, 1):
             raise ValueError(f"refold_prefetch: expected 0 or 1, got {self.refold_prefetch!r}")
         if self.ring_halves and self.ring_prefetch:
@@ -195,6 +211,14 @@ def uses_flush_dot(variant: StagedVariant, refold: bool) -> bool:
     return variant.flush_launch and variant.flush_dot and not (refold and variant.fold != "u")
 
 
+def folds_first(variant, refold: bool, window: int) -> bool:
+    """Whether a step of ``variant`` (any ``variant`` argument of ``delta_replay_step``) called
+    with ``refold`` flushes fold-first (``StagedVariant.fold_first``): its steady-state cycle is
+    then ``window - 1`` tokens, ring lengths ``1 .. window - 1`` (the last one flushes)."""
+    return (isinstance(variant, StagedVariant) and variant.fold_first and uses_flush_dot(variant, refold)
+            and window >= 2)
+
+
 def flush_config(rows: int, v_heads: int, d_k: int, d_v: int, variant: StagedVariant,
                  dot: bool = False) -> tuple[int, int, int, int]:
     """``(BV, num_warps, heads per program, programs per head)`` of the flush launch
@@ -214,14 +238,16 @@ def item_tiles(d_v: int, block_v: int, variant: StagedVariant, dot: bool) -> int
     return min(variant.flush_item_tiles, d_v // block_v) if dot else 1
 
 
-def scratch_width(d_k: int, capacity: int, fold: str, dot: bool = False) -> tuple[int, int]:
+def scratch_width(d_k: int, capacity: int, fold: str, dot: bool = False,
+                  fold_first: bool = False) -> tuple[int, int]:
     """``(BC, W)``: the ring's padded capacity and the fp32 scratch line per (row, value head): 2
     vectors ``[d_k]``, 2 coefficient vectors ``[BC]``, ``beta``, ``k . q`` and the ``raw_qk``
-    scalars, and for "wy" the window's ``[BC, BC]`` inverse."""
+    scalars, and for "wy" the window's ``[BC, BC]`` inverse; ``fold_first``: the ring's entry-0
+    key and (per-channel) log-decay, ``[d_k]`` each, after the scalars."""
     wy = fold == "wy"
     # tl.dot (the window's k_i . k_j in launch 1, the flush_dot fold) takes 16-row tiles.
     bc = max(triton.next_power_of_2(capacity), 16 if wy or dot else 2)
-    return bc, 2 * d_k + 2 * bc + 4 + (bc * bc if wy else 0)
+    return bc, 2 * d_k + 2 * bc + 4 + (bc * bc if wy else 0) + (2 * d_k if fold_first else 0)
 
 
 @dataclass(frozen=True)
@@ -248,22 +274,26 @@ class StagedLaunch:
 
 
 def staged_launch(variant: StagedVariant, rows: int, v_heads: int, k_heads: int, d_k: int, d_v: int, capacity: int,
-                  *, per_channel: bool, refold: bool, has_bias: bool, has_indices: bool, pdl: bool) -> StagedLaunch:
+                  *, per_channel: bool, refold: bool, has_bias: bool, has_indices: bool, pdl: bool,
+                  window: int | None = None) -> StagedLaunch:
     """The :class:`StagedLaunch` of ``variant`` for ``rows`` batch rows called with ``refold``;
-    ``pdl``: the programmatic dependent launch is on (``variant.pdl`` on a device that has it)."""
+    ``pdl``: the programmatic dependent launch is on (``variant.pdl`` on a device that has it);
+    ``window``: the state's (``None``: the ring's capacity)."""
     do_refold = refold and variant.fold != "u"
     dot = uses_flush_dot(variant, refold)
     wy = variant.fold == "wy" and do_refold
     raw_qk = variant.raw_qk and not per_channel
-    bc, width = scratch_width(d_k, capacity, variant.fold, dot)
+    fold_first = folds_first(variant, refold, capacity if window is None else window)
+    bc, width = scratch_width(d_k, capacity, variant.fold, dot, fold_first)
     bv, warps, ring_warps = staged_config(rows, v_heads, d_k, d_v, variant)
     programs = ring_split(v_heads, k_heads, variant)
     ring = dict(HV=v_heads, H=k_heads, K=d_k, CAP=capacity, BC=bc, W=width, PER_CHANNEL=per_channel, REFOLD=do_refold,
                 WY=wy, RAW_QK=raw_qk, HAS_BIAS=has_bias, HAS_INDICES=has_indices, SPLIT=programs,
-                RING_PREFETCH=variant.ring_prefetch, PDL=pdl, RING_HALVES=variant.ring_halves and per_channel and not wy)
+                RING_PREFETCH=variant.ring_prefetch, PDL=pdl, RING_HALVES=variant.ring_halves and per_channel and not wy,
+                FOLD_FIRST=fold_first)
     common = dict(HV=v_heads, H=k_heads, K=d_k, V=d_v, CAP=capacity, BC=bc, W=width, PER_CHANNEL=per_channel,
                   REFOLD=do_refold, WY=wy, RAW_QK=raw_qk, STAGES=variant.stages, UNROLL=variant.unroll,
-                  HAS_INDICES=has_indices)
+                  HAS_INDICES=has_indices, FOLD_FIRST=fold_first)
     flush_bv, flush_warps, heads, split = flush_config(rows, v_heads, d_k, d_v, variant, dot)
     tiles = item_tiles(d_v, flush_bv, variant, dot)
     flush_list = bool(variant.flush_launch and variant.flush_persistent and rows <= LIST_MAX_BATCH)

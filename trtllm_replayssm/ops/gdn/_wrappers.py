@@ -61,16 +61,24 @@ def standard_step(kind, per_channel, ssm_state, q, k, v, a, b, A_log, dt_bias, s
               None if scale is None else float(scale))
 
 
-def default_refold(per_channel: bool) -> bool:
+#: KDA's ``refold=None`` folds the cached ``u`` (fold-first) from this batch, refolds below.
+KDA_FOLD_U_FROM = 256
+
+
+def default_refold(per_channel: bool, batch: int) -> bool:
     """What ``refold=None`` resolves to: the faster of the two folds, both exact while outputs
     read the checkpoint itself (this state has no read copy; GPU test ``test_refold_choice_gpu``:
-    the cached ``u`` are what a refold recomputes, to fp32 rounding). H200, batch 256 / 128
-    amortized (RESULTS.md): GDN folds the cached ``u`` (188 / 102 us against 202 / 108
-    refolding); KDA refolds (218.8 / 117.4 against 219.4 / 119.1: its cached-``u`` flush runs
-    after the stream launch, the refold beside it). A read copy's rounding in ``u`` would force
-    the refold (math.md section 4)."""
-    return per_channel
+    the cached ``u`` are what a refold recomputes, to fp32 rounding). A read copy's rounding in
+    ``u`` would force the refold (math.md section 4). H200, amortized over each flush's own cycle
+    (RESULTS.md):
 
+    - GDN folds the cached ``u``: batch 256 / 128 186.9 / 101.5 us against 202.7 / 107.8
+      refolding;
+    - KDA folds the cached ``u`` fold-first (``StagedVariant.fold_first``) from batch
+      :data:`KDA_FOLD_U_FROM`: 214.2 against 218.8 us at 256; below it refolds (batch 128 / 64:
+      117.9 / 66.3 us against 120.6 / 68.7 fold-first).
+    """
+    return per_channel and batch < KDA_FOLD_U_FROM
 
 def replay_step(kind, per_channel, state, q, k, v, a, b, A_log, dt_bias, state_indices, pad_slot_id, scale, refold):
     reference._check_state(state, per_channel)
@@ -78,7 +86,7 @@ def replay_step(kind, per_channel, state, q, k, v, a, b, A_log, dt_bias, state_i
     reference._check_inputs(q, k, v, a, b, A_log, dt_bias, scale, HV=HV, H=state.ring_k.shape[1], d_k=d_k,
                             d_v=d_v, per_channel_decay=per_channel, drafts=False)
     if refold is None:
-        refold = default_refold(per_channel)
+        refold = default_refold(per_channel, q.shape[0])
     if not isinstance(refold, bool):
         raise ValueError(f"refold: expected a bool or None, got {type(refold).__name__}")
     inputs = dict(q=q, k=k, v=v, a=a, b=b, A_log=A_log, dt_bias=dt_bias)
@@ -89,4 +97,4 @@ def replay_step(kind, per_channel, state, q, k, v, a, b, A_log, dt_bias, state_i
               int(pad_slot_id), None if scale is None else float(scale), refold)
 
 
-__all__ = ["KERNEL_HEAD_DIMS", "default_refold", "replay_step", "standard_step"]
+__all__ = ["KDA_FOLD_U_FROM", "KERNEL_HEAD_DIMS", "default_refold", "replay_step", "standard_step"]

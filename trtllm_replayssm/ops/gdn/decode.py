@@ -95,7 +95,9 @@ def default_variant(batch: int, per_channel: bool, refold: bool, d_v: int):
       batch 256 amortized 219.0 us (``refold=False``) / 219.6 us (refolding) = 1.73x / 1.72x
       fla's 378.3 us, from 225.8 / 231.5 us without; the refolding flush loads each update's
       ring entry one update ahead (``refold_prefetch``, 128 registers): GDN 206.0 -> 202.4 us
-      (1.29x fla), KDA 220.1 -> 218.2 us (1.73x) at batch 256;
+      (1.29x fla), KDA 220.1 -> 218.2 us (1.73x) at batch 256; KDA's cached-``u`` flush folds
+      first (``fold_first``, 32-row tiles, 4 warps, beside the stream launch): 213.3 us over its
+      15-token cycle against 220.1 us refolding;
     - otherwise (``d_v`` not a multiple of 32 from batch 33) the row-wise kernel.
     """
     if batch < WRITE_THROUGH_BELOW:
@@ -124,15 +126,17 @@ def default_variant(batch: int, per_channel: bool, refold: bool, d_v: int):
             # 593 -> 525 us, amortized 194.7 -> 190.0 us at batch 256 (fp32 rings: tf32x3).
             return StagedVariant(**stream, flush_stream=True, flush_dot=True, flush_precision="tf32x2",
                                  flush_persistent=8, flush_block_v=16, flush_warps=1)
-        # KDA's per-channel decays keep tf32x3, after the stream launch (its flush programs slow
-        # the stream launch beside it: non-flush 212.5 -> 193.5 us at batch 256 in order). A list
-        # item is two 16-row tiles of a head (2 warps, 250 registers, 4 per SM), the decayed keys
-        # Kd [CAP, d_k] and their TF32 split made once for both: against one 32-row tile per item,
-        # batch 256 flush 884.5 -> 728.5 us, amortized 235.0 -> 225.8 us, staggered 236.5 -> 225.9
-        # us; batch 32 amortized / staggered 44.6 / 49.8 -> 43.5 / 47.7 us. (Whole heads in four
-        # 32-row tiles, 4 warps: 224.0 us amortized at 256, but staggered 52.5 us at batch 32.)
-        return StagedVariant(**stream, flush_stream=False, flush_dot=True, flush_persistent=4, flush_block_v=16,
-                             flush_warps=2, flush_item_tiles=2)
+        # KDA's per-channel decays keep tf32x3; the flush folds first (fold_first: the window's
+        # entries alone, the token then reads the new checkpoint as entry 0 of the next window,
+        # so no S k_t reduction stands between a tile's load and its store). A list item is two
+        # 32-row tiles of a head (4 warps, 4 per SM), the decayed keys Kd [CAP, d_k] and their
+        # TF32 split made once for both, beside the stream launch. Batch 256, graph replays
+        # through the cycle (profile_delta_step.py --timeline): non-flush 181.9 us, flush 660.2
+        # us, amortized over 15 tokens 213.3-213.8 us, against the eager fold of two 16-row tiles
+        # (2 warps) after the stream launch: 185.7 / 724.7 / 219.4 us; 16-row tiles fold-first
+        # 770.7 us flush; whole heads per item 587.8 us flush but 206.6 us non-flush.
+        return StagedVariant(**stream, flush_stream=True, flush_dot=True, flush_persistent=4, flush_block_v=32,
+                             flush_warps=4, flush_item_tiles=2, fold_first=True)
     return None
 
 

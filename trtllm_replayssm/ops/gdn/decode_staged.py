@@ -58,13 +58,13 @@ from .._flush_list import flush_ranks, flush_row, launch_key, list_grid, note_re
 from .._pdl import gdc_launch_dependents, gdc_wait, pdl_supported
 from .._side_stream import fork, join
 from ._staged_tiles import _fold_keys, _tile_fold_u, _tile_fold_u_dot, _tile_read, _tile_refold, _tile_wy
-from ._staged_variant import (StagedLaunch, StagedVariant, flush_config, item_tiles, ring_split, scratch_width,
-                              staged_config, staged_launch, uses_flush_dot)
+from ._staged_variant import (StagedLaunch, StagedVariant, flush_config, folds_first, item_tiles, ring_split,
+                              scratch_width, staged_config, staged_launch, uses_flush_dot)
 from .decode import _load_token, _program_ids, _strides
 from .decode_chunked import _coupling, _unit_lower_inverse
 
-__all__ = ["StagedLaunch", "StagedVariant", "delta_replay_staged_step", "flush_config", "item_tiles", "ring_split",
-           "scratch_width", "staged_config", "staged_launch", "uses_flush_dot"]
+__all__ = ["StagedLaunch", "StagedVariant", "delta_replay_staged_step", "flush_config", "folds_first", "item_tiles",
+           "ring_split", "scratch_width", "staged_config", "staged_launch", "uses_flush_dot"]
 
 
 @triton.jit
@@ -106,7 +106,7 @@ def _ring_kernel(
     HV: tl.constexpr, H: tl.constexpr, K: tl.constexpr, CAP: tl.constexpr, BC: tl.constexpr, W: tl.constexpr,
     PER_CHANNEL: tl.constexpr, REFOLD: tl.constexpr, WY: tl.constexpr, RAW_QK: tl.constexpr, HAS_BIAS: tl.constexpr,
     HAS_INDICES: tl.constexpr, SPLIT: tl.constexpr, RING_PREFETCH: tl.constexpr, PDL: tl.constexpr,
-    RING_HALVES: tl.constexpr = False,
+    RING_HALVES: tl.constexpr = False, FOLD_FIRST: tl.constexpr = False,
 ):
     if PDL:
         # The stream launch may be dispatched now; its programs wait for this launch to end.
@@ -127,11 +127,17 @@ def _ring_kernel(
         return
     c = tl.load(committed + slot)
     flush = c + 1 >= tl.load(flush_at + slot)
-    fits = c < CAP
+    # pos: where the token goes; c_t: the ring entries its terms read. A fold-first flush row
+    # starts the next window with the token (the flush launch folds entries 0..c-1 first).
+    pos = c
+    if FOLD_FIRST:
+        pos = tl.where(flush, 0, c)
+    c_t = pos
+    fits = pos < CAP
     if (i_h == 0) & (i_s == 0):
         tl.store(row_info + i_b * 2, c)
         tl.store(row_info + i_b * 2 + 1, flush.to(tl.int32))
-    m_prev = o_c < c
+    m_prev = o_c < c_t
     if RING_PREFETCH:
         # Every ring entry, issued with the cursor loads instead of after them; entries from
         # c on are zeroed after the fact.
@@ -174,7 +180,7 @@ def _ring_kernel(
         else:
             if PER_CHANNEL and RING_HALVES:
                 D_t, b_a_lo, b_a_hi, b_bk_lo, b_bk_hi = _ring_terms_halves(
-                    p_rk, ring_g + sh * CAP * K, c, b_q, b_k, b_g, o_k, K, BC)
+                    p_rk, ring_g + sh * CAP * K, c_t, b_q, b_k, b_g, o_k, K, BC)
             elif PER_CHANNEL:
                 p_rg = ring_g + sh * CAP * K
                 b_G = tl.load(p_rg + o_c[:, None] * K + o_k[None, :], mask=m_load[:, None], other=0.0)
@@ -208,15 +214,27 @@ def _ring_kernel(
                 tl.store(p_w + 2 * K + BC + o_c, b_bk)
             tl.store(p_w + 2 * K + 2 * BC + 1, tl.sum(b_k * b_q))
         tl.store(p_w + 2 * K + 2 * BC, b_beta)
+        if FOLD_FIRST:
+            if flush:
+                # The flush launch folds entry 0 after the token has taken its place: keep the
+                # entry's decay (and, once per key head, its key) in the scratch line.
+                p_first = p_w + 2 * K + 2 * BC + 4
+                if PER_CHANNEL:
+                    tl.store(p_first + K + o_k, tl.load(ring_g + sh * CAP * K + o_k))
+                else:
+                    tl.store(p_first + K, tl.load(ring_g + sh * CAP))
+                if gg == 0:
+                    if i_s == 0:
+                        tl.store(p_first + o_k, tl.load(p_rk + o_k).to(tl.float32))
         if fits:
-            tl.store(ring_beta + sh * CAP + c, b_beta)
+            tl.store(ring_beta + sh * CAP + pos, b_beta)
             if PER_CHANNEL:
-                tl.store(ring_g + (sh * CAP + c) * K + o_k, b_g)
+                tl.store(ring_g + (sh * CAP + pos) * K + o_k, b_g)
             else:
-                tl.store(ring_g + sh * CAP + c, b_g)
+                tl.store(ring_g + sh * CAP + pos, b_g)
             if gg == 0:
                 if i_s == 0:
-                    tl.store(p_rk + c * K + o_k, b_k.to(ring_k.dtype.element_ty))
+                    tl.store(p_rk + pos * K + o_k, b_k.to(ring_k.dtype.element_ty))
 
 
 @triton.jit
@@ -226,7 +244,7 @@ def _stream_kernel(
     HV: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, CAP: tl.constexpr,
     BC: tl.constexpr, W: tl.constexpr, PER_CHANNEL: tl.constexpr, REFOLD: tl.constexpr, WY: tl.constexpr,
     RAW_QK: tl.constexpr, FLUSH_HERE: tl.constexpr, STAGES: tl.constexpr, UNROLL: tl.constexpr,
-    HAS_INDICES: tl.constexpr, PDL: tl.constexpr,
+    HAS_INDICES: tl.constexpr, PDL: tl.constexpr, FOLD_FIRST: tl.constexpr = False,
 ):
     if PDL:
         # Launched as a programmatic dependent of the ring launch: everything below reads what
@@ -256,7 +274,8 @@ def _stream_kernel(
                         c, i_v * BV, stride_q, stride_qh, stride_v, stride_vh, stride_o, stride_oh,
                         HV, H, K, V, BV, CAP, BC, W, PER_CHANNEL, REFOLD, WY, RAW_QK, STAGES, UNROLL, False)
         if (i_hv == 0) & (i_v == 0):
-            tl.store(committed + slot, 0)
+            # A fold-first flush leaves the token as the next window's entry 0.
+            tl.store(committed + slot, 1 if FOLD_FIRST else 0)
             tl.store(flush_at + slot, window)
         return
     sh = slot * HV + i_hv
@@ -287,11 +306,12 @@ def _flush_tile(q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u
                 CAP: tl.constexpr, BC: tl.constexpr, W: tl.constexpr, PER_CHANNEL: tl.constexpr, REFOLD: tl.constexpr,
                 WY: tl.constexpr, RAW_QK: tl.constexpr, STAGES: tl.constexpr, UNROLL: tl.constexpr,
                 DOT: tl.constexpr, TF32X2: tl.constexpr = False, TILES: tl.constexpr = 1,
-                PREFETCH: tl.constexpr = 0):
+                PREFETCH: tl.constexpr = 0, FOLD_FIRST: tl.constexpr = False):
     """Rows ``v0 .. v0 + TILES * BV`` of value head ``i_hv`` of flush row ``i_b``, in ``TILES``
     tiles of ``BV`` rows: fold, store, output. With ``DOT`` the fold's key side (``_fold_keys``)
     is formed once for the ``TILES`` tiles. ``PREFETCH``: how a refold loads its ring entries
-    ahead (``refold_prefetch``)."""
+    ahead (``refold_prefetch``). ``FOLD_FIRST`` (with ``DOT``): fold entries ``0..c-1``, store,
+    then the token as the next window's entry 0 (``u_t`` into ring position 0)."""
     o_k = tl.arange(0, K)
     o_c = tl.arange(0, BC)
     i_h = i_hv // (HV // H)
@@ -304,7 +324,10 @@ def _flush_tile(q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u
     b_beta = tl.load(p_w + 2 * K + 2 * BC)
     PRESPLIT: tl.constexpr = PER_CHANNEL and TILES > 1
     if DOT:
-        B, B_lo, w, decay = _fold_keys(c, p_rk, p_rg, o_k, o_c, K, CAP, PER_CHANNEL, PRESPLIT)
+        # Fold-first: entry 0's key (saved in the key head's first value head's line) and decay.
+        p_first = scratch + (i_b * HV + i_h * (HV // H)) * W + 2 * K + 2 * BC + 4
+        B, B_lo, w, decay = _fold_keys(c, p_rk, p_rg, o_k, o_c, K, CAP, PER_CHANNEL, PRESPLIT, FOLD_FIRST,
+                                       p_first, p_w + 2 * K + 2 * BC + 4 + K)
     for t in tl.static_range(TILES):
         o_v = v0 + t * BV + tl.arange(0, BV)
         p_s = checkpoint + sh * V * K + o_v[:, None] * K + o_k[None, :]
@@ -321,14 +344,27 @@ def _flush_tile(q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u
         else:
             # Only the c live entries (c is read with the slot, so the mask costs no latency).
             U = tl.load(p_ru + o_c[:, None] * V + o_v[None, :], mask=(o_c < c)[:, None], other=0.0)
-            b_u, b_o = _tile_read(S, U, c, b_v, b_beta, p_w, q + i_b * stride_q + i_h * stride_qh, p_rk,
-                                  o_k, o_c, K, BC, RAW_QK)
-            if DOT:
-                S = _tile_fold_u_dot(S, U, b_u, c, B, B_lo, w, decay, o_c, ring_k, PER_CHANNEL, TF32X2,
+            if FOLD_FIRST:
+                # The window's c entries alone (no column is the token's), stored; then the token
+                # reads the new checkpoint as a non-flush step at c = 0 (its line's ring
+                # coefficients are zero, so U drops out) and becomes entry 0.
+                S = _tile_fold_u_dot(S, U, b_v, -1, B, B_lo, w, decay, o_c, ring_k, PER_CHANNEL, TF32X2,
                                      PRESPLIT)
+                tl.store(p_s, S.to(checkpoint.dtype.element_ty))
+                b_u, b_o = _tile_read(S, U, 0, b_v, b_beta, p_w, q + i_b * stride_q + i_h * stride_qh, p_rk,
+                                      o_k, o_c, K, BC, RAW_QK)
+                tl.store(p_ru + o_v, b_u)
+                tl.store(p_rv + o_v, b_v.to(ring_v.dtype.element_ty))
             else:
-                S = _tile_fold_u(S, b_u, c, p_rk, p_ru, p_rg, o_k, o_v, K, V, PER_CHANNEL, STAGES)
-        tl.store(p_s, S.to(checkpoint.dtype.element_ty))
+                b_u, b_o = _tile_read(S, U, c, b_v, b_beta, p_w, q + i_b * stride_q + i_h * stride_qh, p_rk,
+                                      o_k, o_c, K, BC, RAW_QK)
+                if DOT:
+                    S = _tile_fold_u_dot(S, U, b_u, c, B, B_lo, w, decay, o_c, ring_k, PER_CHANNEL, TF32X2,
+                                         PRESPLIT)
+                else:
+                    S = _tile_fold_u(S, b_u, c, p_rk, p_ru, p_rg, o_k, o_v, K, V, PER_CHANNEL, STAGES)
+        if not FOLD_FIRST:
+            tl.store(p_s, S.to(checkpoint.dtype.element_ty))
         tl.store(out + i_b * stride_o + i_hv * stride_oh + o_v, b_o.to(out.dtype.element_ty))
 
 
@@ -340,6 +376,7 @@ def _flush_kernel(
     BC: tl.constexpr, W: tl.constexpr, HEADS_PER_PROGRAM: tl.constexpr, SPLIT: tl.constexpr, PER_CHANNEL: tl.constexpr,
     REFOLD: tl.constexpr, WY: tl.constexpr, RAW_QK: tl.constexpr, STAGES: tl.constexpr, UNROLL: tl.constexpr,
     HAS_INDICES: tl.constexpr, DOT: tl.constexpr, TF32X2: tl.constexpr, PREFETCH: tl.constexpr = 0,
+    FOLD_FIRST: tl.constexpr = False,
 ):
     """The flush rows of a ``flush_launch`` step: ``V / SPLIT`` rows of ``HEADS_PER_PROGRAM``
     value heads of one row per program, in ``BV``-row tiles; programs of other rows exit after
@@ -359,7 +396,7 @@ def _flush_kernel(
                 _flush_tile(q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, scratch, i_b, hv0 + hh,
                             slot, c, v0, stride_q, stride_qh, stride_v, stride_vh, stride_o, stride_oh,
                             HV, H, K, V, BV, CAP, BC, W, PER_CHANNEL, REFOLD, WY, RAW_QK, STAGES, UNROLL, DOT, TF32X2,
-                            1, PREFETCH)
+                            1, PREFETCH, FOLD_FIRST)
 
 
 @triton.jit
@@ -370,6 +407,7 @@ def _flush_list_kernel(
     BC: tl.constexpr, W: tl.constexpr, PER_CHANNEL: tl.constexpr, REFOLD: tl.constexpr, WY: tl.constexpr,
     RAW_QK: tl.constexpr, STAGES: tl.constexpr, UNROLL: tl.constexpr, HAS_INDICES: tl.constexpr, DOT: tl.constexpr,
     TF32X2: tl.constexpr, BLOCK_B: tl.constexpr, TILES: tl.constexpr, PREFETCH: tl.constexpr = 0,
+    FOLD_FIRST: tl.constexpr = False,
 ):
     """The flush rows' ``[BV, d_k]`` tiles as a list walked by a fixed wave of programs
     (``flush_persistent`` per SM): each program numbers the flush rows by a prefix sum of the
@@ -389,7 +427,7 @@ def _flush_list_kernel(
                     (i % PER_ROW) // NVB, slot, tl.load(row_info + i_b * 2), (i % NVB) * BV * TILES,
                     stride_q, stride_qh, stride_v, stride_vh, stride_o, stride_oh,
                     HV, H, K, V, BV, CAP, BC, W, PER_CHANNEL, REFOLD, WY, RAW_QK, STAGES, UNROLL, DOT, TF32X2,
-                    TILES, PREFETCH)
+                    TILES, PREFETCH, FOLD_FIRST)
 
 
 def delta_replay_staged_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, committed, flush_at, window,
@@ -405,7 +443,7 @@ def delta_replay_staged_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, ring
         return out
     launch = staged_launch(variant, batch, HV, H, K, V, ring_k.shape[2], per_channel=a.dim() == 3, refold=refold,
                            has_bias=dt_bias is not None, has_indices=state_indices is not None,
-                           pdl=variant.pdl and pdl_supported(q.device))
+                           pdl=variant.pdl and pdl_supported(q.device), window=window)
     scratch = torch.empty(batch * HV * launch.width, dtype=torch.float32, device=q.device)
     row_info = torch.empty(batch * 2, dtype=torch.int32, device=q.device)
     scale = K ** -0.5 if scale is None else scale

@@ -196,18 +196,19 @@ def test_default_variant_by_batch_kind_and_fold():
     for per_channel in (False, True):
         fold_u = decode.default_variant(256, per_channel, False, 128)
         assert isinstance(fold_u, StagedVariant) and fold_u.flush_dot
-        # GDN: 16-row one-warp tiles, the product in two TF32 passes; KDA: two 16-row two-warp
-        # tiles of a head per item, tf32x3
+        # GDN: 16-row one-warp tiles, the product in two TF32 passes; KDA: two 32-row four-warp
+        # tiles of a head per item, tf32x3, folding first
         assert (fold_u.flush_warps, fold_u.flush_block_v, fold_u.flush_persistent, fold_u.flush_precision,
-                fold_u.flush_item_tiles) == ((2, 16, 4, "tf32x3", 2) if per_channel else (1, 16, 8, "tf32x2", 1))
+                fold_u.flush_item_tiles) == ((4, 32, 4, "tf32x3", 2) if per_channel else (1, 16, 8, "tf32x2", 1))
+        assert fold_u.fold_first == per_channel
         refolding = decode.default_variant(256, per_channel, True, 128)
         assert isinstance(refolding, StagedVariant) and not refolding.flush_dot and refolding.fold == "refold"
         assert (refolding.flush_persistent, refolding.flush_block_v, refolding.flush_warps) == (16, 16, 1)
         # ring entries loaded one update ahead, held to the 128 registers of 16 programs per SM
         assert refolding.refold_prefetch == 1 and refolding.flush_max_registers == 128
         assert fold_u.refold_prefetch == 0
-        # the flush launch under the stream launch on a side stream, but not KDA's dot fold
-        assert refolding.flush_stream and fold_u.flush_stream == (not per_channel)
+        # the flush launch under the stream launch on a side stream
+        assert refolding.flush_stream and fold_u.flush_stream
         for big in (fold_u, refolding):
             # one-warp ring and stream programs (their reductions over d_k stay inside a warp), 8-row tiles
             assert big.flush_launch and (big.ring_warps, big.num_warps) == (1, 1)

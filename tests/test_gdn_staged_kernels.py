@@ -12,7 +12,7 @@ import torch
 from trtllm_replayssm.config import ReplaySSMConfig
 from trtllm_replayssm.ops.gdn import decode
 from trtllm_replayssm.ops._flush_list import LIST_MAX_BATCH
-from trtllm_replayssm.ops.gdn.decode_staged import StagedVariant, staged_launch
+from trtllm_replayssm.ops.gdn.decode_staged import StagedVariant, flush_config, staged_launch
 
 from delta_kernel_harness import (
     DTYPES, GPU_DIMS, Layer, checkpoints_after_three_windows, check_variant_cpu,
@@ -41,7 +41,7 @@ STAGED_CPU = [
                  id="flush-launch-rawqk-share1-heads2-split2"),
     pytest.param(4, 1, 32, 16, 4, True, StagedVariant(block_v=8, fold="u", flush_launch=True, raw_qk=True,
                                                       flush_heads=3, flush_warps=1), 2,
-                 id="flush-launch-rawqk-fold-u-heads-fallback"),
+                 id="flush-launch-rawqk-fold-u-heads-3-of-4-takes-2"),
     pytest.param(4, 2, 16, 16, 4, True, StagedVariant(fold="wy", block_v=8, flush_launch=True, raw_qk=True,
                                                       flush_heads=2, flush_split=8), 0,
                  id="flush-launch-rawqk-wy-split-cap"),
@@ -204,6 +204,12 @@ def test_staged_launch_constexprs():
     assert big.ring["RING_HALVES"] and big.ring["PER_CHANNEL"] and not big.ring["RAW_QK"]
     assert not big.flush_list and big.flush["HEADS_PER_PROGRAM"] == big.flush_heads
     assert staged_launch(StagedVariant(), *dims, per_channel=False, refold=True, **kw).flush == {}
+    # heads per per-row flush program: the largest divisor of the value heads not above flush_heads
+    for v_heads, asked, want in ((4, 3, 2), (32, 12, 8), (32, 5, 4), (6, 4, 3), (5, 4, 1)):
+        variant = StagedVariant(flush_launch=True, flush_heads=asked)
+        assert flush_config(256, v_heads, 16, 32, variant)[2] == want, (v_heads, asked)
+        assert staged_launch(variant, 256, v_heads, 1, 16, 32, 4, per_channel=False, refold=True,
+                             **kw).flush["HEADS_PER_PROGRAM"] == want
 
 
 # (fields, the error's start) of options StagedVariant refuses

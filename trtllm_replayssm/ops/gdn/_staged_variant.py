@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import triton
 
+from .._flush_heads import flush_heads_per_program
 from .._flush_list import LIST_MAX_BATCH
 
 
@@ -42,7 +43,8 @@ class StagedVariant:
     launch's ``BV`` and warps); the stream launch then serves only non-flush rows and compiles
     without any fold. The refold of a tile is a chain of ``c + 1`` dependent updates, so the
     tiles a program walks add up in latency: ``flush_split`` spreads a head over programs (capped
-    at one tile each). ``flush_heads`` that does not divide the value heads falls back to 1.
+    at one tile each). ``flush_heads`` that does not divide the value heads takes its largest
+    divisor below it (``ops/_flush_heads.py``, as Mamba-2's flush launch).
     ``raw_qk`` (Gated DeltaNet; KDA's decay is a ``d_k``-vector per value head, so it keeps the
     fp32 vectors): the stream programs read the key head's raw ``q`` (activation dtype) and the
     ring's ``k`` at ``c`` instead of two fp32 ``[d_k]`` vectors per value head, and scale them by
@@ -228,7 +230,7 @@ def flush_config(rows: int, v_heads: int, d_k: int, d_v: int, variant: StagedVar
     bv = min(variant.flush_block_v or bv, d_v)
     if dot:
         bv = max(bv, 16)
-    heads = variant.flush_heads if v_heads % variant.flush_heads == 0 else 1
+    heads = flush_heads_per_program(v_heads, variant.flush_heads)
     return bv, variant.flush_warps or warps, heads, min(variant.flush_split, d_v // bv)
 
 

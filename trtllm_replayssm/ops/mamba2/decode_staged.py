@@ -51,12 +51,13 @@ import torch
 import triton
 import triton.language as tl
 
+from .._flush_heads import flush_heads_per_program
 from .._flush_list import LIST_MAX_BATCH, flush_ranks, flush_row, launch_key, list_grid, note_resident
 from .._side_stream import fork, join
 from .._tf32 import fp32_dot
 from .decode import _common, _mixer_gate, _mixer_output, _program_ids, _slot_of, _softplus_clamp, _state_strides
 
-__all__ = ["replay_step_staged"]
+__all__ = ["flush_heads_per_program", "replay_step_staged"]
 
 
 @triton.jit
@@ -372,16 +373,6 @@ def _flush_list_kernel(
                     line, lead, gamma, dt, rx_base, Bv, Cv, offs_n, offs_j, mask_n,
                     s_ck_slot, s_ck_head, s_ck_p, s_rx_j, s_rB_j, s_x_row, s_x_head, s_z_row, s_z_head,
                     s_y_row, s_y_head, P, N, CAP, BLOCK_P, HAS_D, HAS_Z, FOLD)
-
-
-def flush_heads_per_program(heads_per_group: int, flush_heads: int) -> int:
-    """Heads per program of the per-row flush launch: the largest divisor of ``heads_per_group``
-    not above ``flush_heads`` (a program's heads share their group's ring ``B``), e.g. 8 -> 8 of
-    Nemotron-H's 16 heads per group, 6 of Nemotron-3-Nano's 12."""
-    if heads_per_group < 1 or flush_heads < 1:
-        raise ValueError(f"flush_heads: expected >= 1 heads per program and per group, got {flush_heads} "
-                         f"and {heads_per_group}")
-    return max(d for d in range(1, min(flush_heads, heads_per_group) + 1) if heads_per_group % d == 0)
 
 
 def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at, window,

@@ -44,6 +44,12 @@ registers at BV=32 / 4 warps). ``raw_qk`` (Gated DeltaNet): the stream tile read
 ``e^{D_t} scale / ||q||`` from the coefficient line, instead of two fp32 ``[d_k]`` vectors
 written per value head.
 
+``fold_first`` (``StagedVariant``): a flush row's flush launch folds the ring's ``c`` entries
+without the token, stores the tile, and gives the token its output and ``u`` from the folded tile
+as entry 0 of the next window; the ring launch writes the token's ``k``, ``beta``, ``g`` at
+position 0 (after copying entry 0's key and decay into the scratch line) and computes its
+coefficient line as at ``c = 0``; the stream launch leaves ``committed = 1``.
+
 Padded rows (``pad_slot_id``) get a zero output and touch nothing. The scratch is allocated per
 call (``torch.empty``: fine under CUDA-graph capture).
 """

@@ -196,10 +196,10 @@ def test_default_variant_by_batch_kind_and_fold():
     for per_channel in (False, True):
         fold_u = decode.default_variant(256, per_channel, False, 128)
         assert isinstance(fold_u, StagedVariant) and fold_u.flush_dot
-        # GDN: 16-row one-warp tiles, the product in two TF32 passes; KDA: two 32-row four-warp
-        # tiles of a head per item, tf32x3, folding first
+        # GDN: 16-row one-warp tiles, the product in two TF32 passes; KDA: a head's four 32-row
+        # four-warp tiles per item, tf32x3, folding first
         assert (fold_u.flush_warps, fold_u.flush_block_v, fold_u.flush_persistent, fold_u.flush_precision,
-                fold_u.flush_item_tiles) == ((4, 32, 4, "tf32x3", 2) if per_channel else (1, 16, 8, "tf32x2", 1))
+                fold_u.flush_item_tiles) == ((4, 32, 3, "tf32x3", 4) if per_channel else (1, 16, 8, "tf32x2", 1))
         assert fold_u.fold_first == per_channel
         refolding = decode.default_variant(256, per_channel, True, 128)
         assert isinstance(refolding, StagedVariant) and not refolding.flush_dot and refolding.fold == "refold"

@@ -101,11 +101,10 @@ def _tile_refold(S, c, b_v, b_beta, p_rk, p_rv, p_rg, p_rb, o_k, o_v, K: tl.cons
 
 @triton.jit
 def _tile_read(S, U, c, b_v, b_beta, p_w, p_q, p_rk, o_k, o_c, K: tl.constexpr, BC: tl.constexpr,
-               RAW_QK: tl.constexpr):
+               RAW_QK: tl.constexpr, RING: tl.constexpr = True):
     """``(u_t, o_t)`` of one tile from the checkpoint tile ``S`` and the ring's ``u`` tile ``U``
-    ``[BC, BV]`` (zero from ``c`` on): ``P x = S_c (e^{D_t} x) + sum_j u_j coef_j``."""
-    b_a = tl.load(p_w + 2 * K + o_c)
-    b_bk = tl.load(p_w + 2 * K + BC + o_c)
+    ``[BC, BV]`` (zero from ``c`` on): ``P x = S_c (e^{D_t} x) + sum_j u_j coef_j``. ``RING=False``:
+    an empty ring (``c = 0``; ``U`` unused), the ring terms skipped."""
     kq = tl.load(p_w + 2 * K + 2 * BC + 1)
     if RAW_QK:
         # The key head's raw q and the ring's k at c (16-bit, shared by its value heads); the
@@ -117,8 +116,13 @@ def _tile_read(S, U, c, b_v, b_beta, p_w, p_q, p_rk, o_k, o_c, K: tl.constexpr, 
     else:
         Sq = tl.sum(S * tl.load(p_w + o_k)[None, :], axis=1)
         Sk = tl.sum(S * tl.load(p_w + K + o_k)[None, :], axis=1)
-    b_u = b_beta * (b_v - Sk - tl.sum(b_bk[:, None] * U, axis=0))
-    return b_u, Sq + tl.sum(b_a[:, None] * U, axis=0) + b_u * kq
+    if RING:
+        b_a = tl.load(p_w + 2 * K + o_c)
+        b_bk = tl.load(p_w + 2 * K + BC + o_c)
+        b_u = b_beta * (b_v - Sk - tl.sum(b_bk[:, None] * U, axis=0))
+        return b_u, Sq + tl.sum(b_a[:, None] * U, axis=0) + b_u * kq
+    b_u = b_beta * (b_v - Sk)
+    return b_u, Sq + b_u * kq
 
 
 @triton.jit

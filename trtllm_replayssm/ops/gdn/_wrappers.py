@@ -75,8 +75,9 @@ def default_refold(per_channel: bool, batch: int) -> bool:
     - GDN folds the cached ``u``: batch 256 / 128 186.9 / 101.5 us against 202.7 / 107.8
       refolding;
     - KDA folds the cached ``u`` fold-first (``StagedVariant.fold_first``) from batch
-      :data:`KDA_FOLD_U_FROM`: 214.2 against 218.8 us at 256; below it refolds (batch 128 / 64:
-      117.9 / 66.3 us against 120.6 / 68.7 fold-first).
+      :data:`KDA_FOLD_U_FROM`: 206.4 against 219.1 us at 256 (a head per flush item); below it
+      refolds (batch 128 / 64: 117.9 / 66.3 us against 120.6 / 68.7 fold-first with two tiles
+      per item).
     """
     return per_channel and batch < KDA_FOLD_U_FROM
 

@@ -96,8 +96,8 @@ def default_variant(batch: int, per_channel: bool, refold: bool, d_v: int):
       fla's 378.3 us, from 225.8 / 231.5 us without; the refolding flush loads each update's
       ring entry one update ahead (``refold_prefetch``, 128 registers): GDN 206.0 -> 202.4 us
       (1.29x fla), KDA 220.1 -> 218.2 us (1.73x) at batch 256; KDA's cached-``u`` flush folds
-      first (``fold_first``, 32-row tiles, 4 warps, beside the stream launch): 213.3 us over its
-      15-token cycle against 220.1 us refolding;
+      first (``fold_first``, a head's four 32-row tiles per item, 4 warps, beside the stream
+      launch): 206.4 us = 1.86x fla over its 15-token cycle against 219.1 us refolding;
     - otherwise (``d_v`` not a multiple of 32 from batch 33) the row-wise kernel.
     """
     if batch < WRITE_THROUGH_BELOW:
@@ -128,15 +128,17 @@ def default_variant(batch: int, per_channel: bool, refold: bool, d_v: int):
                                  flush_persistent=8, flush_block_v=16, flush_warps=1)
         # KDA's per-channel decays keep tf32x3; the flush folds first (fold_first: the window's
         # entries alone, the token then reads the new checkpoint as entry 0 of the next window,
-        # so no S k_t reduction stands between a tile's load and its store). A list item is two
-        # 32-row tiles of a head (4 warps, 4 per SM), the decayed keys Kd [CAP, d_k] and their
-        # TF32 split made once for both, beside the stream launch. Batch 256, graph replays
-        # through the cycle (profile_delta_step.py --timeline): non-flush 181.9 us, flush 660.2
-        # us, amortized over 15 tokens 213.3-213.8 us, against the eager fold of two 16-row tiles
-        # (2 warps) after the stream launch: 185.7 / 724.7 / 219.4 us; 16-row tiles fold-first
-        # 770.7 us flush; whole heads per item 587.8 us flush but 206.6 us non-flush.
-        return StagedVariant(**stream, flush_stream=True, flush_dot=True, flush_persistent=4, flush_block_v=32,
-                             flush_warps=4, flush_item_tiles=2, fold_first=True)
+        # so no S k_t reduction stands between a tile's load and its store). A list item is a
+        # whole head in four 32-row tiles (4 warps, 3 per SM), the decayed keys Kd [CAP, d_k] and
+        # their TF32 split made once for them, beside the stream launch. Batch 256, graph replays
+        # through the cycle (profile_delta_step.py --timeline): non-flush 181.7 us, flush 559.2
+        # us, amortized over 15 tokens 206.9 us, against two tiles per item 182.4 / 662.2 /
+        # 214.4 us and the eager fold of two 16-row tiles (2 warps) after the stream launch
+        # 185.7 / 724.7 / 219.4 us. (With the tiles unrolled the kernel took 50.5 KB of shared
+        # memory, over the 48 KB a block gets without opting in, and the stream launch beside it
+        # ran 172 us instead of 148: non-flush 206.6 us.)
+        return StagedVariant(**stream, flush_stream=True, flush_dot=True, flush_persistent=3, flush_block_v=32,
+                             flush_warps=4, flush_item_tiles=4, fold_first=True)
     return None
 
 

@@ -240,6 +240,7 @@ STAGED_BAD_OPTIONS = [
     (dict(flush_launch=True, flush_dot=True, flush_persistent=4, flush_item_tiles=3), "^flush_item_tiles: expected"),
     (dict(flush_launch=True, flush_dot=True, flush_item_tiles=2), "^flush_item_tiles: only with flush_dot"),
     (dict(flush_launch=True, flush_persistent=4, flush_item_tiles=2), "^flush_item_tiles: only with flush_dot"),
+    (dict(flush_launch=True, fold="u", fold_first=True), "^fold_first: only with flush_dot"),
 ]
 
 

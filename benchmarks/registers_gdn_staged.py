@@ -41,7 +41,8 @@ def _compile(fn, types: dict[str, str], constexprs: dict[str, object], num_warps
     options = {"num_warps": num_warps}
     if maxnreg:
         options["maxnreg"] = maxnreg
-    ptx = triton.compile(src, target=TARGET, options=options).asm["ptx"]
+    compiled = triton.compile(src, target=TARGET, options=options)
+    ptx = compiled.asm["ptx"]
     with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
         f.write(ptx)
     try:
@@ -53,9 +54,11 @@ def _compile(fn, types: dict[str, str], constexprs: dict[str, object], num_warps
         os.unlink(f.name)
     regs = re.search(r"Used (\d+) registers", res)
     spill = re.search(r"(\d+) bytes spill stores", res)
-    smem = re.search(r"(\d+) bytes smem", res)
+    # Triton's shared memory is dynamic (ptxas reports only static): its own count, per program.
+    # Over 48 KB a block must opt in, and a list flush launch over it slowed the stream launch
+    # beside it (NOTES_delta.md, thirteenth run).
     return (f"{regs.group(1) if regs else '?'} registers, {spill.group(1) if spill else '?'} B spilled, "
-            f"{smem.group(1) if smem else '0'} B smem")
+            f"{compiled.metadata.shared} B smem")
 
 
 def resources(per_channel: bool, act: str, HV: int, H: int, K: int, V: int, cap: int, variant: staged.StagedVariant,

@@ -68,7 +68,7 @@ def resources(cfg: decode.LaunchConfig, heads=128, head_dim=64, d_state=128, gro
             BLOCK_N=block_n, BLOCK_J=block_j, BLOCK_B=256, HAS_D=True, HAS_Z=True, FOLD=cfg.fold, **consts, **flags),
             cfg.flush_warps, cfg.flush_max_registers)
     flush = _compile(staged._flush_kernel, _types(staged._flush_kernel, act), dict(**consts,
-        HEADS=heads, HEADS_PER_GROUP=hpg, HEADS_PER_PROGRAM=cfg.flush_heads if hpg % cfg.flush_heads == 0 else 1,
+        HEADS=heads, HEADS_PER_GROUP=hpg, HEADS_PER_PROGRAM=staged.flush_heads_per_program(hpg, cfg.flush_heads),
         P=head_dim, N=d_state, CAP=cap, BLOCK_P=cfg.flush_block_p, BLOCK_N=block_n, BLOCK_J=block_j, HAS_D=True,
         HAS_Z=True, FOLD=cfg.fold, STAGES=cfg.flush_stages, **flags), cfg.flush_warps, cfg.flush_max_registers)
     return ring, stream, flush

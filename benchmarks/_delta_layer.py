@@ -10,6 +10,7 @@ import torch
 
 from trtllm_replayssm.config import ReplaySSMConfig
 from trtllm_replayssm.ops.gdn import decode
+from trtllm_replayssm.ops.gdn.decode_staged import folds_first
 from trtllm_replayssm.ops.gdn.state import DeltaRuleReplayState
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
@@ -76,6 +77,13 @@ class Cursors:
         self.state.committed.copy_(next(self.phases))
         self.state.flush_at.fill_(self.state.window)
         self.flush()
+
+
+def window_cycle(variant, refold: bool, L: int) -> list[int]:
+    """The ring lengths a slot steps through per fold of ``variant`` called with ``refold``, the
+    last one flushing: ``0..L-1``, or ``1..L-1`` for a fold-first flush (the token that would fill
+    the window starts the next one)."""
+    return list(range(1 if folds_first(variant, refold, L) else 0, L))
 
 
 def replay_fn(layer, state, x, idx, refold=True, block_v=None):

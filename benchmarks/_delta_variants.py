@@ -13,7 +13,7 @@ import time
 
 import torch
 
-from _delta_layer import DTYPES, Cursors, Layer, fla_fn
+from _delta_layer import DTYPES, Cursors, Layer, fla_fn, window_cycle
 from _derive import label, parse_fields
 from _timing import L2Flusher, capture_graph, copy_bandwidth_gbps, device_info, median, time_replays
 
@@ -261,7 +261,6 @@ def bench_variants_batch(layer, batch, flusher, rounds, copy_bw, with_fla, names
     phases = nonflush_phases(L)
     nonflush_bytes = sum(layer.step_bytes(batch, c, False) for c in phases) / len(phases)
     flush_bytes = layer.step_bytes(batch, L - 1, True, fold_u=False)
-    stagger = torch.arange(batch, device="cuda", dtype=torch.int32) % L
     for name, variant, batches in VARIANTS:
         if (names and name not in names) or (batches is not None and batch not in batches):
             continue
@@ -287,15 +286,15 @@ def bench_variants_batch(layer, batch, flusher, rounds, copy_bw, with_fla, names
             continue
         # A fold-first flush cycles through ring lengths 1..L-1 (L - 1 tokens per fold); the
         # non-flush cost is linear in c, so the mean over 1..L-2 is that of its ends.
-        first = folds_first(variant, True, L)
-        own = (1, L - 2) if first else phases
-        cycle = L - 1 if first else L
+        cycle = window_cycle(variant, True, L)
+        own = phases if cycle[0] == 0 else (cycle[0], L - 2)
         per_phase = {c: phase_us(torch.full((batch,), c, dtype=torch.int32, device="cuda"))
                      for c in (*own, L - 1)}
         nonflush = sum(per_phase[c] for c in own) / len(own)
-        mixed = (1 + torch.arange(batch, device="cuda", dtype=torch.int32) % cycle) if first else stagger
+        mixed = cycle[0] + torch.arange(batch, device="cuda", dtype=torch.int32) % len(cycle)
         row.update(per_phase_us=per_phase, nonflush_us=nonflush, flush_us=per_phase[L - 1],
-                   amortized_us=((cycle - 1) * nonflush + per_phase[L - 1]) / cycle, staggered_us=phase_us(mixed),
+                   amortized_us=((len(cycle) - 1) * nonflush + per_phase[L - 1]) / len(cycle),
+                   staggered_us=phase_us(mixed),
                    nonflush_pct_copy=100 * nonflush_bytes / nonflush / 1e3 / copy_bw,
                    flush_pct_copy=100 * flush_bytes / per_phase[L - 1] / 1e3 / copy_bw)
         del graph, state

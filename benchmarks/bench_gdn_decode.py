@@ -42,12 +42,11 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from _delta_layer import DTYPES, Cursors, Layer, fla_fn, replay_fn  # noqa: E402
+from _delta_layer import DTYPES, Cursors, Layer, fla_fn, replay_fn, window_cycle  # noqa: E402
 from _delta_variants import derive_variants, run_variants  # noqa: E402
 from _timing import L2Flusher, capture_graph, copy_bandwidth_gbps, device_info, median, time_replays  # noqa: E402
 
 from trtllm_replayssm.ops.gdn import decode  # noqa: E402
-from trtllm_replayssm.ops.gdn.decode_staged import folds_first  # noqa: E402
 from trtllm_replayssm.ops.gdn._wrappers import default_refold  # noqa: E402
 
 
@@ -88,9 +87,7 @@ def bench_batch(layer, batch, flusher, rounds, copy_bw, with_fla, sweep):
         # A write-through step (the default at small batches) keeps every slot at c = 0.
         launched = decode.default_variant(batch, layer.per_channel, refold, layer.d_v) if block_v is None else None
         through = launched == "write_through"
-        # The ring lengths of a window's cycle: 0..L-1, or 1..L-1 for a fold-first flush (the
-        # token that fills the window starts the next one), the last one flushing.
-        cycle = list(range(1 if folds_first(launched, refold, L) else 0, L))
+        cycle = window_cycle(launched, refold, L)
         phases = [torch.full((batch,), 0 if through else c, dtype=torch.int32, device="cuda") for c in range(L)]
         per_phase = [median([r[0] for r in time_replays([graph], rounds=rounds, flush=Cursors(state, [p], flusher))])
                      for p in phases]

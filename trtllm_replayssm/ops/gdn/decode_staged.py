@@ -133,17 +133,17 @@ def _ring_kernel(
         return
     c = tl.load(committed + slot)
     flush = c + 1 >= tl.load(flush_at + slot)
-    # pos: where the token goes; c_t: the ring entries its terms read. A fold-first flush row
-    # starts the next window with the token (the flush launch folds entries 0..c-1 first).
+    # pos: where the token goes, and the ring entries its terms read (those before it). A
+    # fold-first flush row starts the next window with the token (the flush launch folds entries
+    # 0..c-1 first).
     pos = c
     if FOLD_FIRST:
         pos = tl.where(flush, 0, c)
-    c_t = pos
     fits = pos < CAP
     if (i_h == 0) & (i_s == 0):
         tl.store(row_info + i_b * 2, c)
         tl.store(row_info + i_b * 2 + 1, flush.to(tl.int32))
-    m_prev = o_c < c_t
+    m_prev = o_c < pos
     if RING_PREFETCH:
         # Every ring entry, issued with the cursor loads instead of after them; entries from
         # c on are zeroed after the fact.
@@ -186,7 +186,7 @@ def _ring_kernel(
         else:
             if PER_CHANNEL and RING_HALVES:
                 D_t, b_a_lo, b_a_hi, b_bk_lo, b_bk_hi = _ring_terms_halves(
-                    p_rk, ring_g + sh * CAP * K, c_t, b_q, b_k, b_g, o_k, K, BC)
+                    p_rk, ring_g + sh * CAP * K, pos, b_q, b_k, b_g, o_k, K, BC)
             elif PER_CHANNEL:
                 p_rg = ring_g + sh * CAP * K
                 b_G = tl.load(p_rg + o_c[:, None] * K + o_k[None, :], mask=m_load[:, None], other=0.0)

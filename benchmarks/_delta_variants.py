@@ -24,6 +24,7 @@ from trtllm_replayssm.ops.gdn.decode_staged import (
 )
 from trtllm_replayssm.ops.gdn.reference import delta_rule_replay_flush as flush_slots
 from trtllm_replayssm.ops.gdn.reference import delta_rule_replay_materialize as materialize
+from trtllm_replayssm.ops.gdn.reference import slots_due_to_flush
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,7 +177,7 @@ def check_variant(layer, batch, variant):
                                               state_indices=idx, pad_slot_id=-1, scale=None)
         else:
             if first:
-                due = idx[ref.committed[idx.long()] + 1 >= ref.flush_at[idx.long()]]
+                due = slots_due_to_flush(ref, idx)
                 flush_slots(ref, due, -1, ref_refold, layer.per_channel)
             want = variant_step(layer, "rowwise", ref, x, idx, refold=ref_refold)
         errors["out_vs_rowwise"] = max(errors.get("out_vs_rowwise", 0.0),

@@ -14,7 +14,8 @@ fold of cached ``u`` (``X`` = ``u``, ``Y`` = decayed keys).
 Folds: ``fma`` (unrolled rank-1 FMAs), ``loop`` (rolled), ``tf32x3`` / ``tf32x2`` / ``ieee``
 (``tl.dot``); in Gluon (``_fold_gluon.py``): ``gluon bp...`` the tf32x2 fold with the tile in the
 MMA accumulator layout from load to store, ``gluon fma ...`` rank-1 fp32 FMAs with a register block
-of the tile per thread. ``delta chain ...`` / ``delta after ...``: the ``tl.dot`` fold with a
+of the tile per thread, ``gluon tma ...`` the tf32x2 fold with tiles streamed through shared
+memory by TMA (``STAGES`` in flight per program, folded in place, stored by TMA). ``delta chain ...`` / ``delta after ...``: the ``tl.dot`` fold with a
 delta rule's row reduction ``S k`` (its result multiplied by a runtime zero, so the check holds)
 before the fold, where the token's ``u`` needs it, or after the store, where a fold of the ring
 alone leaves it (the next window's first ``u``).
@@ -200,6 +201,10 @@ def launches(S, X, Y, a, C, out, head_dim, hpg, sms):
         pass
     else:
         out_.update(_fold_gluon.launches(S, X, Y, a, C, out, head_dim, hpg, sms))
+        try:
+            out_.update(_fold_gluon.tma_launches(S, X, Y, a, C, out, head_dim, hpg, sms))
+        except (ImportError, AttributeError, AssertionError) as exc:  # no Hopper TMA in this Triton
+            print(f"# gluon tma: {type(exc).__name__}: {exc}")
     try:
         from triton.tools.tensor_descriptor import TensorDescriptor
     except ImportError:

@@ -2,16 +2,19 @@
 stream launches, or a one-launch kernel), non-flush and flush steps apart, from the CUDA
 profiler. Complements ``bench_mamba2_decode.py``, which times whole steps.
 
-    PYTHONPATH=$PWD python3 benchmarks/profile_mamba2_step.py --batch 256 [--timeline]
+    PYTHONPATH=$PWD python3 benchmarks/profile_mamba2_step.py --batch 256 [--timeline] [--derive "pdl=true, ring_warps=1"]
 
 ``--timeline`` also replays each step as the benchmark does (a CUDA graph, L2 flushed before
 each replay) under the profiler and prints when each kernel starts and ends within the replay,
 and the replay's event-timed length: what the graph's launch and dependency edges add.
+``--derive`` adds configurations (``field=value, ...`` replacing fields of the default one),
+each on a fresh state, after the default.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import sys
 from collections import defaultdict
@@ -24,6 +27,7 @@ from trtllm_replayssm.config import ReplaySSMConfig
 from trtllm_replayssm.ops.mamba2 import Mamba2ReplayState, decode
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _derive import label, parse_fields  # noqa: E402
 from _timing import L2Flusher, capture_graph, graph_timeline  # noqa: E402
 
 WINDOW = 16
@@ -72,47 +76,60 @@ def main(argv=None):
     p.add_argument("--batch", type=int, nargs="+", default=[256])
     p.add_argument("--dims", type=int, nargs=4, default=[128, 64, 128, 8], metavar=("HEADS", "HEAD_DIM", "D_STATE", "GROUPS"))
     p.add_argument("--timeline", action="store_true", help="also trace graph replays kernel by kernel")
+    p.add_argument("--derive", nargs="+", default=[], metavar="FIELDS",
+                   help="also profile these: 'field=value, ...' replacing fields of the default LaunchConfig")
     args = p.parse_args(argv)
     heads, head_dim, d_state, groups = args.dims
+    derived = [parse_fields(spec, decode.LaunchConfig) for spec in args.derive]
     for batch in args.batch:
-        state = Mamba2ReplayState.allocate(batch, heads, head_dim, d_state, groups, ReplaySSMConfig(window=WINDOW, flush_stagger=False),
-                                           activation_dtype=torch.bfloat16, device="cuda")
-        state.checkpoint.normal_(0, 0.1)
-        g = torch.Generator(device="cuda").manual_seed(0)
-        x = torch.randn(batch, heads, head_dim, device="cuda", generator=g).to(torch.bfloat16)
-        z = torch.randn_like(x)
-        dt = torch.randn(batch, heads, device="cuda", generator=g)
-        B = (torch.randn(batch, groups, d_state, device="cuda", generator=g) / d_state**0.5).to(torch.bfloat16)
-        C = torch.randn(batch, groups, d_state, device="cuda", generator=g).to(torch.bfloat16)
-        A = -torch.rand(heads, device="cuda", generator=g) - 0.5
-        D, dt_bias = torch.randn(heads, device="cuda"), torch.randn(heads, device="cuda") * 0.5
-        idx = torch.arange(batch, dtype=torch.int32, device="cuda")
-        y = torch.empty_like(x)
-        std = state.checkpoint.clone()
+        default = decode.launch_config("replay", head_dim, d_state, batch)
+        for fields in [{}] + derived:
+            cfg = dataclasses.replace(default, **fields)
+            print(f"batch {batch}, dims {tuple(args.dims)}, " + (f"default + {label(fields)}" if fields else "default"))
+            profile_config(batch, args.dims, cfg, args.timeline, standard_too=not fields)
 
-        def step():
-            decode.replay_step(state.checkpoint, state.ring_x, state.ring_dt, state.ring_B, state.committed,
-                               state.flush_at, state.window, x, dt, A, B, C, D, z, dt_bias, True, None, None, idx, -1,
-                               out=y)
 
-        def standard():
-            decode.standard_step(std, x, dt, A, B, C, D, z, dt_bias, True, None, None, idx, -1, out=y)
+def profile_config(batch, dims, cfg, with_timeline: bool, standard_too: bool) -> None:
+    """Kernel times (and the timeline) of the step under ``cfg`` on a fresh in-phase state."""
+    heads, head_dim, d_state, groups = dims
+    state = Mamba2ReplayState.allocate(batch, heads, head_dim, d_state, groups, ReplaySSMConfig(window=WINDOW, flush_stagger=False),
+                                       activation_dtype=torch.bfloat16, device="cuda")
+    state.checkpoint.normal_(0, 0.1)
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(batch, heads, head_dim, device="cuda", generator=g).to(torch.bfloat16)
+    z = torch.randn_like(x)
+    dt = torch.randn(batch, heads, device="cuda", generator=g)
+    B = (torch.randn(batch, groups, d_state, device="cuda", generator=g) / d_state**0.5).to(torch.bfloat16)
+    C = torch.randn(batch, groups, d_state, device="cuda", generator=g).to(torch.bfloat16)
+    A = -torch.rand(heads, device="cuda", generator=g) - 0.5
+    D, dt_bias = torch.randn(heads, device="cuda"), torch.randn(heads, device="cuda") * 0.5
+    idx = torch.arange(batch, dtype=torch.int32, device="cuda")
+    y = torch.empty_like(x)
+    std = state.checkpoint.clone()
 
-        for _ in range(2 * WINDOW):  # compile, then leave every slot at ring position 0 (in phase)
-            step()
-        standard()
-        torch.cuda.synchronize()
-        nonflush = kernel_times(step, WINDOW - 1)
-        flush = kernel_times(step, 1)
-        base = kernel_times(standard, 5)
-        cfg = decode.launch_config("replay", head_dim, d_state, batch)
-        print(f"batch {batch}, dims {tuple(args.dims)}, {cfg}")
-        for name in sorted(set(nonflush) | set(flush)):
-            print(f"  {name[:60]:<60} non-flush {nonflush.get(name, 0.0):8.1f} us   flush {flush.get(name, 0.0):8.1f} us")
-        for name, us in base.items():
-            print(f"  standard {name[:51]:<51} {us:8.1f} us")
-        if args.timeline:
-            timeline(step, WINDOW)
+    def step():
+        decode.replay_step(state.checkpoint, state.ring_x, state.ring_dt, state.ring_B, state.committed,
+                           state.flush_at, state.window, x, dt, A, B, C, D, z, dt_bias, True, None, None, idx, -1,
+                           out=y, config=cfg)
+
+    def standard():
+        decode.standard_step(std, x, dt, A, B, C, D, z, dt_bias, True, None, None, idx, -1, out=y)
+
+    for _ in range(2 * WINDOW):  # compile, then leave every slot at ring position 0 (in phase)
+        step()
+    standard()
+    torch.cuda.synchronize()
+    nonflush = kernel_times(step, WINDOW - 1)
+    flush = kernel_times(step, 1)
+    base = kernel_times(standard, 5)
+    print(f"  {cfg}")
+    for name in sorted(set(nonflush) | set(flush)):
+        print(f"  {name[:60]:<60} non-flush {nonflush.get(name, 0.0):8.1f} us   flush {flush.get(name, 0.0):8.1f} us")
+    for name, us in base.items():
+        print(f"  standard {name[:51]:<51} {us:8.1f} us")
+    if with_timeline:
+        timeline(step, WINDOW)
+        if standard_too:
             flusher = L2Flusher()
             print_timeline("standard", graph_timeline(capture_graph(standard), 8, flusher))
 

@@ -113,7 +113,7 @@ def drive(layer, batch, slots, steps, window=4, refold=True, pads=True, use_wrap
         if fold_first:
             # The token that would fill the window starts the next one: the reference flushes
             # those slots first, then steps them from ring position 0.
-            due = live_slots[oracle.committed[live_slots] + 1 >= oracle.flush_at[live_slots]]
+            due = gdn_ref.slots_due_to_flush(oracle, live_slots)
             layer.ref.__dict__[f"{layer.name}_replay_flush"](oracle, due.to(torch.int32), refold=refold)
             flushes += due.numel()
         if use_wrapper:

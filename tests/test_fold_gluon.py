@@ -45,7 +45,8 @@ DIMS = dict(HPG=16, P=64, N=128, J=16)
 
 def build(fn, consts, warps):
     sig = {n: TYPES.get(n, "constexpr") for n in fn.arg_names}
-    attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n, t in TYPES.items() if t.startswith("*")}
+    attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n, t in TYPES.items()
+             if t.startswith("*") and n in fn.arg_names}
     src = GluonASTSource(fn, sig, constexprs=dict(DIMS, **consts), attrs=attrs)
     ptx = triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps}).asm["ptx"]
     with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
@@ -60,6 +61,19 @@ for shape in fg.FMA_SHAPES[:2]:
     bp, spt_p, spt_n, tpw_p, wp, wn, unroll = shape
     out["fma " + "x".join(map(str, shape))] = build(fg.fold_gluon_fma_kernel, dict(
         BLOCK_P=bp, SPT_P=spt_p, SPT_N=spt_n, TPW_P=tpw_p, WARPS_P=wp, WARPS_N=wn, UNROLL=unroll), wp * wn)
+try:
+    import torch
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+except ImportError:  # no Hopper TMA in this Triton's Gluon
+    pass
+else:
+    # The TMA-streamed fold: the descriptor's type is what the launcher would pass.
+    bp, chunk, stages, lag, wm, wn, _ = fg.TMA_SHAPES[0]
+    layout = gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=32, rank=2)
+    TYPES["S_desc"] = TensorDescriptor.from_tensor(torch.zeros(4096, 128), [bp, chunk], layout).__mangle__()
+    out["tma"] = build(fg.fold_gluon_tma_kernel, dict(BLOCK_P=bp, CHUNK=chunk, STAGES=stages, LAG=lag, WARPS_M=wm,
+                                                      WARPS_N=wn), wm * wn)
 print(json.dumps(out))
 '''
 
@@ -84,6 +98,22 @@ def test_accumulator_layout_fold_is_mma_without_spills(compiled):
     # [32, 128] over 2 x 2 warps: a warp's 16 x 64 block is 8 n-tiles x 2 k-steps, two TF32 passes
     assert len(re.findall(r"mma\.sync\.aligned\.m16n8k8\.row\.col\.f32\.tf32\.tf32\.f32", ptx)) == 8 * 2 * 2
     assert _spills(compiled["mma"]) == 0
+
+
+def test_tma_fold_streams_through_shared_memory_without_spills(compiled):
+    if "tma" not in compiled:
+        pytest.skip("this Triton's Gluon has no Hopper TMA descriptors")
+    entry = compiled["tma"]
+    ptx = entry["ptx"]
+    # four 32-column chunks per tile, each a TMA load and a TMA store, waited on by mbarriers;
+    # the fold on the tensor cores (per chunk: [32, 32] over 2 x 2 warps = 2 n-tiles x 2 k-steps,
+    # two TF32 passes)
+    assert re.search(r"cp\.async\.bulk\.tensor\.2d\.shared::\w+\.global\.mbarrier", ptx)
+    assert re.search(r"cp\.async\.bulk\.tensor\.2d\.global\.shared::cta", ptx)
+    # a buffer is refilled once the store from it has read it, not once it has landed
+    assert "cp.async.bulk.wait_group.read" in ptx and "mbarrier.try_wait" in ptx
+    assert len(re.findall(r"mma\.sync\.aligned\.m16n8k8\.row\.col\.f32\.tf32\.tf32\.f32", ptx)) == 4 * 2 * 2 * 2
+    assert _spills(entry) == 0
 
 
 @pytest.mark.parametrize("shape", ["32x4x4x4x2x2x4", "32x4x4x4x2x2x16"])

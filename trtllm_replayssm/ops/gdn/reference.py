@@ -52,6 +52,7 @@ __all__ = [
     "gdn_replay_commit",
     "gdn_replay_flush",
     "gdn_replay_materialize",
+    "slots_due_to_flush",
 ]
 
 #: fla's (and Hugging Face's) epsilon of the in-kernel q/k l2-normalisation.
@@ -340,6 +341,14 @@ def _fold(state: DeltaRuleReplayState, slot_ids: torch.Tensor, refold: bool) -> 
     else:
         u = win["u"]
     return fold_window(win["checkpoint"], win["k"], G, u, length)
+
+
+def slots_due_to_flush(state: DeltaRuleReplayState, slot_ids: torch.Tensor) -> torch.Tensor:
+    """The slots of ``slot_ids`` (int ``[n]``) whose next token fills the window, the kernels'
+    flush trigger ``committed + 1 >= flush_at``: a step flushes them (a fold-first step folds
+    their ring first, then appends the token)."""
+    slot_ids = slot_ids.long()
+    return slot_ids[state.committed[slot_ids] + 1 >= state.flush_at[slot_ids]]
 
 
 def _flush_slots(state: DeltaRuleReplayState, slot_ids: torch.Tensor, refold: bool) -> None:

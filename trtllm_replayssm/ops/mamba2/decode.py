@@ -146,7 +146,14 @@ def launch_config(kind: str, head_dim: int, d_state: int, batch: int) -> LaunchC
         # (`--variants`, batch 256: amortized 1.81x / staggered 1.86x the standard against 1.79x /
         # 1.77x in order). The fold in two TF32 passes (the ring's 16-bit B is exact in TF32;
         # ops/_tf32.py; fp32 rings take tf32x3), capped at 96 registers (5 programs per SM): flush
-        # 827 -> 731 us, amortized 1.79x -> 1.83x, staggered 1.83x -> 1.89x in one `--variants` run.
+        # 827 -> 731 us, amortized 1.79x -> 1.83x, staggered 1.83x -> 1.89x in one `--variants` run
+        # (then with 4 heads per program). Now 112 registers (4 programs per SM, no spills at
+        # Nemotron-H dims): from batch 64 the flush launch has 2048 programs (4096 at 512), 3.1
+        # waves at 5 per SM and 3.9 at 4 per SM, and the almost empty fourth wave of long
+        # programs cost more than the fifth program per SM gained. Plain runs, one call, 96 -> 112:
+        # Nemotron-H flush 697.6 -> 660.3 us at 256 (amortized 305.6 -> 303.6, mixed 297.7 -> 296.7),
+        # 358.2 -> 334.6 at 128, 1469 -> 1360 at 512; Nemotron-3-Nano flush 734.8 -> 681.6 at 256,
+        # mixed 94.2 -> 82.5 us at 64; batch 32 within 0.3 us.
         # Below batch 64 a flush program takes one head instead of four: in staggered phases only
         # batch / 16 rows flush per step, and four heads per program serialise them (Nemotron-H
         # batch 32: staggered 1.16x -> 1.36x the standard, in phase 1.35x -> 1.31x; the v4 kernel
@@ -163,7 +170,7 @@ def launch_config(kind: str, head_dim: int, d_state: int, batch: int) -> LaunchC
         # 64 eight heads lose the mixed step (111.4 against 87 us).
         heads = 1 if batch < 64 else 4 if batch < 128 else 8 if batch < 256 else 16
         return LaunchConfig(block_p=16, num_warps=2, kernel="staged", fold="tf32x2", flush_launch=True,
-                            flush_max_registers=96, flush_stream=True, flush_heads=heads)
+                            flush_max_registers=112, flush_stream=True, flush_heads=heads)
     if batch < 128:
         # One program per head streaming 32-row tiles with the next one in flight, capped at 128
         # registers, rows first in the grid, cursors moved by a second launch, rolled FMA fold

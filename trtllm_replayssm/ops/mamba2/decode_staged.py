@@ -38,8 +38,9 @@ per (row, group, ``flush_heads`` heads), whole heads in ``flush_block_p``-row ti
 software pipeliner); programs of non-flush rows exit after two loads. The stream
 launch then serves only the non-flush rows and compiles without the fold (H200, batch 256:
 non-flush 290 us = 95% of copy against 336 us); its programs of flush rows move the cursors and
-exit. ``flush_max_registers`` caps the flush launch's registers (96 in the defaults: 5 programs
-per SM), which take more heads per program as the batch grows (``decode.launch_config``);
+exit. ``flush_max_registers`` caps the flush launch's registers (112 in the defaults: 4 programs
+per SM, so that its 2048 programs from batch 64 run in 3.9 waves rather than 3.1), whose programs
+take more heads as the batch grows (``decode.launch_config``);
 ``flush_persistent=N`` replaces its grid by N programs per SM walking a list of the
 flush rows' tiles numbered from the ring launch's flags (fewer early exits on non-flush steps,
 a slower flush as measured: ``benchmarks/NOTES_mamba2.md``).

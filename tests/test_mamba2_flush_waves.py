@@ -1,0 +1,81 @@
+"""The Mamba-2 flush launch's default register cap, checked where it matters without a GPU:
+compiled for sm_90 (Triton builds the PTX on the CPU, ptxas from Triton's wheel assembles it),
+the default flush kernel must not spill at Nemotron-H dims, and the programs an SM then holds
+must leave the launch's last wave mostly full at the batches that use it. The launch has 2048
+programs from batch 64 (4096 at 512); 5 per SM made that 3.1 waves and its nearly empty fourth
+wave of long programs cost 38 us of a 698-us flush on an H200 (NOTES_mamba2.md, fourteenth run).
+
+The compiles run in a child process without ``TRITON_INTERPRET`` (as ``test_fold_gluon.py``)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+triton = pytest.importorskip("triton")
+
+from trtllm_replayssm.ops._flush_heads import flush_heads_per_program  # noqa: E402
+from trtllm_replayssm.ops._flush_list import programs_per_sm  # noqa: E402
+from trtllm_replayssm.ops.mamba2 import decode  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+PTXAS_DIR = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+pytestmark = pytest.mark.skipif(not (PTXAS_DIR / "ptxas-blackwell").exists(),
+                                reason="Triton's ptxas for sm_90+ is not installed")
+
+H200_SMS = 132
+DIMS = {"nemotron_h": (128, 64, 128, 8), "nemotron3_nano": (96, 80, 128, 8)}
+BATCHES = [64, 128, 256, 512]
+
+_CHILD = r'''
+import dataclasses, json, sys
+sys.path.insert(0, sys.argv[1])
+from registers_mamba2_staged import resources
+from trtllm_replayssm.ops.mamba2 import decode
+out = {}
+for name, (heads, head_dim, d_state, groups) in json.loads(sys.argv[2]).items():
+    for batch in json.loads(sys.argv[3]):
+        cfg = decode.launch_config("replay", head_dim, d_state, batch)
+        out[f"{name} {batch}"] = resources(cfg, heads=heads, head_dim=head_dim, d_state=d_state, groups=groups)[2]
+print(json.dumps(out))
+'''
+
+
+@pytest.fixture(scope="module")
+def flush_resources():
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    run = subprocess.run([sys.executable, "-c", _CHILD, str(ROOT / "benchmarks"), json.dumps(DIMS), json.dumps(BATCHES)],
+                         capture_output=True, text=True, env=env, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    parsed = {}
+    for name, line in json.loads(run.stdout.strip().splitlines()[-1]).items():
+        regs, spilled, smem = map(int, re.match(r"(\d+) registers, (\d+) B spilled, (\d+) B smem", line).groups())
+        parsed[name] = dict(regs=regs, spilled=spilled, smem=smem)
+    return parsed
+
+
+@pytest.mark.parametrize("batch", BATCHES)
+def test_default_flush_cap_does_not_spill_at_nemotron_h(flush_resources, batch):
+    cfg = decode.launch_config("replay", 64, 128, batch)
+    got = flush_resources[f"nemotron_h {batch}"]
+    assert got["regs"] <= cfg.flush_max_registers
+    assert got["spilled"] == 0
+
+
+@pytest.mark.parametrize("dims", list(DIMS))
+@pytest.mark.parametrize("batch", BATCHES)
+def test_default_flush_last_wave_mostly_full(flush_resources, dims, batch):
+    heads, head_dim, d_state, groups = DIMS[dims]
+    cfg = decode.launch_config("replay", head_dim, d_state, batch)
+    got = flush_resources[f"{dims} {batch}"]
+    per_sm = programs_per_sm(got["regs"], cfg.flush_warps, got["smem"])
+    programs = batch * heads // flush_heads_per_program(heads // groups, cfg.flush_heads)
+    waves = programs / (H200_SMS * per_sm)
+    assert waves - int(waves) >= 0.5 or waves == int(waves), (per_sm, programs, waves)

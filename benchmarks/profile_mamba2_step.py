@@ -2,7 +2,7 @@
 stream launches, or a one-launch kernel), non-flush and flush steps apart, from the CUDA
 profiler. Complements ``bench_mamba2_decode.py``, which times whole steps.
 
-    PYTHONPATH=$PWD python3 benchmarks/profile_mamba2_step.py --batch 256 [--timeline] [--derive "pdl=true, ring_warps=1"]
+    PYTHONPATH=$PWD python3 benchmarks/profile_mamba2_step.py --batch 256 [--timeline] [--derive "ring_warps=1, flush_max_registers=128"]
 
 ``--timeline`` also replays each step as the benchmark does (a CUDA graph, L2 flushed before
 each replay) under the profiler and prints when each kernel starts and ends within the replay,

@@ -1,4 +1,4 @@
-"""Compile the staged delta-rule kernels (``ops/gdn/decode_staged.py``) for sm_90 without a
+"""Compile the staged delta-rule kernels (``ops/gdn/decode_staged.py``) for sm_90 (``--sm``: another target) without a
 GPU and print ptxas's registers, spills and shared memory per kernel and launch choice.
 
 Triton 3.9's ``triton.compile`` with a ``GPUTarget`` builds PTX on the CPU; ``ptxas -v`` then
@@ -7,6 +7,7 @@ launch-time specialisation gives them on the device. Must run without ``TRITON_I
 
     python benchmarks/registers_gdn_staged.py            # GDN and KDA, the --variants configs
     python benchmarks/registers_gdn_staged.py --defaults # the ops' defaults at batch 256
+    python benchmarks/registers_gdn_staged.py --defaults --sm 100   # the same for sm_100 (B200)
 """
 
 from __future__ import annotations
@@ -26,6 +27,16 @@ from triton.compiler import ASTSource  # noqa: E402
 from trtllm_replayssm.ops.gdn import decode_staged as staged  # noqa: E402
 
 TARGET = GPUTarget("cuda", 90, 32)
+ARCH = "sm_90a"
+
+
+def set_target(capability: int) -> None:
+    """Compile for compute capability ``capability`` (90, 100, 103, ...) from now on: Triton's
+    target and ptxas's ``-arch`` (the ``a`` variant, as Triton uses)."""
+    global TARGET, ARCH
+    TARGET = GPUTarget("cuda", capability, 32)
+    ARCH = f"sm_{capability}a"
+
 # The ptxas Triton itself uses for sm_90+ (it accepts the PTX version Triton emits).
 PTXAS = os.environ.get("PTXAS", os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin",
                                              "ptxas-blackwell"))
@@ -41,12 +52,12 @@ def _compile(fn, types: dict[str, str], constexprs: dict[str, object], num_warps
     options = {"num_warps": num_warps}
     if maxnreg:
         options["maxnreg"] = maxnreg
-    compiled = triton.compile(src, target=TARGET, options=options)
+    compiled = triton.compile(src, target=TARGET, options=options)  # TARGET read at call time (set_target)
     ptx = compiled.asm["ptx"]
     with tempfile.NamedTemporaryFile("w", suffix=".ptx", delete=False) as f:
         f.write(ptx)
     try:
-        run = subprocess.run([PTXAS, "-arch=sm_90a", "-v", f.name, "-o", os.devnull], capture_output=True, text=True)
+        run = subprocess.run([PTXAS, f"-arch={ARCH}", "-v", f.name, "-o", os.devnull], capture_output=True, text=True)
         if run.returncode:
             raise RuntimeError(f"ptxas failed on {fn.__name__}: {run.stderr[-2000:]}")
         res = run.stderr
@@ -112,7 +123,9 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--defaults", action="store_true",
                    help="only the ops' defaults at batch 256 (decode.default_variant, both flush kinds)")
+    p.add_argument("--sm", type=int, default=90, help="compute capability to compile for (90, 100, 103, ...)")
     args = p.parse_args(argv)
+    set_target(args.sm)
     if os.environ.get("TRITON_INTERPRET") == "1":
         raise SystemExit("unset TRITON_INTERPRET: the interpreter does not compile")
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

@@ -5,7 +5,8 @@ GPU and print ptxas's registers, spills and shared memory for each staged config
 Same method as ``registers_gdn_staged.py`` (whose ``_compile`` this reuses). Must run without
 ``TRITON_INTERPRET``.
 
-    python benchmarks/registers_mamba2_staged.py     # Nemotron-H dims, bf16 activations
+    python benchmarks/registers_mamba2_staged.py            # Nemotron-H dims, bf16 activations
+    python benchmarks/registers_mamba2_staged.py --sm 100   # the same for sm_100 (B200)
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import triton  # noqa: E402
 
+import registers_gdn_staged  # noqa: E402
 from registers_gdn_staged import _compile  # noqa: E402
 from trtllm_replayssm.ops.mamba2 import decode  # noqa: E402
 from trtllm_replayssm.ops.mamba2 import decode_staged as staged  # noqa: E402
@@ -74,7 +76,13 @@ def resources(cfg: decode.LaunchConfig, heads=128, head_dim=64, d_state=128, gro
     return ring, stream, flush
 
 
-def main():
+def main(argv=None):
+    import argparse
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sm", type=int, default=90, help="compute capability to compile for (90, 100, 103, ...)")
+    args = p.parse_args(argv)
+    registers_gdn_staged.set_target(args.sm)
     if os.environ.get("TRITON_INTERPRET") == "1":
         raise SystemExit("unset TRITON_INTERPRET: the interpreter does not compile")
     from bench_mamba2_decode import VARIANTS, short

@@ -288,7 +288,8 @@ def short(cfg) -> str:
             " pf" if cfg.ring_prefetch else "") + (
             (f" +flush bp{cfg.flush_block_p} w{cfg.flush_warps} " +
              (f"x{cfg.flush_persistent}/SM" if cfg.flush_persistent else f"h{cfg.flush_heads}") +
-             (f" r{cfg.flush_max_registers}" if cfg.flush_max_registers else "") +
+             (f" r{'|'.join(map(str, cfg.flush_max_registers)) if isinstance(cfg.flush_max_registers, tuple) else cfg.flush_max_registers}"
+              if cfg.flush_max_registers else "") +
              (" side" if cfg.flush_stream else "")) if cfg.flush_launch else "")
     if cfg.kernel == "write_through":
         return f"write-through bp{cfg.block_p} w{cfg.num_warps}" + (f" r{cfg.max_registers}" if cfg.max_registers else "")

@@ -306,7 +306,10 @@ def test_launch_config_rejects_unknown_options():
                 dict(kernel="v4", fold="pipe"), dict(flush_launch=True), dict(kernel="write_through", flush_launch=True),
                 dict(kernel="staged", fold="ieee", flush_launch=True, flush_block_p=8),
                 dict(kernel="staged", flush_launch=True, flush_persistent=-1),
-                dict(kernel="staged", flush_stream=True), dict(kernel="staged", flush_launch=True, flush_heads=0)):
+                dict(kernel="staged", flush_stream=True), dict(kernel="staged", flush_launch=True, flush_heads=0),
+                dict(kernel="staged", flush_launch=True, flush_max_registers=()),
+                dict(kernel="staged", flush_launch=True, flush_max_registers=(112, 300)),
+                dict(kernel="staged", flush_launch=True, flush_max_registers="96")):
         with pytest.raises(ValueError, match="LaunchConfig"):
             decode.LaunchConfig(**bad)
 

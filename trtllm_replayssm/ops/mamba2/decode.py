@@ -80,7 +80,9 @@ class LaunchConfig:
     # > 0: the flush launch as this many programs per SM walking the flush rows' tiles (a list
     # numbered from the ring launch's flags) instead of a program per (row, group, flush_heads).
     flush_persistent: int = 0
-    flush_max_registers: int | None = None  # ptxas .maxnreg of the flush launch
+    # ptxas .maxnreg of the flush launch; a tuple: the one of these caps whose residency fills
+    # the per-row flush launch's waves best on the device (_flush_heads.fullest_last_wave_cap).
+    flush_max_registers: int | tuple[int, ...] | None = None
     # True: the flush launch is issued first on a high-priority side stream and runs under the
     # stream launch (they touch disjoint rows); the step joins the streams before returning.
     flush_stream: bool = False
@@ -104,6 +106,12 @@ class LaunchConfig:
             raise ValueError(f"LaunchConfig.flush_stages: expected >= 1, got {self.flush_stages}")
         if self.flush_heads < 1:
             raise ValueError(f"LaunchConfig.flush_heads: expected >= 1, got {self.flush_heads}")
+        caps = self.flush_max_registers if isinstance(self.flush_max_registers, tuple) else (
+            () if self.flush_max_registers is None else (self.flush_max_registers,))
+        if (isinstance(self.flush_max_registers, tuple) and not caps) or any(
+                not isinstance(c, int) or isinstance(c, bool) or not 24 <= c <= 255 for c in caps):
+            raise ValueError("LaunchConfig.flush_max_registers: expected None, an int in [24, 255] or a non-empty "
+                             f"tuple of them, got {self.flush_max_registers!r}")
         if self.flush_stream and not self.flush_launch:
             raise ValueError("LaunchConfig.flush_stream: needs flush_launch=True")
         if self.flush_launch and self.kernel != "staged":
@@ -147,13 +155,15 @@ def launch_config(kind: str, head_dim: int, d_state: int, batch: int) -> LaunchC
         # 1.77x in order). The fold in two TF32 passes (the ring's 16-bit B is exact in TF32;
         # ops/_tf32.py; fp32 rings take tf32x3), capped at 96 registers (5 programs per SM): flush
         # 827 -> 731 us, amortized 1.79x -> 1.83x, staggered 1.83x -> 1.89x in one `--variants` run
-        # (then with 4 heads per program). Now 112 registers (4 programs per SM, no spills at
-        # Nemotron-H dims): from batch 64 the flush launch has 2048 programs (4096 at 512), 3.1
-        # waves at 5 per SM and 3.9 at 4 per SM, and the almost empty fourth wave of long
-        # programs cost more than the fifth program per SM gained. Plain runs, one call, 96 -> 112:
-        # Nemotron-H flush 697.6 -> 660.3 us at 256 (amortized 305.6 -> 303.6, mixed 297.7 -> 296.7),
-        # 358.2 -> 334.6 at 128, 1469 -> 1360 at 512; Nemotron-3-Nano flush 734.8 -> 681.6 at 256,
-        # mixed 94.2 -> 82.5 us at 64; batch 32 within 0.3 us.
+        # (then with 4 heads per program). Now 112 or 96 registers (4 or 5 programs per SM), the
+        # one that fills the flush launch's waves best on the device: from batch 64 that launch
+        # has 2048 programs (4096 at 512), on an H200's 132 SMs 3.1 waves at 5 per SM and 3.9 at 4,
+        # and the almost empty fourth wave of long programs cost more than the fifth program per
+        # SM gained; on 148 or 160 SMs 5 per SM fills better (not measured: no such GPU here).
+        # H200 plain runs, one call, 96 -> 112: Nemotron-H flush 697.6 -> 660.3 us at 256
+        # (amortized 305.6 -> 303.6, mixed 297.7 -> 296.7), 358.2 -> 334.6 at 128, 1469 -> 1360 at
+        # 512; Nemotron-3-Nano flush 734.8 -> 681.6 at 256, mixed 94.2 -> 82.5 us at 64; batch 32
+        # within 0.3 us.
         # Below batch 64 a flush program takes one head instead of four: in staggered phases only
         # batch / 16 rows flush per step, and four heads per program serialise them (Nemotron-H
         # batch 32: staggered 1.16x -> 1.36x the standard, in phase 1.35x -> 1.31x; the v4 kernel
@@ -170,7 +180,7 @@ def launch_config(kind: str, head_dim: int, d_state: int, batch: int) -> LaunchC
         # 64 eight heads lose the mixed step (111.4 against 87 us).
         heads = 1 if batch < 64 else 4 if batch < 128 else 8 if batch < 256 else 16
         return LaunchConfig(block_p=16, num_warps=2, kernel="staged", fold="tf32x2", flush_launch=True,
-                            flush_max_registers=112, flush_stream=True, flush_heads=heads)
+                            flush_max_registers=(112, 96), flush_stream=True, flush_heads=heads)
     if batch < 128:
         # One program per head streaming 32-row tiles with the next one in flight, capped at 128
         # registers, rows first in the grid, cursors moved by a second launch, rolled FMA fold

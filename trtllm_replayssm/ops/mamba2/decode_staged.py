@@ -38,9 +38,10 @@ per (row, group, ``flush_heads`` heads), whole heads in ``flush_block_p``-row ti
 software pipeliner); programs of non-flush rows exit after two loads. The stream
 launch then serves only the non-flush rows and compiles without the fold (H200, batch 256:
 non-flush 290 us = 95% of copy against 336 us); its programs of flush rows move the cursors and
-exit. ``flush_max_registers`` caps the flush launch's registers (112 in the defaults: 4 programs
-per SM, so that its 2048 programs from batch 64 run in 3.9 waves rather than 3.1), whose programs
-take more heads as the batch grows (``decode.launch_config``);
+exit. ``flush_max_registers`` caps the flush launch's registers (in the defaults 112 or 96, 4 or 5
+programs per SM, whichever fills its waves best on the device: on an H200 its 2048 programs from
+batch 64 run in 3.9 waves at 4 per SM, in 3.1 at 5), whose programs take more heads as the batch
+grows (``decode.launch_config``);
 ``flush_persistent=N`` replaces its grid by N programs per SM walking a list of the
 flush rows' tiles numbered from the ring launch's flags (fewer early exits on non-flush steps,
 a slower flush as measured: ``benchmarks/NOTES_mamba2.md``).
@@ -52,13 +53,25 @@ import torch
 import triton
 import triton.language as tl
 
-from .._flush_heads import flush_heads_per_program
-from .._flush_list import LIST_MAX_BATCH, flush_ranks, flush_row, launch_key, list_grid, note_resident
+from .._flush_heads import flush_heads_per_program, fullest_last_wave_cap
+from .._flush_list import LIST_MAX_BATCH, _sm_count, flush_ranks, flush_row, launch_key, list_grid, note_resident
 from .._side_stream import fork, join
 from .._tf32 import fp32_dot
 from .decode import _common, _mixer_gate, _mixer_output, _program_ids, _slot_of, _softplus_clamp, _state_strides
 
-__all__ = ["flush_heads_per_program", "replay_step_staged"]
+__all__ = ["flush_heads_per_program", "flush_register_cap", "replay_step_staged"]
+
+
+def flush_register_cap(cfg, programs: int | None, device: torch.device) -> int | None:
+    """The ``.maxnreg`` of a flush launch of ``programs`` programs: ``cfg.flush_max_registers``,
+    or of a tuple of caps the one that fills the launch's waves best on ``device`` (the first for
+    a list launch, ``programs=None``, whose single wave has no last one to fill)."""
+    caps = cfg.flush_max_registers
+    if not isinstance(caps, tuple):
+        return caps
+    if device.type != "cuda" or programs is None:
+        return caps[0]  # (the interpreter ignores the cap)
+    return fullest_last_wave_cap(caps, programs, cfg.flush_warps, _sm_count(device))
 
 
 @triton.jit
@@ -415,12 +428,12 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
                           BLOCK_P=cfg.flush_block_p, BLOCK_N=block_n, BLOCK_J=block_j,
                           BLOCK_B=triton.next_power_of_2(batch), HAS_D=flags["HAS_D"], HAS_Z=flags["HAS_Z"],
                           HAS_INDICES=flags["HAS_INDICES"], FOLD=cfg.fold)
-            key = launch_key("mamba2", (x.dtype, checkpoint.dtype, ring_x.dtype), cfg.flush_warps,
-                             cfg.flush_max_registers, consts)
+            cap = flush_register_cap(cfg, None, x.device)
+            key = launch_key("mamba2", (x.dtype, checkpoint.dtype, ring_x.dtype), cfg.flush_warps, cap, consts)
             compiled = _flush_list_kernel[(list_grid(items, cfg.flush_persistent, x.device, key),)](
                 checkpoint, ring_x, ring_B, coef, info, x, B, C, D_, z_, idx_, y,
                 batch, pad_slot_id, *flush_strides, **consts,
-                num_warps=cfg.flush_warps, maxnreg=cfg.flush_max_registers,
+                num_warps=cfg.flush_warps, maxnreg=cap,
             )
             note_resident(key, compiled, x.device)
         else:
@@ -431,7 +444,8 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
                 HEADS=heads, HEADS_PER_GROUP=heads // groups, HEADS_PER_PROGRAM=per_program, P=head_dim, N=d_state,
                 CAP=capacity, BLOCK_P=cfg.flush_block_p, BLOCK_N=block_n, BLOCK_J=block_j,
                 HAS_D=flags["HAS_D"], HAS_Z=flags["HAS_Z"], HAS_INDICES=flags["HAS_INDICES"], FOLD=cfg.fold,
-                STAGES=cfg.flush_stages, num_warps=cfg.flush_warps, maxnreg=cfg.flush_max_registers,
+                STAGES=cfg.flush_stages, num_warps=cfg.flush_warps,
+                maxnreg=flush_register_cap(cfg, batch * (heads // per_program), x.device),
             )
 
     # flush_stream: the flush launch first, on a side stream, so that it runs under the stream

@@ -84,7 +84,7 @@ def test_h200_takes_four_programs_per_sm(dims, batch):
     (160, 2048, 96),    # 3.2 against 2.6
     (148, 4096, 112),   # 6.9 against 5.5
     (132, 528, 112),    # one full wave at 4 per SM
-    (132, 100, 112),    # a fraction of one wave either way: the first cap
+    (132, 100, 112),    # under one wave either way: the smaller residency is the fuller wave
 ])
 def test_fullest_last_wave_cap(sms, programs, want):
     assert fullest_last_wave_cap((112, 96), programs, 4, sms) == want

@@ -21,7 +21,6 @@ import triton  # noqa: E402
 
 import registers_gdn_staged  # noqa: E402
 from registers_gdn_staged import _compile  # noqa: E402
-from trtllm_replayssm.ops._flush_heads import fullest_last_wave_cap  # noqa: E402
 from trtllm_replayssm.ops.mamba2 import decode  # noqa: E402
 from trtllm_replayssm.ops.mamba2 import decode_staged as staged  # noqa: E402
 
@@ -71,19 +70,17 @@ def resources(cfg: decode.LaunchConfig, heads=128, head_dim=64, d_state=128, gro
         return ring, stream, ""
     hpg = heads // groups
     consts = dict(s_ck_p=d_state, s_rx_j=head_dim, s_rB_j=d_state)  # the cache's contiguous layout
-    caps = cfg.flush_max_registers
     if cfg.flush_persistent:
         return ring, stream, _compile(staged._flush_list_kernel, _types(staged._flush_list_kernel, act), dict(
             HEADS=heads, HEADS_PER_GROUP=hpg, P=head_dim, N=d_state, CAP=cap, BLOCK_P=cfg.flush_block_p,
             BLOCK_N=block_n, BLOCK_J=block_j, BLOCK_B=256, HAS_D=True, HAS_Z=True, FOLD=cfg.fold, **consts, **flags),
-            cfg.flush_warps, caps[0] if isinstance(caps, tuple) else caps)
+            cfg.flush_warps, staged.flush_register_cap(cfg, None, SMS))
     per_program = staged.flush_heads_per_program(hpg, cfg.flush_heads)
-    if isinstance(caps, tuple):
-        caps = fullest_last_wave_cap(caps, batch * heads // per_program, cfg.flush_warps, SMS)
     flush = _compile(staged._flush_kernel, _types(staged._flush_kernel, act), dict(**consts,
         HEADS=heads, HEADS_PER_GROUP=hpg, HEADS_PER_PROGRAM=per_program,
         P=head_dim, N=d_state, CAP=cap, BLOCK_P=cfg.flush_block_p, BLOCK_N=block_n, BLOCK_J=block_j, HAS_D=True,
-        HAS_Z=True, FOLD=cfg.fold, STAGES=cfg.flush_stages, **flags), cfg.flush_warps, caps)
+        HAS_Z=True, FOLD=cfg.fold, STAGES=cfg.flush_stages, **flags), cfg.flush_warps,
+        staged.flush_register_cap(cfg, batch * heads // per_program, SMS))
     return ring, stream, flush
 
 

@@ -62,16 +62,17 @@ from .decode import _common, _mixer_gate, _mixer_output, _program_ids, _slot_of,
 __all__ = ["flush_heads_per_program", "flush_register_cap", "replay_step_staged"]
 
 
-def flush_register_cap(cfg, programs: int | None, device: torch.device) -> int | None:
+def flush_register_cap(cfg, programs: int | None, sms: int | None) -> int | None:
     """The ``.maxnreg`` of a flush launch of ``programs`` programs: ``cfg.flush_max_registers``,
-    or of a tuple of caps the one that fills the launch's waves best on ``device`` (the first for
-    a list launch, ``programs=None``, whose single wave has no last one to fill)."""
+    or of a tuple of caps the one that fills the launch's waves best on ``sms`` SMs (the first
+    for a list launch, ``programs=None``, whose single wave has no last one to fill, or without a
+    GPU, ``sms=None``: the interpreter ignores the cap)."""
     caps = cfg.flush_max_registers
     if not isinstance(caps, tuple):
         return caps
-    if device.type != "cuda" or programs is None:
-        return caps[0]  # (the interpreter ignores the cap)
-    return fullest_last_wave_cap(caps, programs, cfg.flush_warps, _sm_count(device))
+    if programs is None or sms is None:
+        return caps[0]
+    return fullest_last_wave_cap(caps, programs, cfg.flush_warps, sms)
 
 
 @triton.jit
@@ -417,6 +418,7 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
         HAS_DT_BIAS=flags["HAS_DT_BIAS"], DT_SOFTPLUS=bool(dt_softplus), HAS_CLAMP=flags["HAS_CLAMP"],
         HAS_INDICES=flags["HAS_INDICES"], num_warps=cfg.ring_warps,
     )
+    sms = _sm_count(x.device) if x.device.type == "cuda" else None
     flush_strides = (s_ck_slot, s_ck_head, s_rx_slot, s_rx_head, s_rB_slot, s_rB_group,
                      s_x_row, s_x_head, s_B_row, s_B_group, s_C_row, s_C_group, s_z_row, s_z_head, s_y_row, s_y_head)
 
@@ -428,7 +430,7 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
                           BLOCK_P=cfg.flush_block_p, BLOCK_N=block_n, BLOCK_J=block_j,
                           BLOCK_B=triton.next_power_of_2(batch), HAS_D=flags["HAS_D"], HAS_Z=flags["HAS_Z"],
                           HAS_INDICES=flags["HAS_INDICES"], FOLD=cfg.fold)
-            cap = flush_register_cap(cfg, None, x.device)
+            cap = flush_register_cap(cfg, None, sms)
             key = launch_key("mamba2", (x.dtype, checkpoint.dtype, ring_x.dtype), cfg.flush_warps, cap, consts)
             compiled = _flush_list_kernel[(list_grid(items, cfg.flush_persistent, x.device, key),)](
                 checkpoint, ring_x, ring_B, coef, info, x, B, C, D_, z_, idx_, y,
@@ -445,7 +447,7 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
                 CAP=capacity, BLOCK_P=cfg.flush_block_p, BLOCK_N=block_n, BLOCK_J=block_j,
                 HAS_D=flags["HAS_D"], HAS_Z=flags["HAS_Z"], HAS_INDICES=flags["HAS_INDICES"], FOLD=cfg.fold,
                 STAGES=cfg.flush_stages, num_warps=cfg.flush_warps,
-                maxnreg=flush_register_cap(cfg, batch * (heads // per_program), x.device),
+                maxnreg=flush_register_cap(cfg, batch * (heads // per_program), sms),
             )
 
     # flush_stream: the flush launch first, on a side stream, so that it runs under the stream

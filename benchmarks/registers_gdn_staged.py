@@ -42,12 +42,17 @@ PTXAS = os.environ.get("PTXAS", os.path.join(os.path.dirname(triton.__file__), "
                                              "ptxas-blackwell"))
 
 
-def _compile(fn, types: dict[str, str], constexprs: dict[str, object], num_warps: int, maxnreg=None) -> str:
+def _compile(fn, types: dict[str, str], constexprs: dict[str, object], num_warps: int, maxnreg=None,
+             divisible: tuple[str, ...] = ()) -> str:
+    """ptxas's resource line for ``fn`` compiled as a launch would specialise it. ``divisible``:
+    integer arguments (besides ``stride*``) whose launch values are multiples of 16, which
+    Triton's launcher marks as such; without the mark the compiled kernel differs (the Mamba-2
+    flush kernel: scalar instead of vector accesses, 16 B fewer spills)."""
     names = fn.arg_names
     signature = {n: types.get(n, "constexpr") for n in names}
     # Launch-time specialisation: pointers and strides divisible by 16 (as the real tensors are).
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n, t in types.items()
-             if t.startswith("*") or n.startswith("stride")}
+             if t.startswith("*") or n.startswith("stride") or n in divisible}
     src = ASTSource(fn, signature, constexprs=constexprs, attrs=attrs)
     options = {"num_warps": num_warps}
     if maxnreg:

@@ -24,6 +24,8 @@ from registers_gdn_staged import _compile  # noqa: E402
 from trtllm_replayssm.ops.mamba2 import decode  # noqa: E402
 from trtllm_replayssm.ops.mamba2 import decode_staged as staged  # noqa: E402
 
+#: The kernels' stride arguments: all multiples of 16 at the benchmarks' dims (Nemotron-H and
+#: Nemotron-3-Nano, bf16 activations), so compiled as the launcher specialises them.
 STRIDES = ("s_ck_slot", "s_ck_head", "s_ck_p", "s_rx_slot", "s_rx_head", "s_rx_j", "s_rdt_slot", "s_rdt_head",
            "s_rB_slot", "s_rB_group", "s_rB_j", "s_x_row", "s_x_head", "s_dt_row", "s_B_row", "s_B_group",
            "s_C_row", "s_C_group", "s_z_row", "s_z_head", "s_y_row", "s_y_head")
@@ -61,11 +63,11 @@ def resources(cfg: decode.LaunchConfig, heads=128, head_dim=64, d_state=128, gro
     ring = _compile(staged._ring_kernel, _types(staged._ring_kernel, act), dict(
         GROUPS=groups, HEADS_PER_GROUP=heads // groups, N=d_state, CAP=cap,
         BLOCK_HG=triton.next_power_of_2(heads // groups), BLOCK_N=block_n, BLOCK_J=block_j,
-        HAS_DT_BIAS=True, DT_SOFTPLUS=True, HAS_CLAMP=True, **flags), cfg.ring_warps)
+        HAS_DT_BIAS=True, DT_SOFTPLUS=True, HAS_CLAMP=True, **flags), cfg.ring_warps, divisible=STRIDES)
     stream = _compile(staged._stream_kernel, _types(staged._stream_kernel, act), dict(
         HEADS=heads, HEADS_PER_GROUP=heads // groups, P=head_dim, N=d_state, CAP=cap, BLOCK_P=cfg.block_p,
         BLOCK_N=block_n, BLOCK_J=block_j, HAS_D=True, HAS_Z=True, FOLD=cfg.fold, ROWS_FASTEST=cfg.rows_fastest,
-        RING_PREFETCH=cfg.ring_prefetch, FLUSH_HERE=not cfg.flush_launch, **flags), cfg.num_warps, cfg.max_registers)
+        RING_PREFETCH=cfg.ring_prefetch, FLUSH_HERE=not cfg.flush_launch, **flags), cfg.num_warps, cfg.max_registers, divisible=STRIDES)
     if not cfg.flush_launch:
         return ring, stream, ""
     hpg = heads // groups
@@ -74,13 +76,13 @@ def resources(cfg: decode.LaunchConfig, heads=128, head_dim=64, d_state=128, gro
         return ring, stream, _compile(staged._flush_list_kernel, _types(staged._flush_list_kernel, act), dict(
             HEADS=heads, HEADS_PER_GROUP=hpg, P=head_dim, N=d_state, CAP=cap, BLOCK_P=cfg.flush_block_p,
             BLOCK_N=block_n, BLOCK_J=block_j, BLOCK_B=256, HAS_D=True, HAS_Z=True, FOLD=cfg.fold, **consts, **flags),
-            cfg.flush_warps, staged.flush_register_cap(cfg, None, SMS))
+            cfg.flush_warps, staged.flush_register_cap(cfg, None, SMS), divisible=STRIDES)
     per_program = staged.flush_heads_per_program(hpg, cfg.flush_heads)
     flush = _compile(staged._flush_kernel, _types(staged._flush_kernel, act), dict(**consts,
         HEADS=heads, HEADS_PER_GROUP=hpg, HEADS_PER_PROGRAM=per_program,
         P=head_dim, N=d_state, CAP=cap, BLOCK_P=cfg.flush_block_p, BLOCK_N=block_n, BLOCK_J=block_j, HAS_D=True,
         HAS_Z=True, FOLD=cfg.fold, STAGES=cfg.flush_stages, **flags), cfg.flush_warps,
-        staged.flush_register_cap(cfg, batch * heads // per_program, SMS))
+        staged.flush_register_cap(cfg, batch * heads // per_program, SMS), divisible=STRIDES)
     return ring, stream, flush
 
 

@@ -1,4 +1,4 @@
-"""The Mamba-2 flush launch's default register cap (of 112 and 96, the one that fills the
+"""The Mamba-2 flush launch's default register cap (of 128 and 96, the one that fills the
 launch's waves best on the device), checked where it matters without a GPU: compiled for sm_90
 (Triton builds the PTX on the CPU, ptxas from Triton's wheel assembles it) with the cap chosen
 for an H200's 132 SMs, the default flush kernel must not spill at Nemotron-H dims, and the
@@ -73,9 +73,10 @@ def _programs(dims: str, batch: int) -> int:
 @pytest.mark.parametrize("dims", list(DIMS))
 @pytest.mark.parametrize("batch", BATCHES)
 def test_h200_takes_four_programs_per_sm(dims, batch):
-    # What the H200 measurements chose (112 registers against 96 at batch 64-512).
+    # What the H200 measurements chose (4 programs per SM against 5 at batch 64-512: 112
+    # registers then, 128 since the ring B moved out of the tile loop and ptxas takes 114).
     cfg = decode.launch_config("replay", 64, 128, batch)
-    assert fullest_last_wave_cap(cfg.flush_max_registers, _programs(dims, batch), cfg.flush_warps, H200_SMS) == 112
+    assert fullest_last_wave_cap(cfg.flush_max_registers, _programs(dims, batch), cfg.flush_warps, H200_SMS) == 128
 
 
 @pytest.mark.parametrize("sms,programs,want", [
@@ -93,7 +94,7 @@ def test_fullest_last_wave_cap(sms, programs, want):
 @pytest.mark.parametrize("batch", BATCHES)
 def test_default_flush_cap_does_not_spill_at_nemotron_h(flush_resources, batch):
     got = flush_resources[f"nemotron_h {batch}"]
-    assert got["regs"] <= 112
+    assert got["regs"] <= 128
     assert got["spilled"] == 0
 
 

@@ -149,12 +149,8 @@ def _softplus(x):
 
 
 @triton.jit
-def _load_token(
-    q, k, a, b, A_log, dt_bias, i_b, i_h, i_hv, o_k, scale,
-    stride_q, stride_qh, stride_k, stride_kh, stride_a, stride_b,
-    RING_K: tl.constexpr, K: tl.constexpr, PER_CHANNEL: tl.constexpr, HAS_BIAS: tl.constexpr,
-):
-    """Normalised ``q``, ``k`` (rounded as the ring stores it), log-decay and beta of one head."""
+def _load_qk(q, k, i_b, i_h, o_k, scale, stride_q, stride_qh, stride_k, stride_kh, RING_K: tl.constexpr):
+    """Normalised ``q`` and ``k`` of key head ``i_h`` (``k`` rounded as the ring stores it)."""
     b_q = tl.load(q + i_b * stride_q + i_h * stride_qh + o_k).to(tl.float32)
     b_k = tl.load(k + i_b * stride_k + i_h * stride_kh + o_k).to(tl.float32)
     b_q = b_q / tl.sqrt(tl.sum(b_q * b_q) + 1e-6) * scale
@@ -162,6 +158,13 @@ def _load_token(
     # The ring keeps k (and v) in the activation dtype; every use goes through that rounding so
     # that a later refold sees exactly the inputs this step used.
     b_k = b_k.to(RING_K).to(tl.float32)
+    return b_q, b_k
+
+
+@triton.jit
+def _load_gate(a, b, A_log, dt_bias, i_b, i_hv, o_k, stride_a, stride_b, K: tl.constexpr,
+               PER_CHANNEL: tl.constexpr, HAS_BIAS: tl.constexpr):
+    """Log-decay (``[K]`` per channel, else a scalar) and beta of value head ``i_hv``."""
     A = tl.exp(tl.load(A_log + i_hv).to(tl.float32))
     if PER_CHANNEL:
         b_a = tl.load(a + i_b * stride_a + i_hv * K + o_k).to(tl.float32)
@@ -173,6 +176,18 @@ def _load_token(
             b_a += tl.load(dt_bias + i_hv).to(tl.float32)
     b_g = -A * _softplus(b_a)
     b_beta = tl.sigmoid(tl.load(b + i_b * stride_b + i_hv).to(tl.float32))
+    return b_g, b_beta
+
+
+@triton.jit
+def _load_token(
+    q, k, a, b, A_log, dt_bias, i_b, i_h, i_hv, o_k, scale,
+    stride_q, stride_qh, stride_k, stride_kh, stride_a, stride_b,
+    RING_K: tl.constexpr, K: tl.constexpr, PER_CHANNEL: tl.constexpr, HAS_BIAS: tl.constexpr,
+):
+    """Normalised ``q``, ``k`` (rounded as the ring stores it), log-decay and beta of one head."""
+    b_q, b_k = _load_qk(q, k, i_b, i_h, o_k, scale, stride_q, stride_qh, stride_k, stride_kh, RING_K)
+    b_g, b_beta = _load_gate(a, b, A_log, dt_bias, i_b, i_hv, o_k, stride_a, stride_b, K, PER_CHANNEL, HAS_BIAS)
     return b_q, b_k, b_g, b_beta
 
 

@@ -66,7 +66,7 @@ from .._side_stream import fork, join
 from ._staged_tiles import _fold_keys, _tile_fold_u, _tile_fold_u_dot, _tile_read, _tile_refold, _tile_wy
 from ._staged_variant import (StagedLaunch, StagedVariant, flush_config, folds_first, item_tiles, ring_split,
                               scratch_width, staged_config, staged_launch, uses_flush_dot)
-from .decode import _load_token, _program_ids, _strides
+from .decode import _load_gate, _load_qk, _program_ids, _strides
 from .decode_chunked import _coupling, _unit_lower_inverse
 
 __all__ = ["StagedLaunch", "StagedVariant", "delta_replay_staged_step", "flush_config", "folds_first", "item_tiles",
@@ -158,13 +158,18 @@ def _ring_kernel(
         # The stream programs scale the raw q by this (normalisation, softmax scale, e^{D_t}).
         q_raw = tl.load(q + i_b * stride_q + i_h * stride_qh + o_k).to(tl.float32)
         q_norm = scale / tl.sqrt(tl.sum(q_raw * q_raw) + 1e-6)
+    # q and k belong to the key head: normalised once, and with a scalar decay their products
+    # with the ring's keys are the same for every value head of the program (each scales them
+    # by its own decays).
+    b_q, b_k = _load_qk(q, k, i_b, i_h, o_k, scale, stride_q, stride_qh, stride_k, stride_kh,
+                        ring_k.dtype.element_ty)
+    b_kq = tl.sum(b_k * b_q)
+    if not PER_CHANNEL:
+        kr_q = tl.sum(Kr * b_q[None, :], axis=1)
+        kr_k = tl.sum(Kr * b_k[None, :], axis=1)
     for gg in tl.static_range(GP):
         i_hv = i_h * G + i_s * GP + gg
-        b_q, b_k, b_g, b_beta = _load_token(
-            q, k, a, b, A_log, dt_bias, i_b, i_h, i_hv, o_k, scale,
-            stride_q, stride_qh, stride_k, stride_kh, stride_a, stride_b,
-            ring_k.dtype.element_ty, K, PER_CHANNEL, HAS_BIAS,
-        )
+        b_g, b_beta = _load_gate(a, b, A_log, dt_bias, i_b, i_hv, o_k, stride_a, stride_b, K, PER_CHANNEL, HAS_BIAS)
         sh = slot * HV + i_hv
         p_w = scratch + (i_b * HV + i_hv) * W
         if flush & REFOLD:
@@ -199,8 +204,8 @@ def _ring_kernel(
                 b_G = tl.where(m_prev, tl.load(ring_g + sh * CAP + o_c, mask=m_load, other=0.0), 0.0)
                 D_t = tl.sum(b_G) + b_g
                 w = tl.exp(D_t - tl.cumsum(b_G, axis=0))
-                b_a = tl.sum(Kr * b_q[None, :], axis=1) * w
-                b_bk = tl.sum(Kr * b_k[None, :], axis=1) * w
+                b_a = kr_q * w
+                b_bk = kr_k * w
             e_t = tl.exp(D_t)
             if RAW_QK:
                 tl.store(p_w + 2 * K + 2 * BC + 2, e_t * q_norm)
@@ -218,7 +223,7 @@ def _ring_kernel(
             else:
                 tl.store(p_w + 2 * K + o_c, b_a)
                 tl.store(p_w + 2 * K + BC + o_c, b_bk)
-            tl.store(p_w + 2 * K + 2 * BC + 1, tl.sum(b_k * b_q))
+            tl.store(p_w + 2 * K + 2 * BC + 1, b_kq)
         tl.store(p_w + 2 * K + 2 * BC, b_beta)
         if FOLD_FIRST:
             if flush:

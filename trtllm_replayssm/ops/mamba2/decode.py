@@ -163,7 +163,10 @@ def launch_config(kind: str, head_dim: int, d_state: int, batch: int) -> LaunchC
         # H200 plain runs, one call, 96 -> 112: Nemotron-H flush 697.6 -> 660.3 us at 256
         # (amortized 305.6 -> 303.6, mixed 297.7 -> 296.7), 358.2 -> 334.6 at 128, 1469 -> 1360 at
         # 512; Nemotron-3-Nano flush 734.8 -> 681.6 at 256, mixed 94.2 -> 82.5 us at 64; batch 32
-        # within 0.3 us.
+        # within 0.3 us. The cap pair is now (128, 96): with the group's ring B loaded once per
+        # flush program (not per tile) ptxas takes 114 registers under a 128 cap (4 per SM, as at
+        # 112) and spills none, where a 112 cap spills 8 B (compiled as the launch specialises the
+        # strides; Nemotron-3-Nano: 122 registers, 16 B at 112).
         # Below batch 64 a flush program takes one head instead of four: in staggered phases only
         # batch / 16 rows flush per step, and four heads per program serialise them (Nemotron-H
         # batch 32: staggered 1.16x -> 1.36x the standard, in phase 1.35x -> 1.31x; the v4 kernel
@@ -180,7 +183,7 @@ def launch_config(kind: str, head_dim: int, d_state: int, batch: int) -> LaunchC
         # 64 eight heads lose the mixed step (111.4 against 87 us).
         heads = 1 if batch < 64 else 4 if batch < 128 else 8 if batch < 256 else 16
         return LaunchConfig(block_p=16, num_warps=2, kernel="staged", fold="tf32x2", flush_launch=True,
-                            flush_max_registers=(112, 96), flush_stream=True, flush_heads=heads)
+                            flush_max_registers=(128, 96), flush_stream=True, flush_heads=heads)
     if batch < 128:
         # One program per head streaming 32-row tiles with the next one in flight, capped at 128
         # registers, rows first in the grid, cursors moved by a second launch, rolled FMA fold

@@ -34,11 +34,11 @@ not): no counters.
 ``flush_launch``: the fold's registers (96-153 against 56) halve the stream programs per SM on
 every step, so the flush rows can instead go to a third launch, ``_flush_kernel``: one program
 per (row, group, ``flush_heads`` heads), whole heads in ``flush_block_p``-row tiles (the token's
-``B`` and ``C`` loaded once per program; ``flush_stages`` > 1 hands the tile loop to Triton's
+``B`` and ``C``, and the group's ring ``B`` for the dot folds, loaded once per program; ``flush_stages`` > 1 hands the tile loop to Triton's
 software pipeliner); programs of non-flush rows exit after two loads. The stream
 launch then serves only the non-flush rows and compiles without the fold (H200, batch 256:
 non-flush 290 us = 95% of copy against 336 us); its programs of flush rows move the cursors and
-exit. ``flush_max_registers`` caps the flush launch's registers (in the defaults 112 or 96, 4 or 5
+exit. ``flush_max_registers`` caps the flush launch's registers (in the defaults 128 or 96, 4 or 5
 programs per SM, whichever fills its waves best on the device: on an H200 its 2048 programs from
 batch 64 run in 3.9 waves at 4 per SM, in 3.1 at 5), whose programs take more heads as the batch
 grows (``decode.launch_config``);
@@ -163,11 +163,18 @@ def _fold_ring(upd, c, line, rx, lead, rx_base, rB_base, s_rx_j, s_rB_j, offs_p,
             B_j = tl.load(rB_base + j * s_rB_j + offs_n, mask=mask_n, other=0.0)
             upd += (w_j * x_j.to(tl.float32))[:, None] * B_j.to(tl.float32)[None, :]
     else:
-        rB = tl.load(rB_base + offs_j[:, None] * s_rB_j + offs_n[None, :],
-                     mask=(offs_j < CAP)[:, None] & mask_n[None, :], other=0.0)
-        rB = tl.where(in_ring[:, None], rB.to(tl.float32), 0.0)
+        rB = _ring_B_tile(rB_base, offs_j, offs_n, in_ring, mask_n, s_rB_j, CAP)
         upd = fp32_dot(rx * lead[None, :], rB, upd, rB_base, FOLD)
     return upd
+
+
+@triton.jit
+def _ring_B_tile(rB_base, offs_j, offs_n, in_ring, mask_n, s_rB_j, CAP: tl.constexpr):
+    """The group's ring ``B`` ``[BLOCK_J, BLOCK_N]`` in fp32, zeroed past ``c`` in registers
+    (every entry loaded, so the load waits for no cursor; NaN-safe)."""
+    rB = tl.load(rB_base + offs_j[:, None] * s_rB_j + offs_n[None, :],
+                 mask=(offs_j < CAP)[:, None] & mask_n[None, :], other=0.0)
+    return tl.where(in_ring[:, None], rB.to(tl.float32), 0.0)
 
 
 @triton.jit
@@ -260,7 +267,7 @@ def _flush_head(coef_ptr, ring_x_ptr, row, slot, h, offs_j, s_rx_slot, s_rx_head
 
 
 @triton.jit
-def _flush_tile(ckpt_ptr, x_ptr, D_ptr, z_ptr, y_ptr, rB_base, row, slot, h, pt, c, in_ring, line, lead, gamma, dt,
+def _flush_tile(ckpt_ptr, x_ptr, D_ptr, z_ptr, y_ptr, rB_base, rB, row, slot, h, pt, c, in_ring, line, lead, gamma, dt,
                 rx_base, Bv, Cv, offs_n, offs_j, mask_n,
                 s_ck_slot, s_ck_head, s_ck_p, s_rx_j, s_rB_j, s_x_row, s_x_head, s_z_row, s_z_head, s_y_row, s_y_head,
                 P: tl.constexpr, N: tl.constexpr, CAP: tl.constexpr, BLOCK_P: tl.constexpr,
@@ -277,8 +284,11 @@ def _flush_tile(ckpt_ptr, x_ptr, D_ptr, z_ptr, y_ptr, rB_base, row, slot, h, pt,
     rx = tl.where(in_ring[None, :], rx.to(tl.float32), 0.0)
     xf = tl.load(x_ptr + row * s_x_row + h * s_x_head + offs_p, mask=mask_p, other=0.0).to(tl.float32)
     upd = gamma * S + (dt * xf)[:, None] * Bv[None, :]
-    upd = _fold_ring(upd, c, line, rx, lead, rx_base, rB_base, s_rx_j, s_rB_j, offs_p, offs_n, offs_j,
-                     in_ring, mask_p, mask_n, P, N, CAP, FOLD)
+    if FOLD == "fma" or FOLD == "loop" or FOLD == "pipe":
+        upd = _fold_ring(upd, c, line, rx, lead, rx_base, rB_base, s_rx_j, s_rB_j, offs_p, offs_n, offs_j,
+                         in_ring, mask_p, mask_n, P, N, CAP, FOLD)
+    else:
+        upd = fp32_dot(rx * lead[None, :], rB, upd, rB_base, FOLD)
     tl.store(ck_ptrs, upd.to(ckpt_ptr.dtype.element_ty), mask=mask_p[:, None] & mask_n[None, :])
     y = tl.sum(upd * Cv[None, :], axis=1)
     y = _mixer_output(y, xf, d_h, zv, HAS_D, HAS_Z)
@@ -324,12 +334,15 @@ def _flush_kernel(
         # The token's B and C once per program (the ring's B is read per tile, from L1/L2).
         Bv = tl.load(B_ptr + row * s_B_row + g * s_B_group + offs_n, mask=mask_n, other=0.0).to(tl.float32)
         Cv = tl.load(C_ptr + row * s_C_row + g * s_C_group + offs_n, mask=mask_n, other=0.0).to(tl.float32)
+        # The group's ring B once per program for the dot folds (per tile it cost the Nemotron-H
+        # flush 2%: a 4 KB load, its conversion and a shared-memory store for every tile).
+        rB = _ring_B_tile(rB_base, offs_j, offs_n, in_ring, mask_n, s_rB_j, CAP)
         if STAGES > 1:
             for it in tl.range(0, HEADS_PER_PROGRAM * TILES, num_stages=STAGES):
                 h = h0 + it // TILES
                 line, lead, gamma, dt, rx_base = _flush_head(coef_ptr, ring_x_ptr, row, slot, h, offs_j, s_rx_slot,
                                                              s_rx_head, HEADS, CAP)
-                _flush_tile(ckpt_ptr, x_ptr, D_ptr, z_ptr, y_ptr, rB_base, row, slot, h, (it % TILES) * BLOCK_P, c,
+                _flush_tile(ckpt_ptr, x_ptr, D_ptr, z_ptr, y_ptr, rB_base, rB, row, slot, h, (it % TILES) * BLOCK_P, c,
                             in_ring, line, lead, gamma, dt, rx_base, Bv, Cv, offs_n, offs_j, mask_n,
                             s_ck_slot, s_ck_head, s_ck_p, s_rx_j, s_rB_j, s_x_row, s_x_head, s_z_row, s_z_head,
                             s_y_row, s_y_head, P, N, CAP, BLOCK_P, HAS_D, HAS_Z, FOLD)
@@ -339,7 +352,7 @@ def _flush_kernel(
                 line, lead, gamma, dt, rx_base = _flush_head(coef_ptr, ring_x_ptr, row, slot, h, offs_j, s_rx_slot,
                                                              s_rx_head, HEADS, CAP)
                 for pt in range(0, P, BLOCK_P):
-                    _flush_tile(ckpt_ptr, x_ptr, D_ptr, z_ptr, y_ptr, rB_base, row, slot, h, pt, c, in_ring, line,
+                    _flush_tile(ckpt_ptr, x_ptr, D_ptr, z_ptr, y_ptr, rB_base, rB, row, slot, h, pt, c, in_ring, line,
                                 lead, gamma, dt, rx_base, Bv, Cv, offs_n, offs_j, mask_n,
                                 s_ck_slot, s_ck_head, s_ck_p, s_rx_j, s_rB_j, s_x_row, s_x_head, s_z_row, s_z_head,
                                 s_y_row, s_y_head, P, N, CAP, BLOCK_P, HAS_D, HAS_Z, FOLD)
@@ -382,9 +395,10 @@ def _flush_list_kernel(
         rB_base = ring_B_ptr + slot * s_rB_slot + g * s_rB_group
         Bv = tl.load(B_ptr + row * s_B_row + g * s_B_group + offs_n, mask=mask_n, other=0.0).to(tl.float32)
         Cv = tl.load(C_ptr + row * s_C_row + g * s_C_group + offs_n, mask=mask_n, other=0.0).to(tl.float32)
+        rB = _ring_B_tile(rB_base, offs_j, offs_n, in_ring, mask_n, s_rB_j, CAP)
         line, lead, gamma, dt, rx_base = _flush_head(coef_ptr, ring_x_ptr, row, slot, h, offs_j, s_rx_slot,
                                                      s_rx_head, HEADS, CAP)
-        _flush_tile(ckpt_ptr, x_ptr, D_ptr, z_ptr, y_ptr, rB_base, row, slot, h, (i % TILES) * BLOCK_P, c, in_ring,
+        _flush_tile(ckpt_ptr, x_ptr, D_ptr, z_ptr, y_ptr, rB_base, rB, row, slot, h, (i % TILES) * BLOCK_P, c, in_ring,
                     line, lead, gamma, dt, rx_base, Bv, Cv, offs_n, offs_j, mask_n,
                     s_ck_slot, s_ck_head, s_ck_p, s_rx_j, s_rB_j, s_x_row, s_x_head, s_z_row, s_z_head,
                     s_y_row, s_y_head, P, N, CAP, BLOCK_P, HAS_D, HAS_Z, FOLD)

@@ -22,9 +22,10 @@ class StagedVariant:
 
     ``block_v``: rows of ``S`` per streaming program; ``num_warps`` / ``max_registers``: the
     streaming kernel's warps and ptxas ``.maxnreg``; ``ring_warps`` / ``ring_max_registers``: the
-    ring kernel's (one-warp ring programs hold ``[CAP, d_k]`` fp32 tiles: 128 registers for GDN,
-    168 for KDA, so 16 or 12 of them per SM and a batch-256 launch in 2-5 waves; the cap trades
-    spills for fewer waves). ``flush_max_registers``: the flush launch's ``.maxnreg``.
+    ring kernel's (one-warp ring programs hold ``[CAP, d_k]`` fp32 tiles: 80 registers for GDN,
+    whose tile dies after the key head's products, 96 for KDA with ``ring_halves``, so 25 or 21
+    of them per SM and a batch-256 launch in 1.2-3 waves; the cap trades spills for fewer
+    waves). ``flush_max_registers``: the flush launch's ``.maxnreg``.
     ``fold``: how a flush folds the window when ``refold=True`` (``refold=False`` always folds
     the cached ``u``): "refold", ``c + 1`` dependent exact updates of the tile from the raw ring;
     "wy", the same refold in the chunked form (``decode_chunked.py``): launch 1 solves the

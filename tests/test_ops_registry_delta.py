@@ -9,7 +9,7 @@ import torch
 from trtllm_replayssm.config import ReplaySSMConfig
 from trtllm_replayssm.ops.gdn import gdn_replay_step, gdn_standard_step
 from trtllm_replayssm.ops.gdn import reference as gdn_ref
-from trtllm_replayssm.ops.gdn._wrappers import KDA_FOLD_U_FROM, default_refold
+from trtllm_replayssm.ops.gdn._wrappers import default_refold
 from trtllm_replayssm.ops.gdn.state import DeltaRuleReplayState
 from trtllm_replayssm.ops.kda import kda_replay_step
 from trtllm_replayssm.ops.kda import reference as kda_ref
@@ -33,17 +33,17 @@ def test_cpu_dispatch_is_the_reference(per_channel):
     op, ref = (kda_replay_step, kda_ref.kda_replay_step) if per_channel else (gdn_replay_step, gdn_ref.gdn_replay_step)
     for _ in range(4):
         torch.testing.assert_close(op(state, **x, state_indices=idx),
-                                   ref(oracle, **x, state_indices=idx, refold=per_channel), rtol=0, atol=0)
+                                   ref(oracle, **x, state_indices=idx, refold=False), rtol=0, atol=0)
     for name, t in state.tensors().items():
         assert torch.equal(t, getattr(oracle, name)), name
 
 
 @pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
 def test_default_flush_fold_per_kind(per_channel):
-    """``refold=None`` (the ops' default) on a checkpoint-only state: GDN folds the cached ``u``,
-    KDA refolds below batch 256 and folds the cached ``u`` from there (their faster flushes). With
-    ``ring_u`` made inconsistent with the raw ring the two folds' checkpoints differ, and the
-    default's (batch 3) equals the chosen one bit for bit."""
+    """``refold=None`` (the ops' default) on a checkpoint-only state: both kinds fold the cached
+    ``u`` at every batch (their faster flushes). With ``ring_u`` made inconsistent with the raw
+    ring the two folds' checkpoints differ, and the default's (batch 3) equals the cached-``u``
+    fold bit for bit."""
     op = kda_replay_step if per_channel else gdn_replay_step
     state, x, idx = _setup(per_channel)
     for _ in range(2):
@@ -56,9 +56,8 @@ def test_default_flush_fold_per_kind(per_channel):
         assert int(st.committed[0]) == 0, "the step was expected to flush slot 0"
         folds[refold] = st.checkpoint
     assert not torch.allclose(folds[False], folds[True], atol=1e-3)
-    assert torch.equal(folds[None], folds[per_channel])
-    assert default_refold(per_channel, KDA_FOLD_U_FROM - 1) is per_channel
-    assert default_refold(per_channel, KDA_FOLD_U_FROM) is False
+    assert torch.equal(folds[None], folds[False])
+    assert all(default_refold(per_channel, batch) is False for batch in (1, 33, 64, 128, 256, 512))
 
 
 def test_standard_op_cpu():

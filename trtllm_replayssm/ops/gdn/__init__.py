@@ -39,9 +39,9 @@ def gdn_replay_step(state: DeltaRuleReplayState, q, k, v, a, b, A_log, dt_bias=N
     ``state``: a GDN :class:`DeltaRuleReplayState`, updated in place. ``refold=True`` refolds a
     flushing slot's window from the checkpoint and the raw ring; ``False`` folds the cached
     ``ring_u``; ``None`` (default) picks the faster of the two while outputs read the checkpoint
-    itself (every state here: no read copy yet), where both are the same fp32 recurrence: GDN
-    folds the cached ``u`` (H200, batch 256: 187 against 203 us amortized); KDA from batch 256,
-    fold-first (206 against 219 us; ``_wrappers.default_refold``).
+    itself (every state here: no read copy yet), where both are the same fp32 recurrence: the
+    cached ``u``, for both kinds (H200, batch 256: GDN 186 against 202 us amortized, KDA
+    fold-first 207 against 219 us; ``_wrappers.default_refold``).
     Returns ``o [batch, HV, d_v]`` in ``v.dtype``.
     """
     return _wrappers.replay_step("gdn", False, state, q, k, v, a, b, A_log, dt_bias, state_indices,

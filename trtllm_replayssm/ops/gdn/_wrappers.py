@@ -61,25 +61,22 @@ def standard_step(kind, per_channel, ssm_state, q, k, v, a, b, A_log, dt_bias, s
               None if scale is None else float(scale))
 
 
-#: KDA's ``refold=None`` folds the cached ``u`` (fold-first) from this batch, refolds below.
-KDA_FOLD_U_FROM = 256
-
-
 def default_refold(per_channel: bool, batch: int) -> bool:
-    """What ``refold=None`` resolves to: the faster of the two folds, both exact while outputs
-    read the checkpoint itself (this state has no read copy; GPU test ``test_refold_choice_gpu``:
-    the cached ``u`` are what a refold recomputes, to fp32 rounding). A read copy's rounding in
-    ``u`` would force the refold (math.md section 4). H200, amortized over each flush's own cycle
-    (RESULTS.md):
+    """What ``refold=None`` resolves to for a ``batch``-row step of GDN (``per_channel=False``)
+    or KDA: the faster of the two folds, both exact while outputs read the checkpoint itself
+    (this state has no read copy; GPU test ``test_refold_choice_gpu``: the cached ``u`` are what a
+    refold recomputes, to fp32 rounding). A read copy's rounding in ``u`` would force the refold
+    (math.md section 4). Both kinds fold the cached ``u`` at every batch (below
+    ``decode.WRITE_THROUGH_BELOW`` the write-through step has no flush to choose for). H200,
+    amortized over each flush's own cycle (RESULTS.md):
 
-    - GDN folds the cached ``u``: batch 256 / 128 186.9 / 101.5 us against 202.7 / 107.8
-      refolding;
-    - KDA folds the cached ``u`` fold-first (``StagedVariant.fold_first``) from batch
-      :data:`KDA_FOLD_U_FROM`: 206.4 against 219.1 us at 256 (a head per flush item); below it
-      refolds (batch 128 / 64: 117.9 / 66.3 us against 120.6 / 68.7 fold-first with two tiles
-      per item).
+    - GDN: batch 256 / 128 185.5 / 100.4 us against 201.6 / 106.7 refolding;
+    - KDA, fold-first (``StagedVariant.fold_first``, a head per flush item): 207.1 against 219.4
+      us at 256; 112.6 / 63.7 us against 116.9 / 66.3 at 128 / 64 (staggered 109.4 / 60.9
+      against 120.3 / 64.4), the same order in the three plain runs since the whole-head item.
     """
-    return per_channel and batch < KDA_FOLD_U_FROM
+    return False
+
 
 def replay_step(kind, per_channel, state, q, k, v, a, b, A_log, dt_bias, state_indices, pad_slot_id, scale, refold):
     reference._check_state(state, per_channel)
@@ -98,4 +95,4 @@ def replay_step(kind, per_channel, state, q, k, v, a, b, A_log, dt_bias, state_i
               int(pad_slot_id), None if scale is None else float(scale), refold)
 
 
-__all__ = ["KDA_FOLD_U_FROM", "KERNEL_HEAD_DIMS", "default_refold", "replay_step", "standard_step"]
+__all__ = ["KERNEL_HEAD_DIMS", "default_refold", "replay_step", "standard_step"]

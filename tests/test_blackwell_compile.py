@@ -80,7 +80,7 @@ def test_every_default_kernel_assembles(resources, sm):
 @pytest.mark.parametrize("what", ["mamba2", "gdn refold=False", "kda refold=False"])
 def test_batch256_defaults_do_not_spill(resources, sm, what):
     # The launches the ops make at batch 256 with their default refold (GDN and KDA fold the
-    # cached u there; the refolding flushes are the refold=True / small-batch paths).
+    # cached u; the refolding flushes are the refold=True paths).
     for name, (_, spilled, _) in resources[f"{sm} {what}"].items():
         assert spilled == 0, (sm, what, name)
 

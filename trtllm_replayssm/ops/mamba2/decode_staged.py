@@ -34,8 +34,9 @@ not): no counters.
 ``flush_launch``: the fold's registers (96-153 against 56) halve the stream programs per SM on
 every step, so the flush rows can instead go to a third launch, ``_flush_kernel``: one program
 per (row, group, ``flush_heads`` heads), whole heads in ``flush_block_p``-row tiles (the token's
-``B`` and ``C``, and the group's ring ``B`` for the dot folds, loaded once per program; ``flush_stages`` > 1 hands the tile loop to Triton's
-software pipeliner); programs of non-flush rows exit after two loads. The stream
+``B`` and ``C``, and the group's ring ``B`` for the dot folds, loaded once per program;
+``flush_stages`` > 1 hands the tile loop to Triton's software pipeliner); programs of non-flush
+rows exit after two loads. The stream
 launch then serves only the non-flush rows and compiles without the fold (H200, batch 256:
 non-flush 290 us = 95% of copy against 336 us); its programs of flush rows move the cursors and
 exit. ``flush_max_registers`` caps the flush launch's registers (in the defaults 128 or 96, 4 or 5
@@ -331,7 +332,7 @@ def _flush_kernel(
         mask_n = offs_n < N
         in_ring = offs_j < c
         rB_base = ring_B_ptr + slot * s_rB_slot + g * s_rB_group
-        # The token's B and C once per program (the ring's B is read per tile, from L1/L2).
+        # The token's B and C once per program.
         Bv = tl.load(B_ptr + row * s_B_row + g * s_B_group + offs_n, mask=mask_n, other=0.0).to(tl.float32)
         Cv = tl.load(C_ptr + row * s_C_row + g * s_C_group + offs_n, mask=mask_n, other=0.0).to(tl.float32)
         # The group's ring B once per program for the dot folds (per tile it cost the Nemotron-H

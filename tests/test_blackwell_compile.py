@@ -6,8 +6,9 @@ defaults (Mamba-2 at Nemotron-H dims; Gated DeltaNet and KDA at their model dims
 kinds) assembles, and the kernels the defaults launch at batch 256 do not spill.
 
 Observed (Triton 3.9): for Mamba-2 the same residency as sm_90 (the flush launch 120 registers
-against 114 under its 128 cap, 4 programs per SM either way); KDA's ring launch takes 126-128
-registers on sm_100 / sm_103 against 96 on sm_90 (16 programs per SM instead of 21), and the
+against 114 under its 128 cap, 4 programs per SM either way); the delta rules' ring launches
+take more on sm_100 / sm_103 than on sm_90 (GDN 96 against 80, KDA 104 against 96: 19 programs
+per SM instead of 21; 126-128 before the ring kernel normalised ``q``, ``k`` once), and the
 refolding flush launches (``refold=True``, no longer a default of either kind) spill 28-40 B at
 their 128-register cap, which they do not on sm_90 (NOTES_delta.md, fourteenth run)."""
 

@@ -80,15 +80,15 @@ def test_h200_takes_four_programs_per_sm(dims, batch):
 
 
 @pytest.mark.parametrize("sms,programs,want", [
-    (132, 2048, 112),   # 3.9 waves at 4 per SM against 3.1 at 5
+    (132, 2048, 128),   # 3.9 waves at 4 per SM against 3.1 at 5
     (148, 2048, 96),    # 3.5 against 2.8
     (160, 2048, 96),    # 3.2 against 2.6
-    (148, 4096, 112),   # 6.9 against 5.5
-    (132, 528, 112),    # one full wave at 4 per SM
-    (132, 100, 112),    # under one wave either way: the smaller residency is the fuller wave
+    (148, 4096, 128),   # 6.9 against 5.5
+    (132, 528, 128),    # one full wave at 4 per SM
+    (132, 100, 128),    # under one wave either way: the smaller residency is the fuller wave
 ])
 def test_fullest_last_wave_cap(sms, programs, want):
-    assert fullest_last_wave_cap((112, 96), programs, 4, sms) == want
+    assert fullest_last_wave_cap((128, 96), programs, 4, sms) == want
 
 
 @pytest.mark.parametrize("batch", BATCHES)

@@ -155,7 +155,7 @@ def launch_config(kind: str, head_dim: int, d_state: int, batch: int) -> LaunchC
         # 1.77x in order). The fold in two TF32 passes (the ring's 16-bit B is exact in TF32;
         # ops/_tf32.py; fp32 rings take tf32x3), capped at 96 registers (5 programs per SM): flush
         # 827 -> 731 us, amortized 1.79x -> 1.83x, staggered 1.83x -> 1.89x in one `--variants` run
-        # (then with 4 heads per program). Now 112 or 96 registers (4 or 5 programs per SM), the
+        # (then with 4 heads per program). Then 112 or 96 registers (4 or 5 programs per SM), the
         # one that fills the flush launch's waves best on the device: from batch 64 that launch
         # has 2048 programs (4096 at 512), on an H200's 132 SMs 3.1 waves at 5 per SM and 3.9 at 4,
         # and the almost empty fourth wave of long programs cost more than the fifth program per

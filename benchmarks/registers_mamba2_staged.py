@@ -67,7 +67,8 @@ def resources(cfg: decode.LaunchConfig, heads=128, head_dim=64, d_state=128, gro
     stream = _compile(staged._stream_kernel, _types(staged._stream_kernel, act), dict(
         HEADS=heads, HEADS_PER_GROUP=heads // groups, P=head_dim, N=d_state, CAP=cap, BLOCK_P=cfg.block_p,
         BLOCK_N=block_n, BLOCK_J=block_j, HAS_D=True, HAS_Z=True, FOLD=cfg.fold, ROWS_FASTEST=cfg.rows_fastest,
-        RING_PREFETCH=cfg.ring_prefetch, FLUSH_HERE=not cfg.flush_launch, **flags), cfg.num_warps, cfg.max_registers, divisible=STRIDES)
+        RING_PREFETCH=cfg.ring_prefetch, FLUSH_HERE=not cfg.flush_launch, **flags), cfg.num_warps, cfg.max_registers,
+        divisible=STRIDES)
     if not cfg.flush_launch:
         return ring, stream, ""
     hpg = heads // groups

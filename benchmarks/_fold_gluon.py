@@ -135,14 +135,9 @@ def launches(S, X, Y, a, C, out, head_dim, hpg, sms):
     return out_
 
 
-def _cta_barrier():
-    """Gluon's CTA-wide barrier under its current name (``barrier`` from Triton 3.7,
-    ``thread_barrier`` before)."""
-    return getattr(gl, "barrier", None) or gl.thread_barrier
-
-
-_barrier = _cta_barrier()
-# TMA copies under their current names (``async_load`` / ``async_store`` in later Triton).
+# Gluon's CTA-wide barrier and TMA copies under their current names (``barrier`` from Triton
+# 3.7, ``thread_barrier`` before; ``async_load`` / ``async_store`` in later Triton).
+_barrier = getattr(gl, "barrier", None) or gl.thread_barrier
 _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
 _tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
 

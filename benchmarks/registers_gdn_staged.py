@@ -1,5 +1,6 @@
-"""Compile the staged delta-rule kernels (``ops/gdn/decode_staged.py``) for sm_90 (``--sm``: another target) without a
-GPU and print ptxas's registers, spills and shared memory per kernel and launch choice.
+"""Compile the staged delta-rule kernels (``ops/gdn/decode_staged.py``) for sm_90 (``--sm``:
+another target) without a GPU and print ptxas's registers, spills and shared memory per kernel
+and launch choice.
 
 Triton 3.9's ``triton.compile`` with a ``GPUTarget`` builds PTX on the CPU; ``ptxas -v`` then
 reports the resources. Pointers and the row strides carry the 16-byte divisibility that the

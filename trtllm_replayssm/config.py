@@ -53,9 +53,9 @@ class ReplaySSMConfig:
     Attributes:
         window: ``L``, the number of committed tokens between two flushes of a slot. The input
             ring holds ``window + max_draft_tokens`` entries. Default 16. (A fold-first flush,
-            KDA's default at batch >= 256 on the GPU, folds the ring before the token that would
-            fill it and keeps that token as the next window's first entry: ``L - 1`` entries
-            per flush in steady state.)
+            KDA's default on the GPU, folds the ring before the token that would fill it and
+            keeps that token as the next window's first entry: ``L - 1`` entries per flush in
+            steady state.)
         max_draft_tokens: most speculative draft tokens verified in one step (0 = no
             speculative decoding). At most ``min(window, 16)``.
         checkpoint_dtype: precision of the recurrence checkpoint, one of

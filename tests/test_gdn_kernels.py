@@ -248,11 +248,11 @@ def test_matches_fla_fused_recurrent_gpu(variant, monkeypatch):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("variant", [
-    None, "chunked", "staged",
+    None, "chunked", "staged", "fused",
     StagedVariant(block_v=16, num_warps=2, flush_launch=True, raw_qk=True, flush_split=8),
     StagedVariant(block_v=16, num_warps=2, flush_launch=True, raw_qk=True, flush_stream=True),
     dataclasses.replace(decode.default_variant(256, False, True, 128), pdl=True),
-], ids=["rowwise", "chunked", "staged", "staged-flush-launch", "staged-flush-stream", "staged-default-pdl"])
+], ids=["rowwise", "chunked", "staged", "fused", "staged-flush-launch", "staged-flush-stream", "staged-default-pdl"])
 def test_cuda_graph_capture_gpu(variant, monkeypatch):
     """A captured replay step, replayed 40 times, walks the same states as eager calls."""
     monkeypatch.setattr(decode, "REPLAY_VARIANT", variant)

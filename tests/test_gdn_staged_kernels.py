@@ -134,6 +134,23 @@ def test_flush_item_tiles_cpu(per_channel, dtype, tiles):
     assert flushes >= 2 * 3 and worst_c < 1e-5, (flushes, worst_c)
 
 
+@pytest.mark.parametrize("launch", ["list", "per-row"])
+@pytest.mark.parametrize("reread,d_k", [(16, 32), (32, 32), (64, 16)], ids=["2-chunks", "1-chunk", "capped"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=["fp16", "fp32"])
+def test_flush_reread_cpu(dtype, reread, d_k, launch):
+    """``flush_reread``: the cached-u fold reads its tile again in ``reread``-column chunks (capped
+    at ``d_k``) after ``u_t`` (the list launch, and the per-row flush launch), in two TF32 passes
+    for 16-bit keys, tf32x3 for fp32. Checkpoint within 1e-5 of float64 over 3+ windows, several
+    rows flushing in one step and staggered, a padded row."""
+    base = decode.default_variant(decode.REREAD_FROM, False, False, 32)
+    variant = dataclasses.replace(base, flush_reread=reread, flush_persistent=1 if launch == "list" else 0)
+    layer = Layer(False, 4, 2, d_k, 32, dtype=dtype, seed=13)
+    for stagger in (False, True):
+        _, worst_c, flushes = drive(layer, 3, slots=4, steps=3 * 4 + 2, window=4, refold=False, stagger=stagger,
+                                    variant=variant)
+        assert flushes >= 2 * 3 and worst_c < 1e-5, (stagger, flushes, worst_c)
+
+
 @pytest.mark.parametrize("halves", [True, False], ids=["halves", "whole"])
 @pytest.mark.parametrize("window", [4, 7, 12], ids=["cap4", "cap7", "cap12"])
 @pytest.mark.parametrize("refold", [False, True], ids=["fold-u", "refold"])
@@ -194,6 +211,12 @@ def test_staged_launch_constexprs():
                             **kw)
     assert folding.flush["DOT"] and folding.flush["TF32X2"] and folding.flush["PREFETCH"] == 0
     assert not folding.common["REFOLD"] and folding.flush_warps == 1
+    # the re-read fold from REREAD_FROM rows, for the cached-u fold only, capped at d_k
+    assert folding.flush["REREAD"] == 64 and refolding.flush["REREAD"] == 0
+    below = decode.default_variant(decode.REREAD_FROM - 1, False, False, 128)
+    assert staged_launch(below, *dims, per_channel=False, refold=False, **kw).flush["REREAD"] == 0
+    assert staged_launch(decode.default_variant(256, False, False, 32), 256, 4, 2, 16, 32, 4, per_channel=False,
+                         refold=False, **kw).flush["REREAD"] == 16
     # "wy" only where the flush refolds (the cached-u fold has no window solve)
     wy = StagedVariant(fold="wy", flush_launch=True)
     assert staged_launch(wy, *dims, per_channel=False, refold=True, **kw).common["WY"]
@@ -241,6 +264,8 @@ STAGED_BAD_OPTIONS = [
     (dict(flush_launch=True, flush_dot=True, flush_item_tiles=2), "^flush_item_tiles: only with flush_dot"),
     (dict(flush_launch=True, flush_persistent=4, flush_item_tiles=2), "^flush_item_tiles: only with flush_dot"),
     (dict(flush_launch=True, fold="u", fold_first=True), "^fold_first: only with flush_dot"),
+    (dict(flush_launch=True, flush_dot=True, flush_reread=24), "^flush_reread: expected 0, or a power of two"),
+    (dict(flush_launch=True, flush_reread=32), "^flush_reread: expected 0, or a power of two >= 16 with flush_dot"),
 ]
 
 
@@ -330,6 +355,28 @@ def test_flush_tf32x2_agrees_with_tf32x3_gpu():
     ck = checkpoints_after_three_windows(False, [dataclasses.replace(base, flush_precision="tf32x3"),
                                                   dataclasses.replace(base, flush_precision="tf32x2")])
     assert rel_err(ck[1], ck[0]) < 2e-6
+
+
+@pytest.mark.gpu
+def test_flush_reread_agrees_gpu():
+    """GDN, bf16, batch 64, 3 windows at L=16 from the same inputs: the fold that reads its tile
+    again (64- and 32-column chunks, and 32-row two-warp tiles) and the one that holds it give
+    the same checkpoints to fp32 level."""
+    base = decode.default_variant(256, False, False, GPU_DIMS[0][3])
+    ck = checkpoints_after_three_windows(False, [
+        dataclasses.replace(base, flush_reread=0), dataclasses.replace(base, flush_reread=64),
+        dataclasses.replace(base, flush_reread=32, flush_block_v=32, flush_warps=2, flush_persistent=6)])
+    assert rel_err(ck[1], ck[0]) < 2e-6 and rel_err(ck[2], ck[0]) < 2e-6, (rel_err(ck[1], ck[0]), rel_err(ck[2], ck[0]))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
+def test_flush_reread_gpu(dtype, monkeypatch):
+    """The batch-256 default (the re-read fold) at model dims through the public op against the
+    float64 reference, batch 64 (the list launch walks several rows per program)."""
+    variant = decode.default_variant(decode.REREAD_FROM, False, False, GPU_DIMS[0][3])
+    assert variant.flush_reread == 64
+    check_variant_gpu(False, GPU_DIMS[0], dtype, 64, variant, monkeypatch, refold=False)
 
 
 @pytest.mark.gpu

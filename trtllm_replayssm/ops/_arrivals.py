@@ -15,7 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
-__all__ = ["arrival_counters", "write_through_cursors"]
+__all__ = ["arrival_counters", "replay_cursors", "write_through_cursors"]
 
 
 def arrival_counters(
@@ -48,3 +48,17 @@ def write_through_cursors(arrivals_ptr, committed_ptr, flush_at_ptr, slot, c, fl
             tl.store(committed_ptr + slot, 0)
             tl.store(flush_at_ptr + slot, window)
             tl.store(arrivals_ptr + slot, 0)
+
+
+@triton.jit
+def replay_cursors(arrivals_ptr, committed_ptr, flush_at_ptr, row, slot, c, flush, window, programs):
+    """The cursors after a ReplaySSM step of one row: ``c + 1``, or ``(0, window)`` after a
+    flush. Each of the row's ``programs`` counts its arrival; the last one to arrive moves them
+    and re-zeroes the row's counter. Relaxed suffices: every program's stores depend on the
+    cursors it read, so those reads are complete when it counts."""
+    arrived = tl.atomic_add(arrivals_ptr + row, 1, sem="relaxed")
+    if arrived == programs - 1:
+        tl.store(committed_ptr + slot, tl.where(flush, 0, c + 1))
+        if flush:
+            tl.store(flush_at_ptr + slot, window)
+        tl.store(arrivals_ptr + row, 0)

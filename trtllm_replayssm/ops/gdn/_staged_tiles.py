@@ -211,3 +211,28 @@ def _tile_fold_u_dot(S, U, b_u, c, B, B_lo, w, decay, o_c, ring_k, PER_CHANNEL: 
         else:
             S = tl.dot(Ut, B * w[:, None], acc=S, input_precision="tf32x3")
     return S
+
+
+@triton.jit
+def _tile_fold_u_reread(p_s, U, b_u, c, p_rk, p_rg, o_c, K: tl.constexpr, KC: tl.constexpr, CAP: tl.constexpr,
+                        ring_k, TF32X2: tl.constexpr):
+    """``_tile_fold_u_dot`` for a scalar decay with the tile read again from ``p_s`` (``[BV, 1]``
+    row pointers) in ``KC``-column chunks and stored chunk by chunk: the tile was read for
+    ``u_t`` just before (L2 hits), and no registers hold it across that reduction. The keys
+    come from the ring (the ring launch wrote the token's at ``c``); ``U`` ``[BC, BV]`` zero
+    from ``c`` on."""
+    live = o_c <= c
+    gr = tl.where(live, tl.load(p_rg + o_c, mask=o_c < CAP, other=0.0), 0.0)
+    G_c = tl.sum(gr, axis=0)
+    decay = tl.exp(G_c)
+    Ut = tl.where((o_c == c)[None, :], b_u[:, None], tl.trans(U)) * tl.exp(G_c - tl.cumsum(gr, axis=0))[None, :]
+    o_kc = tl.arange(0, KC)
+    for j in tl.static_range(K // KC):
+        cols = j * KC + o_kc
+        B = tl.load(p_rk + o_c[:, None] * K + cols[None, :], mask=live[:, None], other=0.0).to(tl.float32)
+        S = tl.load(p_s + cols[None, :]) * decay
+        if TF32X2 and ring_k.dtype.element_ty != tl.float32:
+            S = dot_tf32x2(Ut, B, S)
+        else:
+            S = tl.dot(Ut, B, acc=S, input_precision="tf32x3")
+        tl.store(p_s + cols[None, :], S)

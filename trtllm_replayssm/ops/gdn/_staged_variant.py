@@ -105,6 +105,11 @@ class StagedVariant:
     decay into the scratch line before it writes the token there. Ignored for a refold and for
     ``window < 2``.
 
+    ``flush_reread`` (Gated DeltaNet's scalar decay, with ``flush_dot``, not ``fold_first``): the
+    fold reads the flush tile again, in chunks of that many ``d_k`` columns (L2 hits: the tile
+    was read for ``u_t`` just before), instead of holding it in registers across the
+    reduction ``u_t`` needs; ignored for KDA and fold-first.
+
     ``pdl``: the stream launch is a programmatic dependent launch of the ring launch
     (``ops/_pdl.py``; sm_90+ compiled kernels, otherwise ignored): its programs are dispatched
     while the ring launch finishes and wait for it before their first load.
@@ -135,6 +140,7 @@ class StagedVariant:
     flush_item_tiles: int = 1
     refold_prefetch: int = 0
     fold_first: bool = False
+    flush_reread: int = 0
     pdl: bool = False
 
     def __post_init__(self):
@@ -164,6 +170,10 @@ class StagedVariant:
         if self.flush_item_tiles != 1 and not (self.flush_dot and self.flush_persistent):
             raise ValueError("flush_item_tiles: only with flush_dot=True and flush_persistent > 0 (the list launch's "
                              "one-product fold)")
+        if self.flush_reread and (self.flush_reread < 16 or self.flush_reread & (self.flush_reread - 1)
+                                  or not self.flush_dot):
+            raise ValueError(f"flush_reread: expected 0, or a power of two >= 16 with flush_dot=True, got "
+                             f"{self.flush_reread!r}")
         if self.fold_first and not self.flush_dot:
             raise ValueError("fold_first: only with flush_dot=True (the one-product fold of the cached u)")
         if self.refold_prefetch not in (0, 1):
@@ -301,7 +311,8 @@ def staged_launch(variant: StagedVariant, rows: int, v_heads: int, k_heads: int,
     tiles = item_tiles(d_v, flush_bv, variant, dot)
     flush_list = bool(variant.flush_launch and variant.flush_persistent and rows <= LIST_MAX_BATCH)
     own = dict(BV=flush_bv, DOT=dot, TF32X2=dot and variant.flush_precision == "tf32x2",
-               PREFETCH=variant.refold_prefetch if do_refold and not wy else 0)
+               PREFETCH=variant.refold_prefetch if do_refold and not wy else 0,
+               REREAD=min(variant.flush_reread, d_k) if dot and not per_channel and not fold_first else 0)
     if not variant.flush_launch:
         flush = {}
     elif flush_list:

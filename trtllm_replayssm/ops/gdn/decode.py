@@ -41,10 +41,10 @@ import torch
 import triton
 import triton.language as tl
 
-from .._arrivals import arrival_counters, write_through_cursors
+from .._arrivals import arrival_counters, replay_cursors, write_through_cursors
 
-__all__ = ["REPLAY_VARIANT", "WRITE_THROUGH_BELOW", "default_variant", "delta_standard_step", "delta_replay_step",
-           "launch_config", "replay_config", "write_through_config"]
+__all__ = ["REPLAY_VARIANT", "REREAD_FROM", "WRITE_THROUGH_BELOW", "default_variant", "delta_standard_step",
+           "delta_replay_step", "launch_config", "replay_config", "write_through_config"]
 
 #: The ReplaySSM kernel the ops launch: None for :func:`default_variant`'s measured choice per
 #: call (batch, kind, flush kind), "rowwise" for :func:`_replay_step_kernel` (row-wise refold),
@@ -54,6 +54,10 @@ __all__ = ["REPLAY_VARIANT", "WRITE_THROUGH_BELOW", "default_variant", "delta_st
 #: two-launch step of ``decode_staged.py``.
 REPLAY_VARIANT = None
 
+
+#: Gated DeltaNet's cached-``u`` flush reads its tile again for the fold from this batch
+#: (``StagedVariant.flush_reread``; see :func:`default_variant`).
+REREAD_FROM = 256
 
 #: Batches below this take the write-through step when no variant is named (on an H200 it led
 #: the staged step at batch 32 and trailed it at 40).
@@ -97,7 +101,9 @@ def default_variant(batch: int, per_channel: bool, refold: bool, d_v: int):
       ring entry one update ahead (``refold_prefetch``, 128 registers): GDN 206.0 -> 202.4 us
       (1.29x fla), KDA 220.1 -> 218.2 us (1.73x) at batch 256; KDA's cached-``u`` flush folds
       first (``fold_first``, a head's four 32-row tiles per item, 4 warps, beside the stream
-      launch): 206.4 us = 1.86x fla over its 15-token cycle against 219.1 us refolding;
+      launch): 206.4 us = 1.86x fla over its 15-token cycle against 219.1 us refolding; from
+      batch :data:`REREAD_FROM` GDN's cached-``u`` flush reads its tile again for the fold
+      (``flush_reread=64``): batch 256 amortized 185.2 -> 182.3 us, 512 351.8 -> 340.6 us;
     - otherwise (``d_v`` not a multiple of 32 from batch 33) the row-wise kernel.
     """
     if batch < WRITE_THROUGH_BELOW:
@@ -124,8 +130,14 @@ def default_variant(batch: int, per_channel: bool, refold: bool, d_v: int):
             # A scalar decay and 16-bit keys: the dot fold in two TF32 passes (ops/_tf32.py), in
             # 16-row one-warp programs (221 registers, 8 per SM), beside the stream launch: flush
             # 593 -> 525 us, amortized 194.7 -> 190.0 us at batch 256 (fp32 rings: tf32x3).
+            # From batch 256 the fold reads the tile again in 64-column chunks after u_t instead of
+            # holding it (flush_reread; 168 registers): flush 487.8 -> 421.2 us, amortized 185.2 ->
+            # 182.3 us, staggered 187.2 -> 182.1 us at 256; 984 -> 770 / 351.8 -> 340.6 us at 512.
+            # At 128 the stream launch beside that list kernel ran ~10 us slower (non-flush 90.9 ->
+            # 101.4 us; amortized 100.8 -> 108.2), so smaller batches hold the tile.
             return StagedVariant(**stream, flush_stream=True, flush_dot=True, flush_precision="tf32x2",
-                                 flush_persistent=8, flush_block_v=16, flush_warps=1)
+                                 flush_persistent=8, flush_block_v=16, flush_warps=1,
+                                 flush_reread=64 if batch >= REREAD_FROM else 0)
         # KDA's per-channel decays keep tf32x3; the flush folds first (fold_first: the window's
         # entries alone, the token then reads the new checkpoint as entry 0 of the next window,
         # so no S k_t reduction stands between a tile's load and its store). A list item is a
@@ -416,14 +428,7 @@ def _replay_step_kernel(
                 tl.store(p_rg + c, b_g)
             if i_hv % G == 0:
                 tl.store(p_rk + c * K + o_k, b_k.to(ring_k.dtype.element_ty))
-    # The last program of this row to arrive advances the slot's cursors. Relaxed suffices:
-    # every program's stores depend on the cursors it read, so those reads are complete.
-    arrived = tl.atomic_add(arrivals + i_b, 1, sem="relaxed")
-    if arrived == HV * SPLIT - 1:
-        tl.store(committed + slot, tl.where(flush, 0, c + 1))
-        if flush:
-            tl.store(flush_at + slot, window)
-        tl.store(arrivals + i_b, 0)
+    replay_cursors(arrivals, committed, flush_at, i_b, slot, c, flush, window, HV * SPLIT)
 
 
 _ARRIVALS: dict[torch.device, torch.Tensor] = {}
@@ -541,6 +546,7 @@ def delta_replay_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, com
                                 a, b, A_log, dt_bias, state_indices, pad_slot_id, scale, block_v, num_warps)
     if variant is not None and variant != "rowwise":
         from .decode_chunked import ChunkedVariant, delta_replay_chunked_step
+        from .decode_fused import FusedVariant, delta_replay_fused_step
         from .decode_staged import StagedVariant, delta_replay_staged_step
 
         if variant == "staged" or isinstance(variant, StagedVariant):
@@ -548,11 +554,16 @@ def delta_replay_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, com
                 checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, committed, flush_at, window,
                 q, k, v, a, b, A_log, dt_bias, state_indices, pad_slot_id, scale, refold,
                 StagedVariant() if variant == "staged" else variant)
+        if variant == "fused" or isinstance(variant, FusedVariant):
+            return delta_replay_fused_step(
+                checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, committed, flush_at, window,
+                q, k, v, a, b, A_log, dt_bias, state_indices, pad_slot_id, scale, refold,
+                FusedVariant() if variant == "fused" else variant)
         if variant == "chunked":
             variant = ChunkedVariant()
         elif not isinstance(variant, ChunkedVariant):
-            raise ValueError(f"variant: expected None, 'rowwise', 'chunked', 'staged', 'write_through', a "
-                             f"ChunkedVariant or a StagedVariant, got {variant!r}")
+            raise ValueError(f"variant: expected None, 'rowwise', 'chunked', 'staged', 'fused', 'write_through', "
+                             f"a ChunkedVariant, a StagedVariant or a FusedVariant, got {variant!r}")
         return delta_replay_chunked_step(
             checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, committed, flush_at, window,
             q, k, v, a, b, A_log, dt_bias, state_indices, pad_slot_id, scale, refold, variant)

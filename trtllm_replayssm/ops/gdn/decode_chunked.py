@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import triton
 import triton.language as tl
 
+from .._arrivals import replay_cursors
 from .decode import _arrivals, _load_token, _program_ids, _strides, replay_config
 
 __all__ = ["ChunkedVariant", "delta_replay_chunked_step"]
@@ -392,13 +393,7 @@ def _chunked_replay_kernel(
                 tl.store(p_rg + c, b_g)
             if i_hv % G == 0:
                 tl.store(p_rk + c * K + o_k, b_k.to(ring_k.dtype.element_ty))
-    # Cursor hand-off as in decode.py: the row's last program to arrive advances them.
-    arrived = tl.atomic_add(arrivals + i_b, 1, sem="relaxed")
-    if arrived == HV * SPLIT - 1:
-        tl.store(committed + slot, tl.where(flush, 0, c + 1))
-        if flush:
-            tl.store(flush_at + slot, window)
-        tl.store(arrivals + i_b, 0)
+    replay_cursors(arrivals, committed, flush_at, i_b, slot, c, flush, window, HV * SPLIT)
 
 
 def chunked_config(rows: int, v_heads: int, d_k: int, d_v: int, variant: ChunkedVariant) -> tuple[int, int, int]:

@@ -63,7 +63,8 @@ import triton.language as tl
 from .._flush_list import flush_ranks, flush_row, launch_key, list_grid, note_resident
 from .._pdl import gdc_launch_dependents, gdc_wait, pdl_supported
 from .._side_stream import fork, join
-from ._staged_tiles import _fold_keys, _tile_fold_u, _tile_fold_u_dot, _tile_read, _tile_refold, _tile_wy
+from ._staged_tiles import (_fold_keys, _tile_fold_u, _tile_fold_u_dot, _tile_fold_u_reread, _tile_read, _tile_refold,
+                            _tile_wy)
 from ._staged_variant import (StagedLaunch, StagedVariant, flush_config, folds_first, item_tiles, ring_split,
                               scratch_width, staged_config, staged_launch, uses_flush_dot)
 from .decode import _load_gate, _load_qk, _program_ids, _strides
@@ -317,12 +318,14 @@ def _flush_tile(q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u
                 CAP: tl.constexpr, BC: tl.constexpr, W: tl.constexpr, PER_CHANNEL: tl.constexpr, REFOLD: tl.constexpr,
                 WY: tl.constexpr, RAW_QK: tl.constexpr, STAGES: tl.constexpr, UNROLL: tl.constexpr,
                 DOT: tl.constexpr, TF32X2: tl.constexpr = False, TILES: tl.constexpr = 1,
-                PREFETCH: tl.constexpr = 0, FOLD_FIRST: tl.constexpr = False):
+                PREFETCH: tl.constexpr = 0, FOLD_FIRST: tl.constexpr = False, REREAD: tl.constexpr = 0):
     """Rows ``v0 .. v0 + TILES * BV`` of value head ``i_hv`` of flush row ``i_b``, in ``TILES``
     tiles of ``BV`` rows: fold, store, output. With ``DOT`` the fold's key side (``_fold_keys``)
     is formed once for the ``TILES`` tiles. ``PREFETCH``: how a refold loads its ring entries
     ahead (``refold_prefetch``). ``FOLD_FIRST`` (with ``DOT``): fold entries ``0..c-1``, store,
-    then the token as the next window's entry 0 (``u_t`` into ring position 0)."""
+    then the token as the next window's entry 0 (``u_t`` into ring position 0). ``REREAD`` (with
+    ``DOT``, a scalar decay, not ``FOLD_FIRST``): the fold reads the tile again in ``REREAD``-column
+    chunks after ``u_t`` (``_tile_fold_u_reread``) instead of holding it."""
     o_k = tl.arange(0, K)
     o_c = tl.arange(0, BC)
     i_h = i_hv // (HV // H)
@@ -334,7 +337,7 @@ def _flush_tile(q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u
     p_rg = ring_g + sh * CAP * (K if PER_CHANNEL else 1)
     b_beta = tl.load(p_w + 2 * K + 2 * BC)
     PRESPLIT: tl.constexpr = PER_CHANNEL and TILES > 1
-    if DOT:
+    if DOT and REREAD == 0:
         # Fold-first: entry 0's key (saved in the key head's first value head's line) and decay.
         p_first = scratch + (i_b * HV + i_h * (HV // H)) * W + 2 * K + 2 * BC + 4
         B, B_lo, w, decay = _fold_keys(c, p_rk, p_rg, o_k, o_c, K, CAP, PER_CHANNEL, PRESPLIT, FOLD_FIRST,
@@ -371,12 +374,15 @@ def _flush_tile(q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u
             else:
                 b_u, b_o = _tile_read(S, U, c, b_v, b_beta, p_w, q + i_b * stride_q + i_h * stride_qh, p_rk,
                                       o_k, o_c, K, BC, RAW_QK)
-                if DOT:
+                if DOT and REREAD > 0:
+                    _tile_fold_u_reread(checkpoint + sh * V * K + o_v[:, None] * K, U, b_u, c, p_rk, p_rg, o_c,
+                                        K, REREAD, CAP, ring_k, TF32X2)
+                elif DOT:
                     S = _tile_fold_u_dot(S, U, b_u, c, B, B_lo, w, decay, o_c, ring_k, PER_CHANNEL, TF32X2,
                                          PRESPLIT)
                 else:
                     S = _tile_fold_u(S, b_u, c, p_rk, p_ru, p_rg, o_k, o_v, K, V, PER_CHANNEL, STAGES)
-        if not FOLD_FIRST:
+        if not FOLD_FIRST and not (DOT and REREAD > 0 and not REFOLD and not WY):
             tl.store(p_s, S.to(checkpoint.dtype.element_ty))
         tl.store(out + i_b * stride_o + i_hv * stride_oh + o_v, b_o.to(out.dtype.element_ty))
 
@@ -389,7 +395,7 @@ def _flush_kernel(
     BC: tl.constexpr, W: tl.constexpr, HEADS_PER_PROGRAM: tl.constexpr, SPLIT: tl.constexpr, PER_CHANNEL: tl.constexpr,
     REFOLD: tl.constexpr, WY: tl.constexpr, RAW_QK: tl.constexpr, STAGES: tl.constexpr, UNROLL: tl.constexpr,
     HAS_INDICES: tl.constexpr, DOT: tl.constexpr, TF32X2: tl.constexpr, PREFETCH: tl.constexpr = 0,
-    FOLD_FIRST: tl.constexpr = False,
+    FOLD_FIRST: tl.constexpr = False, REREAD: tl.constexpr = 0,
 ):
     """The flush rows of a ``flush_launch`` step: ``V / SPLIT`` rows of ``HEADS_PER_PROGRAM``
     value heads of one row per program, in ``BV``-row tiles; programs of other rows exit after
@@ -409,7 +415,7 @@ def _flush_kernel(
                 _flush_tile(q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, scratch, i_b, hv0 + hh,
                             slot, c, v0, stride_q, stride_qh, stride_v, stride_vh, stride_o, stride_oh,
                             HV, H, K, V, BV, CAP, BC, W, PER_CHANNEL, REFOLD, WY, RAW_QK, STAGES, UNROLL, DOT, TF32X2,
-                            1, PREFETCH, FOLD_FIRST)
+                            1, PREFETCH, FOLD_FIRST, REREAD)
 
 
 @triton.jit
@@ -420,7 +426,7 @@ def _flush_list_kernel(
     BC: tl.constexpr, W: tl.constexpr, PER_CHANNEL: tl.constexpr, REFOLD: tl.constexpr, WY: tl.constexpr,
     RAW_QK: tl.constexpr, STAGES: tl.constexpr, UNROLL: tl.constexpr, HAS_INDICES: tl.constexpr, DOT: tl.constexpr,
     TF32X2: tl.constexpr, BLOCK_B: tl.constexpr, TILES: tl.constexpr, PREFETCH: tl.constexpr = 0,
-    FOLD_FIRST: tl.constexpr = False,
+    FOLD_FIRST: tl.constexpr = False, REREAD: tl.constexpr = 0,
 ):
     """The flush rows' ``[BV, d_k]`` tiles as a list walked by a fixed wave of programs
     (``flush_persistent`` per SM): each program numbers the flush rows by a prefix sum of the
@@ -440,7 +446,7 @@ def _flush_list_kernel(
                     (i % PER_ROW) // NVB, slot, tl.load(row_info + i_b * 2), (i % NVB) * BV * TILES,
                     stride_q, stride_qh, stride_v, stride_vh, stride_o, stride_oh,
                     HV, H, K, V, BV, CAP, BC, W, PER_CHANNEL, REFOLD, WY, RAW_QK, STAGES, UNROLL, DOT, TF32X2,
-                    TILES, PREFETCH, FOLD_FIRST)
+                    TILES, PREFETCH, FOLD_FIRST, REREAD)
 
 
 def delta_replay_staged_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, committed, flush_at, window,

@@ -1,0 +1,45 @@
+"""``benchmarks/bench_gdn_paper.py``'s loader of the paper's GDN kernel file: a checkout without
+the file is refused by name, and the file is loaded alone with stand-ins for the two vLLM modules
+it imports (a stand-in file here, the paper's code being no part of this repository)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+
+import bench_gdn_paper  # noqa: E402
+
+STAND_IN = '''
+from vllm.model_executor.layers.mamba.ops.replayssm_config import get_replayssm_config
+from vllm.triton_utils import tl, triton
+
+
+def fused_recurrent_gated_delta_rule_replayssm(*args, block_v=None, num_warps=None, num_stages=None, nk=None, **kw):
+    cfg = get_replayssm_config("gdn_decode", L=16)
+    return cfg, tl.constexpr, triton.cdiv(5, 2), (block_v, num_warps, num_stages, nk)
+'''
+
+
+def test_missing_checkout_is_refused(tmp_path):
+    with pytest.raises(SystemExit, match="--paper-root: expected a checkout"):
+        bench_gdn_paper.load_paper_kernel(str(tmp_path))
+
+
+def test_kernel_file_loads_alone(tmp_path):
+    path = tmp_path / bench_gdn_paper.PAPER_FILE
+    path.parent.mkdir(parents=True)
+    path.write_text(STAND_IN)
+    kernel = bench_gdn_paper.load_paper_kernel(str(tmp_path))
+    cfg, constexpr, cdiv, launch = kernel(block_v=32, num_warps=1, num_stages=3, nk=2)
+    import triton.language as tl
+
+    assert cfg == (None, None, None, None) and constexpr is tl.constexpr and cdiv == 3 and launch == (32, 1, 3, 2)
+
+
+def test_bad_launch_configs_are_named():
+    with pytest.raises(SystemExit):
+        bench_gdn_paper.main(["--paper-configs", "64,1,3"])

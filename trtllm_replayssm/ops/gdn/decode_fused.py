@@ -1,0 +1,192 @@
+"""The one-launch ReplaySSM step of Gated DeltaNet for a flush that folds the cached ``u``
+(``refold=False``): ``variant="fused"`` / a :class:`FusedVariant` of ``decode.delta_replay_step``.
+Measured, not the default (benchmarks/NOTES_delta.md, sixteenth run).
+
+The staged step (``decode_staged.py``) forms each key head's ring terms in a launch of their own
+and streams the checkpoint in a second; that boundary (the ring launch and the gap behind it,
+~15 us of the batch-256 non-flush step on an H200) is what this kernel removes, as the paper's
+public GDN kernel does. Each program owns ``BV`` rows of one (row, value head) over the whole
+``d_k`` axis and forms the ring terms itself (``[CAP, d_k]`` ring keys, L2 hits after the first
+program of a key head). With ``c = committed`` and ``D_j`` the cumulative log-decay through
+ring entry ``j``:
+
+    P x  = S_c (e^{D_t} x) + sum_{j<c} u_j e^{D_t - D_j} (k_j . x)
+    u_t  = beta_t (v_t - P k_t),       o_t = P q_t + u_t (k_t . q_t)
+
+A flush row (``c + 1 >= flush_at``) then folds the window as one product,
+``S_c e^{D_t} + W Kf`` with ``W = [u_j e^{D_t - D_j}]_{j<c} | u_t`` ``[BV, BC]`` and ``Kf`` the
+ring keys with the token's at ``c``, over ``KC``-column chunks of the tile read again (L2
+hits) so that no registers hold it across the reduction ``u_t`` needs; on TF32 tensor cores at
+fp32 level (``ops/_tf32.py``), nothing rounded through the activation dtype. The last program
+of a row to finish moves the slot's cursors (an arrival counter per row, as
+``decode._replay_step_kernel``).
+
+On an H200 (Qwen3.5-4B dims, bf16, batch 256) its flush step ran 420-430 us against the staged
+list launch's 486 us, but its non-flush steps 182-186 us against 165 us: the ring terms (a
+chain behind the cursor load, ~20 us at any ring length from 1) cost more than the launch
+boundary they replace. KDA's per-channel decays (a ``[CAP, d_k]`` exponent tile per program)
+were slower still and are not served.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+from .._arrivals import replay_cursors
+from .._tf32 import fp32_dot
+from .decode import _arrivals, _load_gate, _program_ids, _strides
+
+__all__ = ["FusedVariant", "delta_replay_fused_step", "fused_config"]
+
+_PRECISIONS = ("tf32x2", "tf32x3", "ieee")
+
+
+@dataclass(frozen=True)
+class FusedVariant:
+    """Launch choices of the one-launch step; ``None`` fields take :func:`fused_config`'s.
+
+    ``block_v``: rows of ``S`` per program (>= 16: the fold's product); ``fold_chunk``: columns of
+    ``d_k`` per product of a flush (the tile read again in chunks);
+    ``num_warps`` / ``max_registers``: the kernel's warps and ptxas ``.maxnreg``;
+    ``precision``: the fold's product, "tf32x2" (two TF32 passes where that is exact to fp32
+    level: Gated DeltaNet with 16-bit keys; tf32x3 elsewhere), "tf32x3" or "ieee"."""
+
+    block_v: int | None = None
+    fold_chunk: int | None = None
+    num_warps: int | None = None
+    max_registers: int | None = None
+    precision: str = "tf32x2"
+
+    def __post_init__(self):
+        for name in ("block_v", "fold_chunk", "num_warps", "max_registers"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value < 1):
+                raise ValueError(f"FusedVariant.{name}: expected a positive int or None, got {value!r}")
+        if self.precision not in _PRECISIONS:
+            raise ValueError(f"FusedVariant.precision: expected one of {_PRECISIONS}, got {self.precision!r}")
+
+
+def fused_config(variant: FusedVariant, rows: int, v_heads: int, d_k: int, d_v: int) -> tuple[int, int, int]:
+    """``(BV, KC, num_warps)`` of one launch: ``BV`` rows per program (32, or ``d_v`` below it),
+    the fold's ``KC`` columns (32, or ``d_k`` below it; 32 measured fastest) and one warp (the
+    reductions over ``d_k`` stay inside it)."""
+    bv = variant.block_v or min(32, d_v)
+    kc = variant.fold_chunk or min(32, d_k)
+    if bv < 16 or d_v % bv or bv & (bv - 1):
+        raise ValueError(f"FusedVariant.block_v: expected a power of two >= 16 dividing d_v={d_v}, got {bv}")
+    if kc < 16 or d_k % kc or kc & (kc - 1):
+        raise ValueError(f"FusedVariant.fold_chunk: expected a power of two >= 16 dividing d_k={d_k}, got {kc}")
+    return bv, kc, variant.num_warps or 1
+
+
+@triton.jit
+def _fused_step_kernel(
+    q, k, v, a, b, A_log, dt_bias, out,
+    checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, committed, flush_at, arrivals,
+    state_indices, pad_slot_id, window, scale,
+    stride_q, stride_qh, stride_k, stride_kh, stride_v, stride_vh, stride_a, stride_b,
+    stride_o, stride_oh,
+    HV: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, KC: tl.constexpr,
+    CAP: tl.constexpr, BC: tl.constexpr, HAS_BIAS: tl.constexpr,
+    HAS_INDICES: tl.constexpr, PRECISION: tl.constexpr,
+):
+    G: tl.constexpr = HV // H
+    PARTS: tl.constexpr = V // BV
+    i_p, i_hv, i_b = _program_ids(PARTS, HV)
+    i_h = i_hv // G
+    o_k = tl.arange(0, K)
+    o_c = tl.arange(0, BC)
+    o_v = i_p * BV + tl.arange(0, BV)
+    p_o = out + i_b * stride_o + i_hv * stride_oh + o_v
+    slot = i_b.to(tl.int64)
+    if HAS_INDICES:
+        slot = tl.load(state_indices + i_b).to(tl.int64)
+    if slot == pad_slot_id:
+        tl.store(p_o, tl.zeros([BV], dtype=tl.float32).to(out.dtype.element_ty))
+        return
+    sh = slot * HV + i_hv
+    p_s = checkpoint + sh * V * K + o_v[:, None] * K
+    p_q = q + i_b * stride_q + i_h * stride_qh
+    p_k = k + i_b * stride_k + i_h * stride_kh
+    p_rk = ring_k + (slot * H + i_h) * CAP * K
+    o_kc = tl.arange(0, KC)
+    S = tl.load(p_s + o_k[None, :])
+    c = tl.load(committed + slot)
+    flush = c + 1 >= tl.load(flush_at + slot)
+    b_q = tl.load(p_q + o_k).to(tl.float32)
+    b_q = b_q / tl.sqrt(tl.sum(b_q * b_q) + 1e-6) * scale
+    b_k = tl.load(p_k + o_k).to(tl.float32)
+    k_norm = tl.sqrt(tl.sum(b_k * b_k) + 1e-6)
+    b_k = (b_k / k_norm).to(ring_k.dtype.element_ty).to(tl.float32)
+    b_g, b_beta = _load_gate(a, b, A_log, dt_bias, i_b, i_hv, o_k, stride_a, stride_b, K, False, HAS_BIAS)
+    b_v = tl.load(v + i_b * stride_v + i_hv * stride_vh + o_v).to(ring_v.dtype.element_ty).to(tl.float32)
+    live = o_c < c
+    kr = tl.load(p_rk + o_c[:, None] * K + o_k[None, :], mask=live[:, None], other=0.0).to(tl.float32)
+    U = tl.load(ring_u + sh * CAP * V + o_c[:, None] * V + o_v[None, :], mask=live[:, None], other=0.0)
+    gr = tl.load(ring_g + sh * CAP + o_c, mask=live, other=0.0)
+    D_t = tl.sum(gr) + b_g
+    w = tl.where(live, tl.exp(D_t - tl.cumsum(gr, axis=0)), 0.0)
+    e_t = tl.exp(D_t)
+    ak = tl.sum(kr * b_k[None, :], axis=1) * w
+    aq = tl.sum(kr * b_q[None, :], axis=1) * w
+    Sk = tl.sum(S * b_k[None, :], axis=1) * e_t
+    Sq = tl.sum(S * b_q[None, :], axis=1) * e_t
+    b_u = b_beta * (b_v - Sk - tl.sum(ak[:, None] * U, axis=0))
+    tl.store(p_o, (Sq + tl.sum(aq[:, None] * U, axis=0) + b_u * tl.sum(b_k * b_q)).to(out.dtype.element_ty))
+    W = tl.trans(U) * w[None, :]
+    if flush:
+        # The window into the checkpoint as one product: u_t joins W at c, k_t the keys at c; the
+        # tile is read again (an L2 hit), so nothing is held across the reductions above.
+        Wf = tl.where((o_c == c)[None, :], b_u[:, None], W)
+        for j in tl.static_range(K // KC):
+            cols = j * KC + o_kc
+            kt = (tl.load(p_k + cols).to(tl.float32) / k_norm).to(ring_k.dtype.element_ty).to(tl.float32)
+            Kj = tl.load(p_rk + o_c[:, None] * K + cols[None, :], mask=live[:, None], other=0.0).to(tl.float32)
+            Kf = tl.where((o_c == c)[:, None], kt[None, :], Kj)
+            Sj = fp32_dot(Wf, Kf, tl.load(p_s + cols[None, :]) * e_t, ring_k, PRECISION)
+            tl.store(p_s + cols[None, :], Sj)
+    else:
+        p_rv = ring_v + sh * CAP * V
+        tl.store(ring_u + sh * CAP * V + c * V + o_v, b_u)
+        tl.store(p_rv + c * V + o_v, b_v.to(ring_v.dtype.element_ty))
+        if i_p == 0:
+            tl.store(ring_beta + sh * CAP + c, b_beta)
+            tl.store(ring_g + sh * CAP + c, b_g)
+            if i_hv % G == 0:
+                tl.store(p_rk + c * K + o_k, b_k.to(ring_k.dtype.element_ty))
+    replay_cursors(arrivals, committed, flush_at, i_b, slot, c, flush, window, HV * PARTS)
+
+
+def delta_replay_fused_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, committed, flush_at, window,
+                            q, k, v, a, b, A_log, dt_bias, state_indices, pad_slot_id, scale, refold,
+                            variant: FusedVariant | None = None):
+    """Launch one ReplaySSM step as a single kernel (arguments as ``decode.delta_replay_step``);
+    ``refold`` must be False: this kernel folds the cached ``u``. Returns ``o [batch, HV, d_v]``
+    in ``v.dtype``."""
+    if refold:
+        raise ValueError("delta_replay_fused_step: refold=True is not served by the one-launch step "
+                         "(it folds the cached u); use the staged step")
+    variant = variant or FusedVariant()
+    batch, H, K = q.shape
+    HV, V = v.shape[1], v.shape[2]
+    if ring_g.dim() == 4:
+        raise ValueError("delta_replay_fused_step: per-channel decays (KDA) are not served by the one-launch "
+                         "step; use the staged step")
+    cap = ring_k.shape[2]
+    bv, kc, warps = fused_config(variant, batch, HV, K, V)
+    out = torch.empty_like(v)
+    extra = {"maxnreg": variant.max_registers} if variant.max_registers else {}
+    _fused_step_kernel[(batch * HV * (V // bv),)](
+        q, k, v, a, b, A_log, A_log if dt_bias is None else dt_bias, out,
+        checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, committed, flush_at, _arrivals(batch, q.device),
+        state_indices, pad_slot_id, window, K ** -0.5 if scale is None else scale,
+        *_strides(q, k, v, a, b, out),
+        HV=HV, H=H, K=K, V=V, BV=bv, KC=kc, CAP=cap, BC=max(triton.next_power_of_2(cap), 16),
+        HAS_BIAS=dt_bias is not None, HAS_INDICES=state_indices is not None,
+        PRECISION=variant.precision, num_warps=warps, **extra,
+    )
+    return out

@@ -134,9 +134,10 @@ def test_flush_item_tiles_cpu(per_channel, dtype, tiles):
     assert flushes >= 2 * 3 and worst_c < 1e-5, (flushes, worst_c)
 
 
-@pytest.mark.parametrize("launch", ["list", "per-row"])
-@pytest.mark.parametrize("reread,d_k", [(16, 32), (32, 32), (64, 16)], ids=["2-chunks", "1-chunk", "capped"])
-@pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=["fp16", "fp32"])
+@pytest.mark.parametrize("dtype,reread,d_k,launch", [
+    (torch.float16, 16, 32, "list"), (torch.float32, 16, 32, "per-row"),
+    (torch.float32, 32, 32, "list"), (torch.float16, 64, 16, "per-row"),
+], ids=["fp16-2-chunks-list", "fp32-2-chunks-per-row", "fp32-1-chunk-list", "fp16-capped-per-row"])
 def test_flush_reread_cpu(dtype, reread, d_k, launch):
     """``flush_reread``: the cached-u fold reads its tile again in ``reread``-column chunks (capped
     at ``d_k``) after ``u_t`` (the list launch, and the per-row flush launch), in two TF32 passes

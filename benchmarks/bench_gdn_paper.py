@@ -5,7 +5,7 @@ The paper's code (github.com/Johnny-Liou/ReplaySSM, a vLLM fork) keeps the GDN d
 ring's corrected values ``d`` and keys in the activation dtype, the state rebuilt per tile by a
 16-bit tensor-core product. ``--paper-root`` points at a checkout of that repository; the file is
 loaded alone (two small stand-ins replace the vLLM modules it imports), nothing of it is copied
-here. Without ``--paper-root`` only this package's steps and fla's are timed.
+here (``_paper_code.py``). Without ``--paper-root`` only this package's steps and fla's are timed.
 
 Per batch (Qwen3.5-4B dims, bf16 activations, fp32 state, L=16; CUDA-graph replays with L2
 flushed before each, as ``bench_gdn_decode.py``): fla's ``fused_recurrent_gated_delta_rule``;
@@ -26,11 +26,9 @@ kernel.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import sys
-import types
 
 import torch
 
@@ -38,6 +36,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from _delta_layer import Cursors, Layer, fla_fn, window_cycle  # noqa: E402
+from _paper_code import load_paper_function  # noqa: E402
 from _timing import L2Flusher, capture_graph, copy_bandwidth_gbps, device_info, median, time_replays  # noqa: E402
 
 from trtllm_replayssm.config import ReplaySSMConfig  # noqa: E402
@@ -51,29 +50,10 @@ L = 16
 
 
 def load_paper_kernel(root: str):
-    """The paper's ``fused_recurrent_gated_delta_rule_replayssm`` from a checkout at ``root``."""
-    path = os.path.join(root, PAPER_FILE)
-    if not os.path.isfile(path):
-        raise SystemExit(f"--paper-root: expected a checkout of the paper's repository with {PAPER_FILE}, "
-                         f"found no such file under {root!r}")
-    import triton
-    import triton.language as tl
-
-    # The two vLLM modules the file imports: Triton itself, and a launch-config lookup that the
-    # explicit launch arguments passed below always override.
-    utils = types.ModuleType("vllm.triton_utils")
-    utils.tl, utils.triton = tl, triton
-    config = types.ModuleType("vllm.model_executor.layers.mamba.ops.replayssm_config")
-    config.get_replayssm_config = lambda kernel, **shape: (None, None, None, None)
-    for name in ("vllm", "vllm.model_executor", "vllm.model_executor.layers", "vllm.model_executor.layers.mamba",
-                 "vllm.model_executor.layers.mamba.ops"):
-        sys.modules.setdefault(name, types.ModuleType(name))
-    sys.modules["vllm.triton_utils"] = utils
-    sys.modules[config.__name__] = config
-    spec = importlib.util.spec_from_file_location("paper_fused_recurrent_replayssm", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.fused_recurrent_gated_delta_rule_replayssm
+    """The paper's ``fused_recurrent_gated_delta_rule_replayssm`` from a checkout at ``root``
+    (its launch-config lookup is overridden by the explicit launch arguments passed below)."""
+    return load_paper_function(root, PAPER_FILE, "fused_recurrent_gated_delta_rule_replayssm",
+                               lambda kernel, **shape: (None, None, None, None))
 
 
 class PaperStep:

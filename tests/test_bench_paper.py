@@ -1,6 +1,7 @@
-"""``benchmarks/bench_gdn_paper.py``'s loader of the paper's GDN kernel file: a checkout without
-the file is refused by name, and the file is loaded alone with stand-ins for the two vLLM modules
-it imports (a stand-in file here, the paper's code being no part of this repository)."""
+"""The paper-code loader of ``benchmarks/bench_gdn_paper.py`` / ``bench_mamba2_paper.py``
+(``_paper_code.py``): a checkout without the file is refused by name, and a file is loaded alone
+with stand-ins for the vLLM modules it imports (a stand-in file here, the paper's code being no
+part of this repository)."""
 
 from __future__ import annotations
 
@@ -43,3 +44,13 @@ def test_kernel_file_loads_alone(tmp_path):
 def test_bad_launch_configs_are_named():
     with pytest.raises(SystemExit):
         bench_gdn_paper.main(["--paper-configs", "64,1,3"])
+
+
+def test_mamba2_paper_bench_names_bad_configs(tmp_path):
+    """``bench_mamba2_paper.py`` refuses a malformed launch config before loading anything."""
+    import bench_mamba2_paper
+
+    with pytest.raises(SystemExit):
+        bench_mamba2_paper.main(["--paper-root", str(tmp_path), "--output-only-config", "16"])
+    with pytest.raises(SystemExit, match="--paper-root: expected a checkout"):
+        bench_mamba2_paper.main(["--paper-root", str(tmp_path)])

@@ -21,10 +21,10 @@ fp32 level (``ops/_tf32.py``), nothing rounded through the activation dtype. The
 of a row to finish moves the slot's cursors (an arrival counter per row, as
 ``decode._replay_step_kernel``).
 
-On an H200 (Qwen3.5-4B dims, bf16, batch 256) its flush step ran 420-430 us against the staged
-list launch's 486 us, but its non-flush steps 182-186 us against 165 us: the ring terms (a
-chain behind the cursor load, ~20 us at any ring length from 1) cost more than the launch
-boundary they replace. KDA's per-channel decays (a ``[CAP, d_k]`` exponent tile per program)
+On an H200 (Qwen3.5-4B dims, bf16, batch 256) its flush step ran 420-430 us, about the staged
+step's with ``flush_reread`` (417 us), but its non-flush steps 182-186 us against 165 us: the
+ring terms (a chain behind the cursor load, ~20 us at any ring length from 1) cost more than
+the launch boundary they replace. KDA's per-channel decays (a ``[CAP, d_k]`` exponent tile per program)
 were slower still and are not served.
 """
 

@@ -51,7 +51,9 @@ __all__ = ["REPLAY_VARIANT", "REREAD_FROM", "WRITE_THROUGH_BELOW", "default_vari
 #: "chunked" for ``decode_chunked.py`` with its default
 #: :class:`~trtllm_replayssm.ops.gdn.decode_chunked.ChunkedVariant`, or such a variant;
 #: "staged" (or a :class:`~trtllm_replayssm.ops.gdn.decode_staged.StagedVariant`) for the
-#: two-launch step of ``decode_staged.py``.
+#: two-launch step of ``decode_staged.py``; "fused" (or a
+#: :class:`~trtllm_replayssm.ops.gdn.decode_fused.FusedVariant`) for the one-launch step of
+#: ``decode_fused.py`` (Gated DeltaNet, ``refold=False``).
 REPLAY_VARIANT = None
 
 
@@ -534,7 +536,9 @@ def delta_replay_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, com
     recurrence checkpoint itself). ``variant``: ``"chunked"`` or a
     :class:`~trtllm_replayssm.ops.gdn.decode_chunked.ChunkedVariant` runs the chunked kernel,
     ``"staged"`` or a :class:`~trtllm_replayssm.ops.gdn.decode_staged.StagedVariant` the
-    two-launch step, ``"rowwise"`` this module's, ``"write_through"`` a flush at every token on the
+    two-launch step, ``"fused"`` or a :class:`~trtllm_replayssm.ops.gdn.decode_fused.FusedVariant`
+    the one-launch step (Gated DeltaNet with ``refold=False`` only), ``"rowwise"`` this module's,
+    ``"write_through"`` a flush at every token on the
     standard step's tiles (the default below :data:`WRITE_THROUGH_BELOW`); default
     :data:`REPLAY_VARIANT`.
     """

@@ -6,10 +6,12 @@
 #
 #   bash benchmarks/run_gpu_suite.sh [STEP ...]      steps run in the order given
 #   steps: tests (pytest -m gpu), formats (compiled format device functions), builder (default
-#          build on CUDA), bench (mamba2, gdn, kda decode benchmarks); default: tests formats bench builder
+#          build on CUDA), bench (mamba2, gdn, kda decode benchmarks), paper (the paper's public
+#          Mamba-2 and GDN kernels beside ours; PAPER_ROOT: a checkout of its repository inside
+#          the working tree, untracked); default: tests formats bench builder
 #   limits (seconds) and extra benchmark arguments come from the environment:
 #   GPU_TESTS_LIMIT GPU_TESTS_ARGS FORMATS_LIMIT BUILDER_LIMIT BENCH_LIMIT
-#   MAMBA2_BENCH_ARGS GDN_BENCH_ARGS KDA_BENCH_ARGS
+#   MAMBA2_BENCH_ARGS GDN_BENCH_ARGS KDA_BENCH_ARGS PAPER_ROOT
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -47,7 +49,15 @@ for what in "$@"; do
       step bench_mamba2 "${BENCH_LIMIT:-150}" python3 benchmarks/bench_mamba2_decode.py ${MAMBA2_BENCH_ARGS:-} --json "$OUT/mamba2.json"
       step bench_gdn "${BENCH_LIMIT:-150}" python3 benchmarks/bench_gdn_decode.py ${GDN_BENCH_ARGS:-} --json "$OUT/gdn.json"
       step bench_kda "${BENCH_LIMIT:-150}" python3 benchmarks/bench_kda_decode.py ${KDA_BENCH_ARGS:-} --json "$OUT/kda.json" ;;
-    *) echo "unknown step $what (expected tests, formats, builder, bench)"; exit 2 ;;
+    paper)
+      if [ -z "${PAPER_ROOT:-}" ]; then
+        echo "=== paper: set PAPER_ROOT to a checkout of the paper's repository"; status=1; continue
+      fi
+      step bench_mamba2_paper "${BENCH_LIMIT:-150}" python3 benchmarks/bench_mamba2_paper.py --paper-root "$PAPER_ROOT" \
+        --batches 1 128 256 512 --json "$OUT/mamba2_paper.json"
+      step bench_gdn_paper "${BENCH_LIMIT:-150}" python3 benchmarks/bench_gdn_paper.py --paper-root "$PAPER_ROOT" \
+        --fused --accuracy --batches 1 128 256 512 --json "$OUT/gdn_paper.json" ;;
+    *) echo "unknown step $what (expected tests, formats, builder, bench, paper)"; exit 2 ;;
   esac
 done
 exit $status

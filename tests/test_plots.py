@@ -92,3 +92,48 @@ def test_delta_plot_rejects_other_files_and_missing_baselines(tmp_path):
     with pytest.raises(ValueError, match="--baseline fla"):
         mod.main([str(tmp_path / "nofla.json"), "--out", str(tmp_path / "x.png")])
     assert not (tmp_path / "x.png").exists()
+
+
+def _paper_module():
+    spec = importlib.util.spec_from_file_location("plot_paper", _SCRIPT.parent / "plot_paper.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _paper_file(path, baseline, stagger_key):
+    rows = []
+    for b in (1, 128, 256):
+        rows.append({"batch": b, "mode": baseline, "us": 2.0 * b})
+        rows.append({"batch": b, "mode": "replay default", "nonflush": b, "flush": 3.0 * b, "amortized": 1.0 * b,
+                     stagger_key: 1.25 * b})
+        rows.append({"batch": b, "mode": "paper 64,1,3,2", "nonflush": b, "flush": 2.0 * b, "amortized": 1.6 * b,
+                     stagger_key: 1.6 * b})
+    path.write_text(json.dumps({"device": {"gpu": "test GPU"}, "window": 16, "rows": rows}))
+    return path
+
+
+@pytest.mark.parametrize("baseline,stagger_key", [("fla", "staggered"), ("standard", "mixed")])
+def test_paper_plot_ratios_and_png(tmp_path, baseline, stagger_key):
+    """Both paper benchmarks' files: ratios against the file's own baseline per batch, a PNG."""
+    mod = _paper_module()
+    src = _paper_file(tmp_path / "paper.json", baseline, stagger_key)
+    _, found, steps = mod.load(src)
+    assert found == baseline and set(steps) == {"ours", "paper 64,1,3,2"}
+    assert steps["ours"][128] == pytest.approx((2.0, 1.6)) and steps["paper 64,1,3,2"][256] == pytest.approx((1.25, 1.25))
+    mod.main([str(src), "--out", str(tmp_path / "p.png")])
+    png = (tmp_path / "p.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+
+
+def test_paper_plot_rejects_other_files(tmp_path):
+    mod = _paper_module()
+    (tmp_path / "other.json").write_text(json.dumps({"results": []}))
+    with pytest.raises(ValueError, match="'rows' list"):
+        mod.load(tmp_path / "other.json")
+    data = json.loads(_paper_file(tmp_path / "a.json", "fla", "staggered").read_text())
+    data["rows"] = [r for r in data["rows"] if not (r["mode"] == "fla" and r["batch"] == 128)]
+    (tmp_path / "gap.json").write_text(json.dumps(data))
+    with pytest.raises(ValueError, match="batch 128 has no fla step"):
+        mod.main([str(tmp_path / "gap.json"), "--out", str(tmp_path / "x.png")])
+    assert not (tmp_path / "x.png").exists()

@@ -141,6 +141,14 @@ def _tile_fold_u(S, b_u, c, p_rk, p_ru, p_rg, o_k, o_v, K: tl.constexpr, V: tl.c
 
 
 @triton.jit
+def _decays_to_end(gr):
+    """``(w, decay)`` of a window's scalar log-decays ``gr`` ``[BC]`` (zero past its end):
+    ``w_j = e^{G_c - G_j}`` with ``G`` the inclusive cumulative sum, ``decay = e^{G_c}``."""
+    G_c = tl.sum(gr, axis=0)
+    return tl.exp(G_c - tl.cumsum(gr, axis=0)), tl.exp(G_c)
+
+
+@triton.jit
 def _fold_keys(c, p_rk, p_rg, o_k, o_c, K: tl.constexpr, CAP: tl.constexpr, PER_CHANNEL: tl.constexpr,
                PRESPLIT: tl.constexpr, FOLD_FIRST: tl.constexpr = False, p_k0=None, p_g0=None):
     """The key side of ``_tile_fold_u_dot``, shared by every tile of a value head (``G`` the
@@ -177,9 +185,7 @@ def _fold_keys(c, p_rk, p_rg, o_k, o_c, K: tl.constexpr, CAP: tl.constexpr, PER_
         gr = tl.where(live, tl.load(p_rg + o_c, mask=o_c < CAP, other=0.0), 0.0)
         if FOLD_FIRST:
             gr = tl.where((o_c == 0) & live, tl.load(p_g0), gr)
-        G_c = tl.sum(gr, axis=0)
-        w = tl.exp(G_c - tl.cumsum(gr, axis=0))
-        decay = tl.exp(G_c)
+        w, decay = _decays_to_end(gr)
         B = kr
     B_lo = B
     if PRESPLIT:
@@ -222,10 +228,8 @@ def _tile_fold_u_reread(p_s, U, b_u, c, p_rk, p_rg, o_c, K: tl.constexpr, KC: tl
     come from the ring (the ring launch wrote the token's at ``c``); ``U`` ``[BC, BV]`` zero
     from ``c`` on."""
     live = o_c <= c
-    gr = tl.where(live, tl.load(p_rg + o_c, mask=o_c < CAP, other=0.0), 0.0)
-    G_c = tl.sum(gr, axis=0)
-    decay = tl.exp(G_c)
-    Ut = tl.where((o_c == c)[None, :], b_u[:, None], tl.trans(U)) * tl.exp(G_c - tl.cumsum(gr, axis=0))[None, :]
+    w, decay = _decays_to_end(tl.where(live, tl.load(p_rg + o_c, mask=o_c < CAP, other=0.0), 0.0))
+    Ut = tl.where((o_c == c)[None, :], b_u[:, None], tl.trans(U)) * w[None, :]
     o_kc = tl.arange(0, KC)
     for j in tl.static_range(K // KC):
         cols = j * KC + o_kc

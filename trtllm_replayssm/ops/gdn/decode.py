@@ -164,15 +164,16 @@ def _softplus(x):
 
 @triton.jit
 def _load_qk(q, k, i_b, i_h, o_k, scale, stride_q, stride_qh, stride_k, stride_kh, RING_K: tl.constexpr):
-    """Normalised ``q`` and ``k`` of key head ``i_h`` (``k`` rounded as the ring stores it)."""
+    """Normalised ``q`` and ``k`` of key head ``i_h`` (``k`` rounded as the ring stores it), and
+    ``k``'s norm (a chunk of the raw ``k`` divided by it carries the bits of the whole vector's)."""
     b_q = tl.load(q + i_b * stride_q + i_h * stride_qh + o_k).to(tl.float32)
     b_k = tl.load(k + i_b * stride_k + i_h * stride_kh + o_k).to(tl.float32)
     b_q = b_q / tl.sqrt(tl.sum(b_q * b_q) + 1e-6) * scale
-    b_k = b_k / tl.sqrt(tl.sum(b_k * b_k) + 1e-6)
+    k_norm = tl.sqrt(tl.sum(b_k * b_k) + 1e-6)
     # The ring keeps k (and v) in the activation dtype; every use goes through that rounding so
     # that a later refold sees exactly the inputs this step used.
-    b_k = b_k.to(RING_K).to(tl.float32)
-    return b_q, b_k
+    b_k = (b_k / k_norm).to(RING_K).to(tl.float32)
+    return b_q, b_k, k_norm
 
 
 @triton.jit
@@ -200,9 +201,24 @@ def _load_token(
     RING_K: tl.constexpr, K: tl.constexpr, PER_CHANNEL: tl.constexpr, HAS_BIAS: tl.constexpr,
 ):
     """Normalised ``q``, ``k`` (rounded as the ring stores it), log-decay and beta of one head."""
-    b_q, b_k = _load_qk(q, k, i_b, i_h, o_k, scale, stride_q, stride_qh, stride_k, stride_kh, RING_K)
+    b_q, b_k, _ = _load_qk(q, k, i_b, i_h, o_k, scale, stride_q, stride_qh, stride_k, stride_kh, RING_K)
     b_g, b_beta = _load_gate(a, b, A_log, dt_bias, i_b, i_hv, o_k, stride_a, stride_b, K, PER_CHANNEL, HAS_BIAS)
     return b_q, b_k, b_g, b_beta
+
+
+@triton.jit
+def _append_gate_key(p_rb, p_rg, p_rk, c, b_beta, b_g, b_k, o_k, with_key, K: tl.constexpr,
+                     PER_CHANNEL: tl.constexpr):
+    """The token's beta and log-decay (``[K]`` per channel, else a scalar) at ring position ``c``
+    of one value head, and with ``with_key`` (the key head's first value head) its key, in the
+    ring's dtype; ``p_r*`` point at the (slot, head)'s ring entries."""
+    tl.store(p_rb + c, b_beta)
+    if PER_CHANNEL:
+        tl.store(p_rg + c * K + o_k, b_g)
+    else:
+        tl.store(p_rg + c, b_g)
+    if with_key:
+        tl.store(p_rk + c * K + o_k, b_k.to(p_rk.dtype.element_ty))
 
 
 @triton.jit
@@ -423,13 +439,7 @@ def _replay_step_kernel(
                 tl.store(p_ru + c * V + o_v, b_u)
                 tl.store(p_rv + c * V + o_v, b_v.to(ring_v.dtype.element_ty))
         if (i_s == 0) & (flush == 0):
-            tl.store(p_rb + c, b_beta)
-            if PER_CHANNEL:
-                tl.store(p_rg + c * K + o_k, b_g)
-            else:
-                tl.store(p_rg + c, b_g)
-            if i_hv % G == 0:
-                tl.store(p_rk + c * K + o_k, b_k.to(ring_k.dtype.element_ty))
+            _append_gate_key(p_rb, p_rg, p_rk, c, b_beta, b_g, b_k, o_k, i_hv % G == 0, K, PER_CHANNEL)
     replay_cursors(arrivals, committed, flush_at, i_b, slot, c, flush, window, HV * SPLIT)
 
 

@@ -37,7 +37,7 @@ import triton
 import triton.language as tl
 
 from .._arrivals import replay_cursors
-from .decode import _arrivals, _load_token, _program_ids, _strides, replay_config
+from .decode import _append_gate_key, _arrivals, _load_token, _program_ids, _strides, replay_config
 
 __all__ = ["ChunkedVariant", "delta_replay_chunked_step"]
 
@@ -386,13 +386,7 @@ def _chunked_replay_kernel(
             _step_block(S, o_v, p_o, p_v, p_rv, p_ru, o_c, c, m_prev, m_cap, b_beta, x_k, x_q, ak, aq, kq, V,
                         LOADS_AHEAD)
         if i_s == 0:
-            tl.store(p_rb + c, b_beta)
-            if PER_CHANNEL:
-                tl.store(p_rg + c * K + o_k, b_g)
-            else:
-                tl.store(p_rg + c, b_g)
-            if i_hv % G == 0:
-                tl.store(p_rk + c * K + o_k, b_k.to(ring_k.dtype.element_ty))
+            _append_gate_key(p_rb, p_rg, p_rk, c, b_beta, b_g, b_k, o_k, i_hv % G == 0, K, PER_CHANNEL)
     replay_cursors(arrivals, committed, flush_at, i_b, slot, c, flush, window, HV * SPLIT)
 
 

@@ -38,7 +38,7 @@ import triton.language as tl
 
 from .._arrivals import replay_cursors
 from .._tf32 import fp32_dot
-from .decode import _arrivals, _load_gate, _program_ids, _strides
+from .decode import _append_gate_key, _arrivals, _load_gate, _load_qk, _program_ids, _strides
 
 __all__ = ["FusedVariant", "delta_replay_fused_step", "fused_config"]
 
@@ -110,18 +110,14 @@ def _fused_step_kernel(
         return
     sh = slot * HV + i_hv
     p_s = checkpoint + sh * V * K + o_v[:, None] * K
-    p_q = q + i_b * stride_q + i_h * stride_qh
     p_k = k + i_b * stride_k + i_h * stride_kh
     p_rk = ring_k + (slot * H + i_h) * CAP * K
     o_kc = tl.arange(0, KC)
     S = tl.load(p_s + o_k[None, :])
     c = tl.load(committed + slot)
     flush = c + 1 >= tl.load(flush_at + slot)
-    b_q = tl.load(p_q + o_k).to(tl.float32)
-    b_q = b_q / tl.sqrt(tl.sum(b_q * b_q) + 1e-6) * scale
-    b_k = tl.load(p_k + o_k).to(tl.float32)
-    k_norm = tl.sqrt(tl.sum(b_k * b_k) + 1e-6)
-    b_k = (b_k / k_norm).to(ring_k.dtype.element_ty).to(tl.float32)
+    b_q, b_k, k_norm = _load_qk(q, k, i_b, i_h, o_k, scale, stride_q, stride_qh, stride_k, stride_kh,
+                                ring_k.dtype.element_ty)
     b_g, b_beta = _load_gate(a, b, A_log, dt_bias, i_b, i_hv, o_k, stride_a, stride_b, K, False, HAS_BIAS)
     b_v = tl.load(v + i_b * stride_v + i_hv * stride_vh + o_v).to(ring_v.dtype.element_ty).to(tl.float32)
     live = o_c < c
@@ -150,14 +146,11 @@ def _fused_step_kernel(
             Sj = fp32_dot(Wf, Kf, tl.load(p_s + cols[None, :]) * e_t, ring_k, PRECISION)
             tl.store(p_s + cols[None, :], Sj)
     else:
-        p_rv = ring_v + sh * CAP * V
         tl.store(ring_u + sh * CAP * V + c * V + o_v, b_u)
-        tl.store(p_rv + c * V + o_v, b_v.to(ring_v.dtype.element_ty))
+        tl.store(ring_v + sh * CAP * V + c * V + o_v, b_v.to(ring_v.dtype.element_ty))
         if i_p == 0:
-            tl.store(ring_beta + sh * CAP + c, b_beta)
-            tl.store(ring_g + sh * CAP + c, b_g)
-            if i_hv % G == 0:
-                tl.store(p_rk + c * K + o_k, b_k.to(ring_k.dtype.element_ty))
+            _append_gate_key(ring_beta + sh * CAP, ring_g + sh * CAP, p_rk, c, b_beta, b_g, b_k, o_k, i_hv % G == 0,
+                             K, False)
     replay_cursors(arrivals, committed, flush_at, i_b, slot, c, flush, window, HV * PARTS)
 
 

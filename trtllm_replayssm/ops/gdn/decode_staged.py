@@ -162,7 +162,7 @@ def _ring_kernel(
     # q and k belong to the key head: normalised once, and with a scalar decay their products
     # with the ring's keys are the same for every value head of the program (each scales them
     # by its own decays).
-    b_q, b_k = _load_qk(q, k, i_b, i_h, o_k, scale, stride_q, stride_qh, stride_k, stride_kh,
+    b_q, b_k, _ = _load_qk(q, k, i_b, i_h, o_k, scale, stride_q, stride_qh, stride_k, stride_kh,
                         ring_k.dtype.element_ty)
     b_kq = tl.sum(b_k * b_q)
     if not PER_CHANNEL:

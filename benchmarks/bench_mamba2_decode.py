@@ -290,7 +290,9 @@ def short(cfg) -> str:
              (f"x{cfg.flush_persistent}/SM" if cfg.flush_persistent else f"h{cfg.flush_heads}") +
              (f" r{'|'.join(map(str, cfg.flush_max_registers)) if isinstance(cfg.flush_max_registers, tuple) else cfg.flush_max_registers}"
               if cfg.flush_max_registers else "") +
-             (" side" if cfg.flush_stream else "")) if cfg.flush_launch else "")
+             (" side" if cfg.flush_stream else "") +
+             (f" l2 {cfg.flush_l2_prefetch}" + (f"+{cfg.flush_l2_ahead}" if cfg.flush_l2_ahead != 1 else "")
+              if cfg.flush_l2_prefetch != "none" else "")) if cfg.flush_launch else "")
     if cfg.kernel == "write_through":
         return f"write-through bp{cfg.block_p} w{cfg.num_warps}" + (f" r{cfg.max_registers}" if cfg.max_registers else "")
     if cfg.kernel == "v3":

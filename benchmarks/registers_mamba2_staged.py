@@ -23,6 +23,7 @@ import registers_gdn_staged  # noqa: E402
 from registers_gdn_staged import _compile  # noqa: E402
 from trtllm_replayssm.ops.mamba2 import decode  # noqa: E402
 from trtllm_replayssm.ops.mamba2 import decode_staged as staged  # noqa: E402
+from trtllm_replayssm.ops._prefetch import PREFETCH_MODES  # noqa: E402
 
 #: The kernels' stride arguments: all multiples of 16 at the benchmarks' dims (Nemotron-H and
 #: Nemotron-3-Nano, bf16 activations), so compiled as the launcher specialises them.
@@ -82,7 +83,9 @@ def resources(cfg: decode.LaunchConfig, heads=128, head_dim=64, d_state=128, gro
     flush = _compile(staged._flush_kernel, _types(staged._flush_kernel, act), dict(**consts,
         HEADS=heads, HEADS_PER_GROUP=hpg, HEADS_PER_PROGRAM=per_program,
         P=head_dim, N=d_state, CAP=cap, BLOCK_P=cfg.flush_block_p, BLOCK_N=block_n, BLOCK_J=block_j, HAS_D=True,
-        HAS_Z=True, FOLD=cfg.fold, STAGES=cfg.flush_stages, **flags), cfg.flush_warps,
+        HAS_Z=True, FOLD=cfg.fold, STAGES=cfg.flush_stages,
+        PREFETCH=PREFETCH_MODES[cfg.flush_l2_prefetch] if head_dim % cfg.flush_block_p == 0 else 0,
+        AHEAD=cfg.flush_l2_ahead, **flags), cfg.flush_warps,
         staged.flush_register_cap(cfg, batch * heads // per_program, SMS), divisible=STRIDES)
     return ring, stream, flush
 

@@ -203,9 +203,10 @@ STAGED_INTERPRETER = [
     ((4, 80, 24, 1), dict(block_p=8, fold="loop", num_warps=2, flush_launch=True, flush_persistent=2, flush_block_p=32)),
     ((6, 32, 16, 2), dict(block_p=16, fold="tf32x3", num_warps=2, flush_launch=True, flush_persistent=1,
                           flush_block_p=16)),
-    # flush_stream (a side stream on CUDA; on the CPU the launches run in order)
+    # flush_stream (a side stream on CUDA; on the CPU the launches run in order); the L2 prefetch
+    # is no prefetch in the interpreter (prefetch_mode), the launch otherwise the same
     ((4, 32, 16, 2), dict(block_p=16, fold="tf32x3", num_warps=2, flush_launch=True, flush_stream=True,
-                          flush_max_registers=128)),
+                          flush_max_registers=128, flush_l2_prefetch="lines", flush_heads=2)),
     # the default's shape for d_state 256 (4-row tiles, capped registers)
     ((2, 16, 32, 1), dict(block_p=4, fold="loop", num_warps=2, max_registers=56)),
 ]
@@ -290,6 +291,12 @@ def test_launch_config_default_kernels_by_batch():
     # 64, eight from 128, whole groups (up to 16 heads) from 256
     assert [c.flush_heads for c in configs[2:]] == [1, 1, 4, 4, 8, 8, 16, 16]
     assert all(c.flush_stream for c in configs[2:])
+    # the flush launch's L2 prefetch of the next tile from batch 128
+    assert [c.flush_l2_prefetch for c in configs[2:]] == ["none"] * 4 + ["lines"] * 4
+    # 16-row flush tiles where 32 rows do not divide head_dim (80), from batch 128
+    assert [(decode.launch_config("replay", hd, 128, b).flush_block_p, decode.launch_config("replay", hd, 128, b)
+             .flush_warps) for hd, b in ((80, 64), (80, 128), (80, 512), (64, 256))] == [(32, 4), (16, 2), (16, 2),
+                                                                                        (32, 4)]
     kernels = [decode.launch_config("replay", 64, 256, b).kernel for b in (1, 15, 16, 127, 128)]
     assert kernels == ["write_through", "write_through", "v4", "v4", "staged"]  # d_state 256
     # head_dim 80 (Nemotron-3-Nano) must tile exactly; d_state 256 halves the tile rows
@@ -309,7 +316,9 @@ def test_launch_config_rejects_unknown_options():
                 dict(kernel="staged", flush_stream=True), dict(kernel="staged", flush_launch=True, flush_heads=0),
                 dict(kernel="staged", flush_launch=True, flush_max_registers=()),
                 dict(kernel="staged", flush_launch=True, flush_max_registers=(112, 300)),
-                dict(kernel="staged", flush_launch=True, flush_max_registers="96")):
+                dict(kernel="staged", flush_launch=True, flush_max_registers="96"),
+                dict(kernel="staged", flush_launch=True, flush_l2_prefetch="always"),
+                dict(kernel="staged", flush_launch=True, flush_l2_ahead=0)):
         with pytest.raises(ValueError, match="LaunchConfig"):
             decode.LaunchConfig(**bad)
 
@@ -340,7 +349,7 @@ def test_replay_step_gpu(dims, dtype, batch):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-@pytest.mark.parametrize("dims", [(4, 64, 128, 2), (6, 80, 80, 3), (4, 64, 256, 2), (2, 256, 64, 1)])
+@pytest.mark.parametrize("dims", [(4, 64, 128, 2), (6, 80, 80, 3), (4, 80, 128, 2), (4, 64, 256, 2), (2, 256, 64, 1)])
 def test_replay_default_large_batch_gpu(dims, dtype):
     # batch >= 128 takes the staged kernel (with its flush launch where d_state <= 128); the
     # small-batch grid above does not reach it
@@ -490,6 +499,36 @@ def test_replay_step_cuda_graph_equals_eager():
     eager, graph = _graph_vs_eager(lambda st, *a: mamba2_replay_step(st, *a), base.clone, 5, *dims, torch.bfloat16)
     for name, t in eager.tensors().items():
         assert torch.equal(t, getattr(graph, name)), name
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("mode,ahead", [("lines", 1), ("bulk", 1), ("lines", 2), ("bulk", 3)])
+@pytest.mark.parametrize("dims", [(16, 64, 128, 2), (12, 80, 128, 2), (8, 64, 64, 1), (6, 80, 80, 3)])
+def test_flush_l2_prefetch_changes_nothing_gpu(dims, mode, ahead):
+    # An L2 prefetch moves no data the kernel computes with: outputs and state bit for bit those
+    # of the same launch without it, over 3 windows of staggered flushes, and within 1e-5 of
+    # float64. head_dim 80 takes 16-row flush tiles, as the default does.
+    rows = 16 if dims[1] % 32 else 32
+    base = dict(block_p=16, num_warps=2, kernel="staged", fold="tf32x2", flush_launch=True, flush_stream=True,
+                flush_max_registers=(128, 96), flush_heads=4, flush_block_p=rows, flush_warps=2 if rows == 16 else 4)
+
+    def recorded(cfg, ys):
+        launch = _kernel_replay(cfg)
+
+        def run(*args):
+            ys.append(launch(*args).clone())
+            return ys[-1]
+        return run
+
+    ys_plain, ys_fetched = [], []
+    plain, _ = check_replay(dims, torch.bfloat16, 64, 8, 26, "cuda", stagger=True,
+                            run=recorded(decode.LaunchConfig(**base), ys_plain))
+    fetched, _ = check_replay(dims, torch.bfloat16, 64, 8, 26, "cuda", stagger=True, run=recorded(
+        decode.LaunchConfig(**base, flush_l2_prefetch=mode, flush_l2_ahead=ahead), ys_fetched))
+    assert len(ys_plain) == len(ys_fetched) == 26
+    assert all(torch.equal(a, b) for a, b in zip(ys_plain, ys_fetched))
+    for name, t in plain.tensors().items():
+        assert torch.equal(t, getattr(fetched, name)), name
 
 
 @pytest.mark.gpu

@@ -30,6 +30,7 @@ import triton
 import triton.language as tl
 
 from .._arrivals import arrival_counters, write_through_cursors
+from .._prefetch import PREFETCH_MODES
 
 __all__ = ["DOT_FOLDS", "FOLDS", "KERNELS", "PIPELINES", "LaunchConfig", "launch_config", "replay_step", "standard_step"]
 
@@ -86,6 +87,10 @@ class LaunchConfig:
     # True: the flush launch is issued first on a high-priority side stream and runs under the
     # stream launch (they touch disjoint rows); the step joins the streams before returning.
     flush_stream: bool = False
+    # The per-row flush launch (not flush_persistent) asks the L2 for the tile flush_l2_ahead tiles
+    # on before each tile's load: "none", "lines" or "bulk" (ops/_prefetch.py; CUDA only).
+    flush_l2_prefetch: str = "none"
+    flush_l2_ahead: int = 1
 
     def __post_init__(self):
         if self.kernel not in KERNELS:
@@ -104,6 +109,11 @@ class LaunchConfig:
             raise ValueError(f"LaunchConfig.flush_persistent: expected >= 0, got {self.flush_persistent}")
         if self.flush_stages < 1:
             raise ValueError(f"LaunchConfig.flush_stages: expected >= 1, got {self.flush_stages}")
+        if self.flush_l2_prefetch not in PREFETCH_MODES:
+            raise ValueError(f"LaunchConfig.flush_l2_prefetch: expected one of {tuple(PREFETCH_MODES)}, "
+                             f"got {self.flush_l2_prefetch!r}")
+        if self.flush_l2_ahead < 1:
+            raise ValueError(f"LaunchConfig.flush_l2_ahead: expected >= 1, got {self.flush_l2_ahead}")
         if self.flush_heads < 1:
             raise ValueError(f"LaunchConfig.flush_heads: expected >= 1, got {self.flush_heads}")
         caps = self.flush_max_registers if isinstance(self.flush_max_registers, tuple) else (
@@ -181,9 +191,24 @@ def launch_config(kind: str, head_dim: int, d_state: int, batch: int) -> LaunchC
         # 286.9 / 284.9 / 283.2; 512 mixed 578.8 / 597.3 / 598.1 (long flush programs tail a
         # staggered step once 32 rows flush in it). `--variants` at 128: 4 and 8 within 0.5 us; at
         # 64 eight heads lose the mixed step (111.4 against 87 us).
+        # From batch 128 each flush program asks the L2 for its next tile before each tile's load
+        # (flush_l2_prefetch, one prefetch per 128-byte line; head_dim a multiple of 32): a program
+        # walks its tiles one after the other, so the next one's DRAM latency overlaps this one's
+        # fold. `--variants`, one call each, flush us none -> lines: 128 331.4 -> 326.2, 256
+        # 650.1 -> 638.1, 512 1341.6 -> 1318.0 (amortized -0.4 / -0.8 / -1.8 us); a one-instruction
+        # bulk prefetch (sm_90+) 324.9 / 636.8 / 1331.4; two tiles ahead 671.1 at 256.
+        # A head_dim that 32-row flush tiles do not divide (Nemotron-3-Nano's 80: tiles of 32, 32
+        # and 16 rows) takes 16-row tiles in 2 warps from batch 128: `--variants`, one call each,
+        # Nano dims, amortized 152.4 -> 150.0 / 287.7 -> 283.3 / 560.7 -> 551.4 us at 128 / 256 /
+        # 512 (flush 339 -> 308, 668 -> 600, 1352 -> 1213), mixed within 1 us; at 64 the mixed
+        # step lost (82.1 -> 91.4), and Nemotron-H's 64-row heads lost mixed steps with them.
         heads = 1 if batch < 64 else 4 if batch < 128 else 8 if batch < 256 else 16
+        large = batch >= 128
+        rows16 = large and head_dim % 32 != 0
         return LaunchConfig(block_p=16, num_warps=2, kernel="staged", fold="tf32x2", flush_launch=True,
-                            flush_max_registers=(128, 96), flush_stream=True, flush_heads=heads)
+                            flush_max_registers=(128, 96), flush_stream=True, flush_heads=heads,
+                            flush_block_p=16 if rows16 else 32, flush_warps=2 if rows16 else 4,
+                            flush_l2_prefetch="lines" if large else "none")
     if batch < 128:
         # One program per head streaming 32-row tiles with the next one in flight, capped at 128
         # registers, rows first in the grid, cursors moved by a second launch, rolled FMA fold

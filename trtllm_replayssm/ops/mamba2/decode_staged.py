@@ -56,6 +56,7 @@ import triton.language as tl
 
 from .._flush_heads import flush_heads_per_program, fullest_last_wave_cap
 from .._flush_list import LIST_MAX_BATCH, _sm_count, flush_ranks, flush_row, launch_key, list_grid, note_resident
+from .._prefetch import prefetch_l2, prefetch_mode
 from .._side_stream import fork, join
 from .._tf32 import fp32_dot
 from .decode import _common, _mixer_gate, _mixer_output, _program_ids, _slot_of, _softplus_clamp, _state_strides
@@ -307,11 +308,14 @@ def _flush_kernel(
     HEADS: tl.constexpr, HEADS_PER_GROUP: tl.constexpr, HEADS_PER_PROGRAM: tl.constexpr, P: tl.constexpr,
     N: tl.constexpr, CAP: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_J: tl.constexpr,
     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_INDICES: tl.constexpr, FOLD: tl.constexpr,
-    STAGES: tl.constexpr,
+    STAGES: tl.constexpr, PREFETCH: tl.constexpr = 0, AHEAD: tl.constexpr = 1,
 ):
     """The flush rows of a ``flush_launch`` step: ``HEADS_PER_PROGRAM`` heads of one group of one
     row per program; programs of non-flush rows exit after two loads. ``STAGES > 1`` walks the
     program's (head, tile) pairs as one ``tl.range`` loop for Triton's software pipeliner.
+    ``PREFETCH`` (``ops/_prefetch.py``; ``head_dim`` a multiple of ``BLOCK_P``): the tile ``AHEAD``
+    tiles on is asked of the L2 before each tile's load, so that the program's next loads hit
+    the L2 while it folds (a program walks its tiles one after the other).
 
     The row strides of the checkpoint and the rings are compile-time constants (the cache's
     layout): with them as arguments every element of the ``[J, d_state]`` ring tile and the
@@ -348,11 +352,22 @@ def _flush_kernel(
                             s_ck_slot, s_ck_head, s_ck_p, s_rx_j, s_rB_j, s_x_row, s_x_head, s_z_row, s_z_head,
                             s_y_row, s_y_head, P, N, CAP, BLOCK_P, HAS_D, HAS_Z, FOLD)
         else:
+            ck_base = ckpt_ptr + slot * s_ck_slot
+            TILE_BYTES: tl.constexpr = BLOCK_P * s_ck_p * (ckpt_ptr.dtype.element_ty.primitive_bitwidth // 8)
+            for a in tl.static_range(1, AHEAD if PREFETCH > 0 else 1):
+                if a < HEADS_PER_PROGRAM * TILES:
+                    prefetch_l2(ck_base + (h0 + a // TILES) * s_ck_head + (a % TILES) * BLOCK_P * s_ck_p, TILE_BYTES,
+                                PREFETCH)
             for hh in range(HEADS_PER_PROGRAM):
                 h = h0 + hh
                 line, lead, gamma, dt, rx_base = _flush_head(coef_ptr, ring_x_ptr, row, slot, h, offs_j, s_rx_slot,
                                                              s_rx_head, HEADS, CAP)
                 for pt in range(0, P, BLOCK_P):
+                    if PREFETCH > 0:
+                        t = hh * TILES + pt // BLOCK_P + AHEAD
+                        if t < HEADS_PER_PROGRAM * TILES:
+                            prefetch_l2(ck_base + (h0 + t // TILES) * s_ck_head + (t % TILES) * BLOCK_P * s_ck_p,
+                                        TILE_BYTES, PREFETCH)
                     _flush_tile(ckpt_ptr, x_ptr, D_ptr, z_ptr, y_ptr, rB_base, rB, row, slot, h, pt, c, in_ring, line,
                                 lead, gamma, dt, rx_base, Bv, Cv, offs_n, offs_j, mask_n,
                                 s_ck_slot, s_ck_head, s_ck_p, s_rx_j, s_rB_j, s_x_row, s_x_head, s_z_row, s_z_head,
@@ -455,13 +470,16 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
             note_resident(key, compiled, x.device)
         else:
             per_program = flush_heads_per_program(heads // groups, cfg.flush_heads)
+            # A partial last tile would prefetch past its head.
+            prefetch = prefetch_mode(cfg.flush_l2_prefetch, x.device, cfg.flush_block_p * s_ck_p *
+                                     checkpoint.element_size()) if head_dim % cfg.flush_block_p == 0 else 0
             _flush_kernel[(batch, heads // per_program)](
                 checkpoint, ring_x, ring_B, coef, info, x, B, C, D_, z_, idx_, y,
                 pad_slot_id, *flush_strides, s_ck_p=s_ck_p, s_rx_j=s_rx_j, s_rB_j=s_rB_j,
                 HEADS=heads, HEADS_PER_GROUP=heads // groups, HEADS_PER_PROGRAM=per_program, P=head_dim, N=d_state,
                 CAP=capacity, BLOCK_P=cfg.flush_block_p, BLOCK_N=block_n, BLOCK_J=block_j,
                 HAS_D=flags["HAS_D"], HAS_Z=flags["HAS_Z"], HAS_INDICES=flags["HAS_INDICES"], FOLD=cfg.fold,
-                STAGES=cfg.flush_stages, num_warps=cfg.flush_warps,
+                STAGES=cfg.flush_stages, PREFETCH=prefetch, AHEAD=cfg.flush_l2_ahead, num_warps=cfg.flush_warps,
                 maxnreg=flush_register_cap(cfg, batch * (heads // per_program), sms),
             )
 

@@ -58,8 +58,10 @@ REPLAY_VARIANT = None
 
 
 #: Gated DeltaNet's cached-``u`` flush reads its tile again for the fold from this batch
-#: (``StagedVariant.flush_reread``; see :func:`default_variant`).
-REREAD_FROM = 256
+#: (``StagedVariant.flush_reread``; see :func:`default_variant`). On an H200 the held tile led at
+#: batch 128 and the re-read fold at 160, 192, 224 (amortized 118.2 / 142.2 / 162.0 us against
+#: 121.2 / 144.9 / 165.0), 256 and 512.
+REREAD_FROM = 160
 
 #: Batches below this take the write-through step when no variant is named (on an H200 it led
 #: the staged step at batch 32 and trailed it at 40).
@@ -104,7 +106,7 @@ def default_variant(batch: int, per_channel: bool, refold: bool, d_v: int):
       (1.29x fla), KDA 220.1 -> 218.2 us (1.73x) at batch 256; KDA's cached-``u`` flush folds
       first (``fold_first``, a head's four 32-row tiles per item, 4 warps, beside the stream
       launch): 206.4 us = 1.86x fla over its 15-token cycle against 219.1 us refolding; from
-      batch :data:`REREAD_FROM` GDN's cached-``u`` flush reads its tile again for the fold
+      batch :data:`REREAD_FROM` (160) GDN's cached-``u`` flush reads its tile again for the fold
       (``flush_reread=64``): batch 256 amortized 185.2 -> 182.3 us, 512 351.8 -> 340.6 us;
     - otherwise (``d_v`` not a multiple of 32 from batch 33) the row-wise kernel.
     """
@@ -136,7 +138,8 @@ def default_variant(batch: int, per_channel: bool, refold: bool, d_v: int):
             # holding it (flush_reread; 168 registers): flush 487.8 -> 421.2 us, amortized 185.2 ->
             # 182.3 us, staggered 187.2 -> 182.1 us at 256; 984 -> 770 / 351.8 -> 340.6 us at 512.
             # At 128 the stream launch beside that list kernel ran ~10 us slower (non-flush 90.9 ->
-            # 101.4 us; amortized 100.8 -> 108.2), so smaller batches hold the tile.
+            # 101.4 us; amortized 100.8 -> 108.2), so smaller batches hold the tile; at 160-224 the
+            # re-read fold led by ~3 us amortized, ~5 us staggered.
             return StagedVariant(**stream, flush_stream=True, flush_dot=True, flush_precision="tf32x2",
                                  flush_persistent=8, flush_block_v=16, flush_warps=1,
                                  flush_reread=64 if batch >= REREAD_FROM else 0)

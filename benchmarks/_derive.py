@@ -21,13 +21,17 @@ def field_value(text: str):
 
 def parse_fields(text: str, cls) -> dict:
     """``"a=1, b=true"`` -> ``{"a": 1, "b": True}``, every key a field of dataclass ``cls``."""
-    names = {f.name for f in dataclasses.fields(cls)}
+    defaults = {f.name: f.default for f in dataclasses.fields(cls)}
     fields = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
         key, eq, value = item.partition("=")
-        if not eq or key.strip() not in names:
-            raise SystemExit(f"--derive: {item!r} is not field=value of {cls.__name__} (fields: {sorted(names)})")
-        fields[key.strip()] = field_value(value)
+        if not eq or key.strip() not in defaults:
+            raise SystemExit(f"--derive: {item!r} is not field=value of {cls.__name__} (fields: {sorted(defaults)})")
+        parsed = field_value(value)
+        # A string field keeps "none" as the word (e.g. flush_l2_prefetch="none"), not None.
+        if parsed is None and isinstance(defaults[key.strip()], str):
+            parsed = value.strip()
+        fields[key.strip()] = parsed
     return fields
 
 

@@ -36,12 +36,14 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from _delta_layer import Cursors, Layer, fla_fn, window_cycle  # noqa: E402
+from _derive import label, parse_fields  # noqa: E402
 from _paper_code import load_paper_function  # noqa: E402
 from _timing import L2Flusher, capture_graph, copy_bandwidth_gbps, device_info, median, time_replays  # noqa: E402
 
 from trtllm_replayssm.config import ReplaySSMConfig  # noqa: E402
 from trtllm_replayssm.ops.gdn import decode  # noqa: E402
 from trtllm_replayssm.ops.gdn import reference as gdn_ref  # noqa: E402
+from trtllm_replayssm.ops.gdn.decode_fused import FusedVariant  # noqa: E402
 from trtllm_replayssm.ops.gdn.state import DeltaRuleReplayState  # noqa: E402
 
 PAPER_FILE = "vllm/model_executor/layers/fla/ops/fused_recurrent_replayssm.py"
@@ -131,12 +133,19 @@ def time_paper(kernel, layer, batch, x, cfg, flusher, rounds):
     return phases(graph, batch, lambda p: WritePos(step.write_pos, p, flusher), list(range(L)), rounds)
 
 
+def fused_variant(spec: str):
+    """``(row name, variant)`` of the one-launch step for ``--fused`` spec ``"field=value, ..."``
+    (fields of ``FusedVariant``; empty: its defaults)."""
+    fields = parse_fields(spec, FusedVariant)
+    return ("replay fused" + (f" {label(fields)}" if fields else ""), FusedVariant(**fields))
+
+
 def bench(layer, batch, flusher, rounds, kernel, paper_cfgs, fused):
     x = layer.tokens(batch)
     idx = torch.arange(batch, dtype=torch.int32, device="cuda")
     fla = median([r[0] for r in time_replays([capture_graph(fla_fn(layer, batch, x))], rounds, flusher)])
     rows = [{"batch": batch, "mode": "fla", "us": fla}]
-    for name, variant in [("replay default", None)] + ([("replay fused", "fused")] if fused else []):
+    for name, variant in [("replay default", None)] + [fused_variant(spec) for spec in fused]:
         rows.append({"batch": batch, "mode": name, **time_ours(layer, batch, x, idx, variant, flusher, rounds)})
         torch.cuda.empty_cache()
     for cfg in paper_cfgs:
@@ -192,7 +201,9 @@ def main(argv=None):
                    help="the paper kernel's launch configs to time (its own default first)")
     p.add_argument("--batches", type=int, nargs="+", default=[1, 128, 256])
     p.add_argument("--rounds", type=int, default=15)
-    p.add_argument("--fused", action="store_true", help="also time the one-launch step (ops/gdn/decode_fused.py)")
+    p.add_argument("--fused", nargs="*", default=None, metavar="FIELDS",
+                   help="also time the one-launch step (ops/gdn/decode_fused.py): its defaults, or one row per "
+                        "'field=value, ...' of FusedVariant given ('' for the defaults)")
     p.add_argument("--accuracy", action="store_true", help="checkpoint errors after 3 windows against float64")
     p.add_argument("--json", help="write the rows and the machine description here")
     args = p.parse_args(argv)
@@ -201,6 +212,12 @@ def main(argv=None):
         assert all(len(c) == 4 for c in cfgs)
     except (ValueError, AssertionError):
         p.error(f"--paper-configs: expected BV,WARPS,STAGES,NK integers, got {args.paper_configs}")
+    fused = [] if args.fused is None else (args.fused or [""])
+    for spec in fused:
+        try:
+            fused_variant(spec)
+        except ValueError as e:
+            p.error(f"--fused: {e}")
     kernel = load_paper_kernel(args.paper_root) if args.paper_root else None
     info = device_info()
     copy_bw = copy_bandwidth_gbps()
@@ -209,7 +226,7 @@ def main(argv=None):
     flusher = L2Flusher()
     rows = []
     for batch in args.batches:
-        rows += bench(layer, batch, flusher, args.rounds, kernel, cfgs if kernel else [], args.fused)
+        rows += bench(layer, batch, flusher, args.rounds, kernel, cfgs if kernel else [], fused)
     print("\n| batch | step | non-flush us | flush us | amortized us | staggered us | amortized x fla |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:

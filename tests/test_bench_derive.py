@@ -26,6 +26,9 @@ def test_field_values_and_unknown_fields():
         parse_fields("warps=1", StagedVariant)
     with pytest.raises(SystemExit, match="is not field=value"):
         parse_fields("ring_warps", StagedVariant)
+    # "none" is None for an optional field, the word for a string field
+    assert parse_fields("flush_max_registers=none, flush_l2_prefetch=none", mamba2_decode.LaunchConfig) == {
+        "flush_max_registers": None, "flush_l2_prefetch": "none"}
 
 
 def test_mamba2_fields_build_a_checked_config():

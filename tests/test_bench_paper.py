@@ -54,3 +54,21 @@ def test_mamba2_paper_bench_names_bad_configs(tmp_path):
         bench_mamba2_paper.main(["--paper-root", str(tmp_path), "--output-only-config", "16"])
     with pytest.raises(SystemExit, match="--paper-root: expected a checkout"):
         bench_mamba2_paper.main(["--paper-root", str(tmp_path)])
+
+
+def test_fused_specs_become_variants():
+    """``--fused`` rows: the one-launch step's defaults, or a ``FusedVariant`` with fields replaced."""
+    from trtllm_replayssm.ops.gdn.decode_fused import FusedVariant
+
+    assert bench_gdn_paper.fused_variant("") == ("replay fused", FusedVariant())
+    name, variant = bench_gdn_paper.fused_variant("precision=tf32x3, block_v=16")
+    assert name == "replay fused precision=tf32x3, block_v=16"
+    assert variant == FusedVariant(block_v=16, precision="tf32x3")
+
+
+@pytest.mark.parametrize("spec, message", [("precision=fp8", "precision"), ("no_such_field=1", "no_such")])
+def test_bad_fused_specs_are_named(spec, message, capsys):
+    with pytest.raises(SystemExit) as refused:
+        bench_gdn_paper.main(["--fused", spec])
+    # argparse's error goes to stderr, parse_fields' message is the exit code
+    assert message in capsys.readouterr().err + str(refused.value.code)

@@ -134,11 +134,11 @@ def default_variant(batch: int, per_channel: bool, refold: bool, d_v: int):
             # A scalar decay and 16-bit keys: the dot fold in two TF32 passes (ops/_tf32.py), in
             # 16-row one-warp programs (221 registers, 8 per SM), beside the stream launch: flush
             # 593 -> 525 us, amortized 194.7 -> 190.0 us at batch 256 (fp32 rings: tf32x3).
-            # From batch 256 the fold reads the tile again in 64-column chunks after u_t instead of
+            # From REREAD_FROM (160) the fold reads the tile again in 64-column chunks after u_t instead of
             # holding it (flush_reread; 168 registers): flush 487.8 -> 421.2 us, amortized 185.2 ->
             # 182.3 us, staggered 187.2 -> 182.1 us at 256; 984 -> 770 / 351.8 -> 340.6 us at 512.
             # At 128 the stream launch beside that list kernel ran ~10 us slower (non-flush 90.9 ->
-            # 101.4 us; amortized 100.8 -> 108.2), so smaller batches hold the tile; at 160-224 the
+            # 101.4 us; amortized 100.8 -> 108.2), so batch 128 holds the tile; at 160-224 the
             # re-read fold led by ~3 us amortized, ~5 us staggered.
             return StagedVariant(**stream, flush_stream=True, flush_dot=True, flush_precision="tf32x2",
                                  flush_persistent=8, flush_block_v=16, flush_warps=1,

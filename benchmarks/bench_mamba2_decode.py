@@ -287,7 +287,8 @@ def short(cfg) -> str:
             f" rw{cfg.ring_warps}" if cfg.ring_warps != 4 else "") + (" rows" if cfg.rows_fastest else "") + (
             " pf" if cfg.ring_prefetch else "") + (
             (f" +flush bp{cfg.flush_block_p} w{cfg.flush_warps} " +
-             (f"x{cfg.flush_persistent}/SM" if cfg.flush_persistent else f"h{cfg.flush_heads}") +
+             (f"x{cfg.flush_persistent}/SM" + (f" items h{cfg.flush_heads}" if cfg.flush_list_items == "heads" else "")
+              if cfg.flush_persistent else f"h{cfg.flush_heads}") +
              (f" r{'|'.join(map(str, cfg.flush_max_registers)) if isinstance(cfg.flush_max_registers, tuple) else cfg.flush_max_registers}"
               if cfg.flush_max_registers else "") +
              (" side" if cfg.flush_stream else "") +

@@ -203,6 +203,9 @@ STAGED_INTERPRETER = [
     ((4, 80, 24, 1), dict(block_p=8, fold="loop", num_warps=2, flush_launch=True, flush_persistent=2, flush_block_p=32)),
     ((6, 32, 16, 2), dict(block_p=16, fold="tf32x3", num_warps=2, flush_launch=True, flush_persistent=1,
                           flush_block_p=16)),
+    # ... or of (row, head chunk) items, each what a per-row flush program does (3 heads per item)
+    ((6, 32, 16, 2), dict(block_p=16, fold="tf32x2", num_warps=2, flush_launch=True, flush_persistent=1,
+                          flush_list_items="heads", flush_heads=3, flush_block_p=16, flush_stream=True)),
     # flush_stream (a side stream on CUDA; on the CPU the launches run in order); the L2 prefetch
     # is no prefetch in the interpreter (prefetch_mode), the launch otherwise the same
     ((4, 32, 16, 2), dict(block_p=16, fold="tf32x3", num_warps=2, flush_launch=True, flush_stream=True,
@@ -293,6 +296,10 @@ def test_launch_config_default_kernels_by_batch():
     assert all(c.flush_stream for c in configs[2:])
     # the flush launch's L2 prefetch of the next tile from batch 128
     assert [c.flush_l2_prefetch for c in configs[2:]] == ["none"] * 4 + ["lines"] * 4
+    # from batch 128 the per-row flush programs as list items (4 programs per SM), where 32-row
+    # tiles divide head_dim
+    assert [(c.flush_persistent, c.flush_list_items) for c in configs[2:]] == [(0, "tiles")] * 4 + [(4, "heads")] * 4
+    assert decode.launch_config("replay", 80, 128, 256).flush_persistent == 0
     # 16-row flush tiles where 32 rows do not divide head_dim (80), from batch 128
     assert [(decode.launch_config("replay", hd, 128, b).flush_block_p, decode.launch_config("replay", hd, 128, b)
              .flush_warps) for hd, b in ((80, 64), (80, 128), (80, 512), (64, 256))] == [(32, 4), (16, 2), (16, 2),
@@ -318,7 +325,9 @@ def test_launch_config_rejects_unknown_options():
                 dict(kernel="staged", flush_launch=True, flush_max_registers=(112, 300)),
                 dict(kernel="staged", flush_launch=True, flush_max_registers="96"),
                 dict(kernel="staged", flush_launch=True, flush_l2_prefetch="always"),
-                dict(kernel="staged", flush_launch=True, flush_l2_ahead=0)):
+                dict(kernel="staged", flush_launch=True, flush_l2_ahead=0),
+                dict(kernel="staged", flush_launch=True, flush_list_items="rows", flush_persistent=4),
+                dict(kernel="staged", flush_launch=True, flush_list_items="heads")):
         with pytest.raises(ValueError, match="LaunchConfig"):
             decode.LaunchConfig(**bad)
 
@@ -412,6 +421,9 @@ STAGED_GPU_CONFIGS = [
     dict(block_p=16, num_warps=2, fold="tf32x3", flush_launch=True, flush_persistent=4, flush_block_p=16),
     dict(block_p=16, num_warps=2, fold="tf32x3", flush_launch=True, flush_stream=True, flush_max_registers=128),
     dict(block_p=16, num_warps=2, fold="tf32x2", flush_launch=True, flush_stream=True, flush_max_registers=128),
+    # the batch >= 128 default's shape: (row, head chunk) list items, the next tile prefetched
+    dict(block_p=16, num_warps=2, fold="tf32x2", flush_launch=True, flush_stream=True, flush_max_registers=(128, 96),
+         flush_persistent=4, flush_list_items="heads", flush_heads=4, flush_l2_prefetch="lines"),
 ]
 
 
@@ -531,14 +543,24 @@ def test_flush_l2_prefetch_changes_nothing_gpu(dims, mode, ahead):
         assert torch.equal(t, getattr(fetched, name)), name
 
 
+SIDE_STREAM_GRAPH_CONFIGS = [
+    # the flush launch on a side stream (fork / join captured as graph edges)
+    dict(fold="tf32x3", flush_max_registers=128),
+    # the (row, head chunk) list flush launch, its L2 prefetch on: its grid sized before capture
+    dict(fold="tf32x2", flush_max_registers=(128, 96), flush_persistent=4, flush_list_items="heads", flush_heads=4,
+         flush_l2_prefetch="lines"),
+]
+
+
 @pytest.mark.gpu
-def test_staged_flush_stream_cuda_graph_equals_eager():
-    # The flush launch on a side stream (fork / join captured as graph edges), window 4.
+@pytest.mark.parametrize("seed,params", list(enumerate(SIDE_STREAM_GRAPH_CONFIGS, start=6)),
+                         ids=["side_stream", "heads_list"])
+def test_staged_flush_stream_cuda_graph_equals_eager(seed, params):
+    # Window 4; a captured step replayed against eager calls, state and outputs bit for bit.
     dims = (16, 64, 128, 2)
-    gen = torch.Generator().manual_seed(6)
+    gen = torch.Generator().manual_seed(seed)
     base, _ = allocate(6, *dims, 4, torch.bfloat16, "cuda", gen)
-    cfg = decode.LaunchConfig(block_p=16, num_warps=2, kernel="staged", fold="tf32x3", flush_launch=True,
-                              flush_stream=True, flush_max_registers=128)
+    cfg = decode.LaunchConfig(block_p=16, num_warps=2, kernel="staged", flush_launch=True, flush_stream=True, **params)
     eager, graph = _graph_vs_eager(_kernel_replay(cfg), base.clone, 5, *dims, torch.bfloat16)
     for name, t in eager.tensors().items():
         assert torch.equal(t, getattr(graph, name)), name

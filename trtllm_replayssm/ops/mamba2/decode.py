@@ -81,14 +81,18 @@ class LaunchConfig:
     # > 0: the flush launch as this many programs per SM walking the flush rows' tiles (a list
     # numbered from the ring launch's flags) instead of a program per (row, group, flush_heads).
     flush_persistent: int = 0
+    # What a list item of flush_persistent is: "tiles" (one flush_block_p-row tile of a flush row)
+    # or "heads" (flush_heads heads of a group of a flush row, as a per-row flush program walks them).
+    flush_list_items: str = "tiles"
     # ptxas .maxnreg of the flush launch; a tuple: the one of these caps whose residency fills
     # the per-row flush launch's waves best on the device (_flush_heads.fullest_last_wave_cap).
     flush_max_registers: int | tuple[int, ...] | None = None
     # True: the flush launch is issued first on a high-priority side stream and runs under the
     # stream launch (they touch disjoint rows); the step joins the streams before returning.
     flush_stream: bool = False
-    # The per-row flush launch (not flush_persistent) asks the L2 for the tile flush_l2_ahead tiles
-    # on before each tile's load: "none", "lines" or "bulk" (ops/_prefetch.py; CUDA only).
+    # The per-row flush launch (and its list form, flush_list_items="heads") asks the L2 for the tile
+    # flush_l2_ahead tiles on before each tile's load: "none", "lines" or "bulk" (ops/_prefetch.py;
+    # CUDA only).
     flush_l2_prefetch: str = "none"
     flush_l2_ahead: int = 1
 
@@ -109,6 +113,10 @@ class LaunchConfig:
             raise ValueError(f"LaunchConfig.flush_persistent: expected >= 0, got {self.flush_persistent}")
         if self.flush_stages < 1:
             raise ValueError(f"LaunchConfig.flush_stages: expected >= 1, got {self.flush_stages}")
+        if self.flush_list_items not in ("tiles", "heads"):
+            raise ValueError(f"LaunchConfig.flush_list_items: expected 'tiles' or 'heads', got {self.flush_list_items!r}")
+        if self.flush_list_items != "tiles" and not self.flush_persistent:
+            raise ValueError("LaunchConfig.flush_list_items: only with flush_persistent > 0 (a list flush launch)")
         if self.flush_l2_prefetch not in PREFETCH_MODES:
             raise ValueError(f"LaunchConfig.flush_l2_prefetch: expected one of {tuple(PREFETCH_MODES)}, "
                              f"got {self.flush_l2_prefetch!r}")
@@ -202,13 +210,22 @@ def launch_config(kind: str, head_dim: int, d_state: int, batch: int) -> LaunchC
         # Nano dims, amortized 152.4 -> 150.0 / 287.7 -> 283.3 / 560.7 -> 551.4 us at 128 / 256 /
         # 512 (flush 339 -> 308, 668 -> 600, 1352 -> 1213), mixed within 1 us; at 64 the mixed
         # step lost (82.1 -> 91.4), and Nemotron-H's 64-row heads lost mixed steps with them.
+        # Where 32-row tiles divide head_dim, from batch 128 the flush launch's (row, head chunk)
+        # programs become the items of a list walked by 4 programs per SM (flush_list_items="heads"):
+        # a non-flush step then runs one wave of programs that find no item instead of batch x
+        # chunks early exits. `--variants`, one call, Nemotron-H, non-flush / flush / amortized us:
+        # 256 279.6 / 640.2 / 302.1 -> 278.9 / 636.6 / 301.3; 512 542.8 / 1317.5 / 591.2 -> 540.8 /
+        # 1305.6 / 588.6; 128 148.7 / 325.2 / 159.8 -> 148.1 / 326.3 / 159.2; mixed within 0.5 us;
+        # 3 programs per SM: flush 726 us at 256.
         heads = 1 if batch < 64 else 4 if batch < 128 else 8 if batch < 256 else 16
         large = batch >= 128
         rows16 = large and head_dim % 32 != 0
+        listed = large and not rows16
         return LaunchConfig(block_p=16, num_warps=2, kernel="staged", fold="tf32x2", flush_launch=True,
                             flush_max_registers=(128, 96), flush_stream=True, flush_heads=heads,
                             flush_block_p=16 if rows16 else 32, flush_warps=2 if rows16 else 4,
-                            flush_l2_prefetch="lines" if large else "none")
+                            flush_l2_prefetch="lines" if large else "none",
+                            flush_persistent=4 if listed else 0, flush_list_items="heads" if listed else "tiles")
     if batch < 128:
         # One program per head streaming 32-row tiles with the next one in flight, capped at 128
         # registers, rows first in the grid, cursors moved by a second launch, rolled FMA fold

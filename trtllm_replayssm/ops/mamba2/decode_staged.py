@@ -43,9 +43,14 @@ exit. ``flush_max_registers`` caps the flush launch's registers (in the defaults
 programs per SM, whichever fills its waves best on the device: on an H200 its 2048 programs from
 batch 64 run in 3.9 waves at 4 per SM, in 3.1 at 5), whose programs take more heads as the batch
 grows (``decode.launch_config``);
-``flush_persistent=N`` replaces its grid by N programs per SM walking a list of the
-flush rows' tiles numbered from the ring launch's flags (fewer early exits on non-flush steps,
-a slower flush as measured: ``benchmarks/NOTES_mamba2.md``).
+``flush_persistent=N`` replaces its grid by N programs per SM walking a list numbered from
+the ring launch's flags: of the flush rows' tiles (``flush_list_items="tiles"``; a slower flush
+as measured, each tile loading its row's operands) or of their (row, head chunk) items, each
+what a per-row program does (``"heads"``, ``_flush_rows_list_kernel``; the default from batch
+128 where 32-row tiles divide ``head_dim``): a non-flush step then pays one wave of programs
+that find no item instead of ``batch x chunks`` early exits (``benchmarks/NOTES_mamba2.md``).
+Every flush program asks the L2 for its next tile before each tile's load
+(``flush_l2_prefetch``, ``ops/_prefetch.py``; the defaults from batch 128).
 """
 
 from __future__ import annotations
@@ -298,6 +303,67 @@ def _flush_tile(ckpt_ptr, x_ptr, D_ptr, z_ptr, y_ptr, rB_base, rB, row, slot, h,
 
 
 @triton.jit
+def _flush_heads_of_row(
+    ckpt_ptr, ring_x_ptr, ring_B_ptr, coef_ptr, x_ptr, B_ptr, C_ptr, D_ptr, z_ptr, y_ptr, row, slot, c, chunk,
+    s_ck_slot, s_ck_head, s_rx_slot, s_rx_head, s_rB_slot, s_rB_group,
+    s_x_row, s_x_head, s_B_row, s_B_group, s_C_row, s_C_group, s_z_row, s_z_head, s_y_row, s_y_head,
+    s_ck_p: tl.constexpr, s_rx_j: tl.constexpr, s_rB_j: tl.constexpr,
+    HEADS: tl.constexpr, HEADS_PER_GROUP: tl.constexpr, HEADS_PER_PROGRAM: tl.constexpr, P: tl.constexpr,
+    N: tl.constexpr, CAP: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_J: tl.constexpr,
+    HAS_D: tl.constexpr, HAS_Z: tl.constexpr, FOLD: tl.constexpr, STAGES: tl.constexpr, PREFETCH: tl.constexpr,
+    AHEAD: tl.constexpr,
+):
+    """Fold the ``HEADS_PER_PROGRAM`` heads of head chunk ``chunk`` (of ``HEADS / HEADS_PER_PROGRAM``;
+    the chunks of a group are consecutive) of flush row ``row`` (slot ``slot``, ``c`` ring entries),
+    tile after tile; see :func:`_flush_kernel` for ``STAGES`` / ``PREFETCH`` / ``AHEAD``."""
+    chunks: tl.constexpr = HEADS_PER_GROUP // HEADS_PER_PROGRAM
+    TILES: tl.constexpr = (P + BLOCK_P - 1) // BLOCK_P
+    g = chunk // chunks
+    h0 = g * HEADS_PER_GROUP + (chunk % chunks) * HEADS_PER_PROGRAM
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_j = tl.arange(0, BLOCK_J)
+    mask_n = offs_n < N
+    in_ring = offs_j < c
+    rB_base = ring_B_ptr + slot * s_rB_slot + g * s_rB_group
+    # The token's B and C once per program.
+    Bv = tl.load(B_ptr + row * s_B_row + g * s_B_group + offs_n, mask=mask_n, other=0.0).to(tl.float32)
+    Cv = tl.load(C_ptr + row * s_C_row + g * s_C_group + offs_n, mask=mask_n, other=0.0).to(tl.float32)
+    # The group's ring B once per program for the dot folds (per tile it cost the Nemotron-H
+    # flush 2%: a 4 KB load, its conversion and a shared-memory store for every tile).
+    rB = _ring_B_tile(rB_base, offs_j, offs_n, in_ring, mask_n, s_rB_j, CAP)
+    if STAGES > 1:
+        for it in tl.range(0, HEADS_PER_PROGRAM * TILES, num_stages=STAGES):
+            h = h0 + it // TILES
+            line, lead, gamma, dt, rx_base = _flush_head(coef_ptr, ring_x_ptr, row, slot, h, offs_j, s_rx_slot,
+                                                         s_rx_head, HEADS, CAP)
+            _flush_tile(ckpt_ptr, x_ptr, D_ptr, z_ptr, y_ptr, rB_base, rB, row, slot, h, (it % TILES) * BLOCK_P, c,
+                        in_ring, line, lead, gamma, dt, rx_base, Bv, Cv, offs_n, offs_j, mask_n,
+                        s_ck_slot, s_ck_head, s_ck_p, s_rx_j, s_rB_j, s_x_row, s_x_head, s_z_row, s_z_head,
+                        s_y_row, s_y_head, P, N, CAP, BLOCK_P, HAS_D, HAS_Z, FOLD)
+    else:
+        ck_base = ckpt_ptr + slot * s_ck_slot
+        TILE_BYTES: tl.constexpr = BLOCK_P * s_ck_p * (ckpt_ptr.dtype.element_ty.primitive_bitwidth // 8)
+        for a in tl.static_range(1, AHEAD if PREFETCH > 0 else 1):
+            if a < HEADS_PER_PROGRAM * TILES:
+                prefetch_l2(ck_base + (h0 + a // TILES) * s_ck_head + (a % TILES) * BLOCK_P * s_ck_p, TILE_BYTES,
+                            PREFETCH)
+        for hh in range(HEADS_PER_PROGRAM):
+            h = h0 + hh
+            line, lead, gamma, dt, rx_base = _flush_head(coef_ptr, ring_x_ptr, row, slot, h, offs_j, s_rx_slot,
+                                                         s_rx_head, HEADS, CAP)
+            for pt in range(0, P, BLOCK_P):
+                if PREFETCH > 0:
+                    t = hh * TILES + pt // BLOCK_P + AHEAD
+                    if t < HEADS_PER_PROGRAM * TILES:
+                        prefetch_l2(ck_base + (h0 + t // TILES) * s_ck_head + (t % TILES) * BLOCK_P * s_ck_p,
+                                    TILE_BYTES, PREFETCH)
+                _flush_tile(ckpt_ptr, x_ptr, D_ptr, z_ptr, y_ptr, rB_base, rB, row, slot, h, pt, c, in_ring, line,
+                            lead, gamma, dt, rx_base, Bv, Cv, offs_n, offs_j, mask_n,
+                            s_ck_slot, s_ck_head, s_ck_p, s_rx_j, s_rB_j, s_x_row, s_x_head, s_z_row, s_z_head,
+                            s_y_row, s_y_head, P, N, CAP, BLOCK_P, HAS_D, HAS_Z, FOLD)
+
+
+@triton.jit
 def _flush_kernel(
     ckpt_ptr, ring_x_ptr, ring_B_ptr, coef_ptr, info_ptr,
     x_ptr, B_ptr, C_ptr, D_ptr, z_ptr, idx_ptr, y_ptr,
@@ -322,56 +388,48 @@ def _flush_kernel(
     checkpoint tile needs its own 64-bit address (sm_90: 252 registers against 168; 132 with the
     ring tiles also loaded whole rather than masked by ``c``)."""
     row = tl.program_id(0).to(tl.int64)
-    chunks: tl.constexpr = HEADS_PER_GROUP // HEADS_PER_PROGRAM
-    TILES: tl.constexpr = (P + BLOCK_P - 1) // BLOCK_P
-    g = tl.program_id(1) // chunks
-    h0 = g * HEADS_PER_GROUP + (tl.program_id(1) % chunks) * HEADS_PER_PROGRAM
     slot, live = _slot_of(idx_ptr, row, pad_slot_id, HAS_INDICES)
     # c with the flag and the slot (all indexed by row): nothing after the branch waits for it.
     c = tl.load(info_ptr + 2 * row)
     is_flush = tl.load(info_ptr + 2 * row + 1) != 0
     if live & is_flush:
-        offs_n = tl.arange(0, BLOCK_N)
-        offs_j = tl.arange(0, BLOCK_J)
-        mask_n = offs_n < N
-        in_ring = offs_j < c
-        rB_base = ring_B_ptr + slot * s_rB_slot + g * s_rB_group
-        # The token's B and C once per program.
-        Bv = tl.load(B_ptr + row * s_B_row + g * s_B_group + offs_n, mask=mask_n, other=0.0).to(tl.float32)
-        Cv = tl.load(C_ptr + row * s_C_row + g * s_C_group + offs_n, mask=mask_n, other=0.0).to(tl.float32)
-        # The group's ring B once per program for the dot folds (per tile it cost the Nemotron-H
-        # flush 2%: a 4 KB load, its conversion and a shared-memory store for every tile).
-        rB = _ring_B_tile(rB_base, offs_j, offs_n, in_ring, mask_n, s_rB_j, CAP)
-        if STAGES > 1:
-            for it in tl.range(0, HEADS_PER_PROGRAM * TILES, num_stages=STAGES):
-                h = h0 + it // TILES
-                line, lead, gamma, dt, rx_base = _flush_head(coef_ptr, ring_x_ptr, row, slot, h, offs_j, s_rx_slot,
-                                                             s_rx_head, HEADS, CAP)
-                _flush_tile(ckpt_ptr, x_ptr, D_ptr, z_ptr, y_ptr, rB_base, rB, row, slot, h, (it % TILES) * BLOCK_P, c,
-                            in_ring, line, lead, gamma, dt, rx_base, Bv, Cv, offs_n, offs_j, mask_n,
-                            s_ck_slot, s_ck_head, s_ck_p, s_rx_j, s_rB_j, s_x_row, s_x_head, s_z_row, s_z_head,
-                            s_y_row, s_y_head, P, N, CAP, BLOCK_P, HAS_D, HAS_Z, FOLD)
-        else:
-            ck_base = ckpt_ptr + slot * s_ck_slot
-            TILE_BYTES: tl.constexpr = BLOCK_P * s_ck_p * (ckpt_ptr.dtype.element_ty.primitive_bitwidth // 8)
-            for a in tl.static_range(1, AHEAD if PREFETCH > 0 else 1):
-                if a < HEADS_PER_PROGRAM * TILES:
-                    prefetch_l2(ck_base + (h0 + a // TILES) * s_ck_head + (a % TILES) * BLOCK_P * s_ck_p, TILE_BYTES,
-                                PREFETCH)
-            for hh in range(HEADS_PER_PROGRAM):
-                h = h0 + hh
-                line, lead, gamma, dt, rx_base = _flush_head(coef_ptr, ring_x_ptr, row, slot, h, offs_j, s_rx_slot,
-                                                             s_rx_head, HEADS, CAP)
-                for pt in range(0, P, BLOCK_P):
-                    if PREFETCH > 0:
-                        t = hh * TILES + pt // BLOCK_P + AHEAD
-                        if t < HEADS_PER_PROGRAM * TILES:
-                            prefetch_l2(ck_base + (h0 + t // TILES) * s_ck_head + (t % TILES) * BLOCK_P * s_ck_p,
-                                        TILE_BYTES, PREFETCH)
-                    _flush_tile(ckpt_ptr, x_ptr, D_ptr, z_ptr, y_ptr, rB_base, rB, row, slot, h, pt, c, in_ring, line,
-                                lead, gamma, dt, rx_base, Bv, Cv, offs_n, offs_j, mask_n,
-                                s_ck_slot, s_ck_head, s_ck_p, s_rx_j, s_rB_j, s_x_row, s_x_head, s_z_row, s_z_head,
-                                s_y_row, s_y_head, P, N, CAP, BLOCK_P, HAS_D, HAS_Z, FOLD)
+        _flush_heads_of_row(ckpt_ptr, ring_x_ptr, ring_B_ptr, coef_ptr, x_ptr, B_ptr, C_ptr, D_ptr, z_ptr, y_ptr,
+                            row, slot, c, tl.program_id(1),
+                            s_ck_slot, s_ck_head, s_rx_slot, s_rx_head, s_rB_slot, s_rB_group,
+                            s_x_row, s_x_head, s_B_row, s_B_group, s_C_row, s_C_group, s_z_row, s_z_head, s_y_row,
+                            s_y_head, s_ck_p, s_rx_j, s_rB_j, HEADS, HEADS_PER_GROUP, HEADS_PER_PROGRAM, P, N, CAP,
+                            BLOCK_P, BLOCK_N, BLOCK_J, HAS_D, HAS_Z, FOLD, STAGES, PREFETCH, AHEAD)
+
+
+@triton.jit
+def _flush_rows_list_kernel(
+    ckpt_ptr, ring_x_ptr, ring_B_ptr, coef_ptr, info_ptr,
+    x_ptr, B_ptr, C_ptr, D_ptr, z_ptr, idx_ptr, y_ptr,
+    batch, pad_slot_id,
+    s_ck_slot, s_ck_head, s_rx_slot, s_rx_head, s_rB_slot, s_rB_group,
+    s_x_row, s_x_head, s_B_row, s_B_group, s_C_row, s_C_group, s_z_row, s_z_head, s_y_row, s_y_head,
+    s_ck_p: tl.constexpr, s_rx_j: tl.constexpr, s_rB_j: tl.constexpr,
+    HEADS: tl.constexpr, HEADS_PER_GROUP: tl.constexpr, HEADS_PER_PROGRAM: tl.constexpr, P: tl.constexpr,
+    N: tl.constexpr, CAP: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_J: tl.constexpr,
+    BLOCK_B: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_INDICES: tl.constexpr,
+    FOLD: tl.constexpr, STAGES: tl.constexpr, PREFETCH: tl.constexpr = 0, AHEAD: tl.constexpr = 1,
+):
+    """The per-row flush launch's work as a list (``flush_list_items="heads"``): item ``i`` is
+    head chunk ``i % (HEADS / HEADS_PER_PROGRAM)`` of the ``i // (HEADS / HEADS_PER_PROGRAM)``-th
+    flush row, walked by a fixed wave of programs (``flush_persistent`` per SM) that number the
+    flush rows from the ring launch's flags. A non-flush step then costs one wave of programs
+    finding no item, not ``batch x chunks`` early exits; an item is what a per-row program does."""
+    CHUNKS: tl.constexpr = HEADS // HEADS_PER_PROGRAM
+    ranks, n_flush = flush_ranks(info_ptr, batch, BLOCK_B)
+    for i in range(tl.program_id(0), n_flush * CHUNKS, tl.num_programs(0)):
+        row = flush_row(ranks, i // CHUNKS).to(tl.int64)
+        slot, _ = _slot_of(idx_ptr, row, pad_slot_id, HAS_INDICES)  # a flush row is live
+        _flush_heads_of_row(ckpt_ptr, ring_x_ptr, ring_B_ptr, coef_ptr, x_ptr, B_ptr, C_ptr, D_ptr, z_ptr, y_ptr,
+                            row, slot, tl.load(info_ptr + 2 * row), i % CHUNKS,
+                            s_ck_slot, s_ck_head, s_rx_slot, s_rx_head, s_rB_slot, s_rB_group,
+                            s_x_row, s_x_head, s_B_row, s_B_group, s_C_row, s_C_group, s_z_row, s_z_head, s_y_row,
+                            s_y_head, s_ck_p, s_rx_j, s_rB_j, HEADS, HEADS_PER_GROUP, HEADS_PER_PROGRAM, P, N, CAP,
+                            BLOCK_P, BLOCK_N, BLOCK_J, HAS_D, HAS_Z, FOLD, STAGES, PREFETCH, AHEAD)
 
 
 @triton.jit
@@ -452,8 +510,29 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
     flush_strides = (s_ck_slot, s_ck_head, s_rx_slot, s_rx_head, s_rB_slot, s_rB_group,
                      s_x_row, s_x_head, s_B_row, s_B_group, s_C_row, s_C_group, s_z_row, s_z_head, s_y_row, s_y_head)
 
+    per_program = flush_heads_per_program(heads // groups, cfg.flush_heads)
+    # A partial last tile would prefetch past its head.
+    prefetch = prefetch_mode(cfg.flush_l2_prefetch, x.device, cfg.flush_block_p * s_ck_p *
+                             checkpoint.element_size()) if head_dim % cfg.flush_block_p == 0 else 0
+    row_consts = dict(s_ck_p=s_ck_p, s_rx_j=s_rx_j, s_rB_j=s_rB_j, HEADS=heads, HEADS_PER_GROUP=heads // groups,
+                      HEADS_PER_PROGRAM=per_program, P=head_dim, N=d_state, CAP=capacity, BLOCK_P=cfg.flush_block_p,
+                      BLOCK_N=block_n, BLOCK_J=block_j, HAS_D=flags["HAS_D"], HAS_Z=flags["HAS_Z"],
+                      HAS_INDICES=flags["HAS_INDICES"], FOLD=cfg.fold, STAGES=cfg.flush_stages, PREFETCH=prefetch,
+                      AHEAD=cfg.flush_l2_ahead)
+
     def flush_rows():
-        if cfg.flush_persistent and batch <= LIST_MAX_BATCH:
+        if cfg.flush_persistent and batch <= LIST_MAX_BATCH and cfg.flush_list_items == "heads":
+            consts = dict(row_consts, BLOCK_B=triton.next_power_of_2(batch))
+            cap = flush_register_cap(cfg, None, sms)
+            key = launch_key("mamba2 heads", (x.dtype, checkpoint.dtype, ring_x.dtype), cfg.flush_warps, cap, consts)
+            compiled = _flush_rows_list_kernel[(list_grid(batch * (heads // per_program), cfg.flush_persistent,
+                                                          x.device, key),)](
+                checkpoint, ring_x, ring_B, coef, info, x, B, C, D_, z_, idx_, y,
+                batch, pad_slot_id, *flush_strides, **consts,
+                num_warps=cfg.flush_warps, maxnreg=cap,
+            )
+            note_resident(key, compiled, x.device)
+        elif cfg.flush_persistent and batch <= LIST_MAX_BATCH:
             items = batch * heads * triton.cdiv(head_dim, cfg.flush_block_p)
             consts = dict(s_ck_p=s_ck_p, s_rx_j=s_rx_j, s_rB_j=s_rB_j,
                           HEADS=heads, HEADS_PER_GROUP=heads // groups, P=head_dim, N=d_state, CAP=capacity,
@@ -469,17 +548,9 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
             )
             note_resident(key, compiled, x.device)
         else:
-            per_program = flush_heads_per_program(heads // groups, cfg.flush_heads)
-            # A partial last tile would prefetch past its head.
-            prefetch = prefetch_mode(cfg.flush_l2_prefetch, x.device, cfg.flush_block_p * s_ck_p *
-                                     checkpoint.element_size()) if head_dim % cfg.flush_block_p == 0 else 0
             _flush_kernel[(batch, heads // per_program)](
                 checkpoint, ring_x, ring_B, coef, info, x, B, C, D_, z_, idx_, y,
-                pad_slot_id, *flush_strides, s_ck_p=s_ck_p, s_rx_j=s_rx_j, s_rB_j=s_rB_j,
-                HEADS=heads, HEADS_PER_GROUP=heads // groups, HEADS_PER_PROGRAM=per_program, P=head_dim, N=d_state,
-                CAP=capacity, BLOCK_P=cfg.flush_block_p, BLOCK_N=block_n, BLOCK_J=block_j,
-                HAS_D=flags["HAS_D"], HAS_Z=flags["HAS_Z"], HAS_INDICES=flags["HAS_INDICES"], FOLD=cfg.fold,
-                STAGES=cfg.flush_stages, PREFETCH=prefetch, AHEAD=cfg.flush_l2_ahead, num_warps=cfg.flush_warps,
+                pad_slot_id, *flush_strides, **row_consts, num_warps=cfg.flush_warps,
                 maxnreg=flush_register_cap(cfg, batch * (heads // per_program), sms),
             )
 

@@ -10,11 +10,12 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-_SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "plot_mamba2.py"
+_BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
-def _module():
-    spec = importlib.util.spec_from_file_location("plot_mamba2", _SCRIPT)
+def _plot_script(name: str):
+    """``benchmarks/<name>.py`` loaded as a module (the benchmarks folder is no package)."""
+    spec = importlib.util.spec_from_file_location(name, _BENCHMARKS / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -30,7 +31,7 @@ def test_plot_writes_a_png(tmp_path):
             "results": [_record(d, b, 1.0 + b / 1000) for d in ("nemotron_h", "nemotron3_nano") for b in (1, 128, 512)]}
     src = tmp_path / "run.json"
     src.write_text(json.dumps(data))
-    mod = _module()
+    mod = _plot_script("plot_mamba2")
     mod.main([str(src), "--out", str(tmp_path / "plots" / "run.png")])
     png = (tmp_path / "plots" / "run.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
@@ -40,15 +41,8 @@ def test_plot_rejects_a_file_without_results(tmp_path):
     src = tmp_path / "variants.json"
     src.write_text(json.dumps({"variants": []}))
     with pytest.raises(ValueError, match="^json: expected the output of bench_mamba2_decode.py --json"):
-        _module().main([str(src)])
+        _plot_script("plot_mamba2").main([str(src)])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["variants.json"]
-
-
-def _delta_module():
-    spec = importlib.util.spec_from_file_location("plot_delta", _SCRIPT.parent / "plot_delta.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _variants_file(path, batches, fla_us):
@@ -65,7 +59,7 @@ def _variants_file(path, batches, fla_us):
 
 
 def test_delta_plot_merges_files_with_their_own_baselines(tmp_path):
-    mod = _delta_module()
+    mod = _plot_script("plot_delta")
     a = _variants_file(tmp_path / "a.json", (32, 64), fla_us=1.0)
     b = _variants_file(tmp_path / "b.json", (128,), fla_us=3.0)
     _, rows = mod.load_rows([a, b])
@@ -81,7 +75,7 @@ def test_delta_plot_merges_files_with_their_own_baselines(tmp_path):
 
 
 def test_delta_plot_rejects_other_files_and_missing_baselines(tmp_path):
-    mod = _delta_module()
+    mod = _plot_script("plot_delta")
     src = tmp_path / "mamba2.json"
     src.write_text(json.dumps({"results": []}))
     with pytest.raises(ValueError, match="'rows' list"):
@@ -92,13 +86,6 @@ def test_delta_plot_rejects_other_files_and_missing_baselines(tmp_path):
     with pytest.raises(ValueError, match="--baseline fla"):
         mod.main([str(tmp_path / "nofla.json"), "--out", str(tmp_path / "x.png")])
     assert not (tmp_path / "x.png").exists()
-
-
-def _paper_module():
-    spec = importlib.util.spec_from_file_location("plot_paper", _SCRIPT.parent / "plot_paper.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _paper_file(path, baseline, stagger_key):
@@ -116,7 +103,7 @@ def _paper_file(path, baseline, stagger_key):
 @pytest.mark.parametrize("baseline,stagger_key", [("fla", "staggered"), ("standard", "mixed")])
 def test_paper_plot_ratios_and_png(tmp_path, baseline, stagger_key):
     """Both paper benchmarks' files: ratios against the file's own baseline per batch, a PNG."""
-    mod = _paper_module()
+    mod = _plot_script("plot_paper")
     src = _paper_file(tmp_path / "paper.json", baseline, stagger_key)
     _, found, steps = mod.load(src)
     assert found == baseline and set(steps) == {"ours", "paper 64,1,3,2"}
@@ -127,7 +114,7 @@ def test_paper_plot_ratios_and_png(tmp_path, baseline, stagger_key):
 
 
 def test_paper_plot_rejects_other_files(tmp_path):
-    mod = _paper_module()
+    mod = _plot_script("plot_paper")
     (tmp_path / "other.json").write_text(json.dumps({"results": []}))
     with pytest.raises(ValueError, match="'rows' list"):
         mod.load(tmp_path / "other.json")

@@ -80,17 +80,12 @@ def resources(cfg: decode.LaunchConfig, heads=128, head_dim=64, d_state=128, gro
                       HAS_D=True, HAS_Z=True, FOLD=cfg.fold, STAGES=cfg.flush_stages,
                       PREFETCH=PREFETCH_MODES[cfg.flush_l2_prefetch] if head_dim % cfg.flush_block_p == 0 else 0,
                       AHEAD=cfg.flush_l2_ahead, **flags)
-    if cfg.flush_persistent and cfg.flush_list_items == "heads":
-        return ring, stream, _compile(staged._flush_rows_list_kernel, _types(staged._flush_rows_list_kernel, act),
-                                      dict(row_consts, BLOCK_B=256), cfg.flush_warps,
-                                      staged.flush_register_cap(cfg, None, SMS), divisible=STRIDES)
-    if cfg.flush_persistent:
-        return ring, stream, _compile(staged._flush_list_kernel, _types(staged._flush_list_kernel, act), dict(
-            HEADS=heads, HEADS_PER_GROUP=hpg, P=head_dim, N=d_state, CAP=cap, BLOCK_P=cfg.flush_block_p,
-            BLOCK_N=block_n, BLOCK_J=block_j, BLOCK_B=256, HAS_D=True, HAS_Z=True, FOLD=cfg.fold, **consts, **flags),
-            cfg.flush_warps, staged.flush_register_cap(cfg, None, SMS), divisible=STRIDES)
-    flush = _compile(staged._flush_kernel, _types(staged._flush_kernel, act), row_consts, cfg.flush_warps,
-                     staged.flush_register_cap(cfg, batch * heads // per_program, SMS), divisible=STRIDES)
+    items = (staged.ROW_GRID if not cfg.flush_persistent
+             else staged.LIST_HEADS if cfg.flush_list_items == "heads" else staged.LIST_TILES)
+    programs = batch * heads // per_program if items == staged.ROW_GRID else None
+    flush = _compile(staged._flush_kernel, _types(staged._flush_kernel, act),
+                     dict(row_consts, ITEMS=items, BLOCK_B=256 if items != staged.ROW_GRID else 1), cfg.flush_warps,
+                     staged.flush_register_cap(cfg, programs, SMS), divisible=STRIDES)
     return ring, stream, flush
 
 

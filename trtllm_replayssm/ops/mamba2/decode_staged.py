@@ -46,7 +46,7 @@ grows (``decode.launch_config``);
 ``flush_persistent=N`` replaces its grid by N programs per SM walking a list numbered from
 the ring launch's flags: of the flush rows' tiles (``flush_list_items="tiles"``; a slower flush
 as measured, each tile loading its row's operands) or of their (row, head chunk) items, each
-what a per-row program does (``"heads"``, ``_flush_rows_list_kernel``; the default from batch
+what a per-row program does (``"heads"``; both ``_flush_kernel``'s ``ITEMS``; the default from batch
 128 where 32-row tiles divide ``head_dim``): a non-flush step then pays one wave of programs
 that find no item instead of ``batch x chunks`` early exits (``benchmarks/NOTES_mamba2.md``).
 Every flush program asks the L2 for its next tile before each tile's load
@@ -363,11 +363,16 @@ def _flush_heads_of_row(
                             s_y_row, s_y_head, P, N, CAP, BLOCK_P, HAS_D, HAS_Z, FOLD)
 
 
+#: ``_flush_kernel``'s ``ITEMS``: a program per (row, head chunk), or a wave of programs walking a
+#: list of (row, head chunk) items or of tiles.
+ROW_GRID, LIST_HEADS, LIST_TILES = 0, 1, 2
+
+
 @triton.jit
 def _flush_kernel(
     ckpt_ptr, ring_x_ptr, ring_B_ptr, coef_ptr, info_ptr,
     x_ptr, B_ptr, C_ptr, D_ptr, z_ptr, idx_ptr, y_ptr,
-    pad_slot_id,
+    batch, pad_slot_id,
     s_ck_slot, s_ck_head, s_rx_slot, s_rx_head, s_rB_slot, s_rB_group,
     s_x_row, s_x_head, s_B_row, s_B_group, s_C_row, s_C_group, s_z_row, s_z_head, s_y_row, s_y_head,
     s_ck_p: tl.constexpr, s_rx_j: tl.constexpr, s_rB_j: tl.constexpr,
@@ -375,107 +380,82 @@ def _flush_kernel(
     N: tl.constexpr, CAP: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_J: tl.constexpr,
     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_INDICES: tl.constexpr, FOLD: tl.constexpr,
     STAGES: tl.constexpr, PREFETCH: tl.constexpr = 0, AHEAD: tl.constexpr = 1,
+    ITEMS: tl.constexpr = 0, BLOCK_B: tl.constexpr = 1,
 ):
-    """The flush rows of a ``flush_launch`` step: ``HEADS_PER_PROGRAM`` heads of one group of one
-    row per program; programs of non-flush rows exit after two loads. ``STAGES > 1`` walks the
-    program's (head, tile) pairs as one ``tl.range`` loop for Triton's software pipeliner.
-    ``PREFETCH`` (``ops/_prefetch.py``; ``head_dim`` a multiple of ``BLOCK_P``): the tile ``AHEAD``
-    tiles on is asked of the L2 before each tile's load, so that the program's next loads hit
-    the L2 while it folds (a program walks its tiles one after the other).
+    """The flush rows of a ``flush_launch`` step, by ``ITEMS``:
+
+    - ``ROW_GRID``: a program per (row, chunk of ``HEADS_PER_PROGRAM`` heads of one group), grid
+      ``(batch, HEADS / HEADS_PER_PROGRAM)``; programs of non-flush rows exit after two loads.
+    - ``LIST_HEADS`` (``flush_list_items="heads"``): item ``i`` is head chunk ``i % (HEADS /
+      HEADS_PER_PROGRAM)`` of the ``i // (HEADS / HEADS_PER_PROGRAM)``-th flush row, what a
+      ``ROW_GRID`` program does, walked by a fixed wave of programs (``flush_persistent`` per
+      SM) that number the flush rows from the ring launch's flags (``[BLOCK_B]``, a prefix sum).
+      A non-flush step then costs one wave of programs finding no item, not ``batch x chunks``
+      early exits.
+    - ``LIST_TILES`` (``flush_list_items="tiles"``): the same wave over the flush rows'
+      ``[BLOCK_P, d_state]`` tiles, item ``i`` tile ``i % (HEADS * TILES)`` of the ``i // (HEADS
+      * TILES)``-th flush row, each loading its row's operands (one tile at a time per program,
+      as many programs in flight as fit).
+
+    ``STAGES > 1`` walks a program's (head, tile) pairs as one ``tl.range`` loop for Triton's
+    software pipeliner. ``PREFETCH`` (``ops/_prefetch.py``; ``head_dim`` a multiple of
+    ``BLOCK_P``): the tile ``AHEAD`` tiles on is asked of the L2 before each tile's load, so
+    that the program's next loads hit the L2 while it folds (a program walks its tiles one after
+    the other).
 
     The row strides of the checkpoint and the rings are compile-time constants (the cache's
     layout): with them as arguments every element of the ``[J, d_state]`` ring tile and the
     checkpoint tile needs its own 64-bit address (sm_90: 252 registers against 168; 132 with the
     ring tiles also loaded whole rather than masked by ``c``)."""
-    row = tl.program_id(0).to(tl.int64)
-    slot, live = _slot_of(idx_ptr, row, pad_slot_id, HAS_INDICES)
-    # c with the flag and the slot (all indexed by row): nothing after the branch waits for it.
-    c = tl.load(info_ptr + 2 * row)
-    is_flush = tl.load(info_ptr + 2 * row + 1) != 0
-    if live & is_flush:
-        _flush_heads_of_row(ckpt_ptr, ring_x_ptr, ring_B_ptr, coef_ptr, x_ptr, B_ptr, C_ptr, D_ptr, z_ptr, y_ptr,
-                            row, slot, c, tl.program_id(1),
-                            s_ck_slot, s_ck_head, s_rx_slot, s_rx_head, s_rB_slot, s_rB_group,
-                            s_x_row, s_x_head, s_B_row, s_B_group, s_C_row, s_C_group, s_z_row, s_z_head, s_y_row,
-                            s_y_head, s_ck_p, s_rx_j, s_rB_j, HEADS, HEADS_PER_GROUP, HEADS_PER_PROGRAM, P, N, CAP,
-                            BLOCK_P, BLOCK_N, BLOCK_J, HAS_D, HAS_Z, FOLD, STAGES, PREFETCH, AHEAD)
-
-
-@triton.jit
-def _flush_rows_list_kernel(
-    ckpt_ptr, ring_x_ptr, ring_B_ptr, coef_ptr, info_ptr,
-    x_ptr, B_ptr, C_ptr, D_ptr, z_ptr, idx_ptr, y_ptr,
-    batch, pad_slot_id,
-    s_ck_slot, s_ck_head, s_rx_slot, s_rx_head, s_rB_slot, s_rB_group,
-    s_x_row, s_x_head, s_B_row, s_B_group, s_C_row, s_C_group, s_z_row, s_z_head, s_y_row, s_y_head,
-    s_ck_p: tl.constexpr, s_rx_j: tl.constexpr, s_rB_j: tl.constexpr,
-    HEADS: tl.constexpr, HEADS_PER_GROUP: tl.constexpr, HEADS_PER_PROGRAM: tl.constexpr, P: tl.constexpr,
-    N: tl.constexpr, CAP: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_J: tl.constexpr,
-    BLOCK_B: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_INDICES: tl.constexpr,
-    FOLD: tl.constexpr, STAGES: tl.constexpr, PREFETCH: tl.constexpr = 0, AHEAD: tl.constexpr = 1,
-):
-    """The per-row flush launch's work as a list (``flush_list_items="heads"``): item ``i`` is
-    head chunk ``i % (HEADS / HEADS_PER_PROGRAM)`` of the ``i // (HEADS / HEADS_PER_PROGRAM)``-th
-    flush row, walked by a fixed wave of programs (``flush_persistent`` per SM) that number the
-    flush rows from the ring launch's flags. A non-flush step then costs one wave of programs
-    finding no item, not ``batch x chunks`` early exits; an item is what a per-row program does."""
-    CHUNKS: tl.constexpr = HEADS // HEADS_PER_PROGRAM
-    ranks, n_flush = flush_ranks(info_ptr, batch, BLOCK_B)
-    for i in range(tl.program_id(0), n_flush * CHUNKS, tl.num_programs(0)):
-        row = flush_row(ranks, i // CHUNKS).to(tl.int64)
-        slot, _ = _slot_of(idx_ptr, row, pad_slot_id, HAS_INDICES)  # a flush row is live
-        _flush_heads_of_row(ckpt_ptr, ring_x_ptr, ring_B_ptr, coef_ptr, x_ptr, B_ptr, C_ptr, D_ptr, z_ptr, y_ptr,
-                            row, slot, tl.load(info_ptr + 2 * row), i % CHUNKS,
-                            s_ck_slot, s_ck_head, s_rx_slot, s_rx_head, s_rB_slot, s_rB_group,
-                            s_x_row, s_x_head, s_B_row, s_B_group, s_C_row, s_C_group, s_z_row, s_z_head, s_y_row,
-                            s_y_head, s_ck_p, s_rx_j, s_rB_j, HEADS, HEADS_PER_GROUP, HEADS_PER_PROGRAM, P, N, CAP,
-                            BLOCK_P, BLOCK_N, BLOCK_J, HAS_D, HAS_Z, FOLD, STAGES, PREFETCH, AHEAD)
-
-
-@triton.jit
-def _flush_list_kernel(
-    ckpt_ptr, ring_x_ptr, ring_B_ptr, coef_ptr, info_ptr,
-    x_ptr, B_ptr, C_ptr, D_ptr, z_ptr, idx_ptr, y_ptr,
-    batch, pad_slot_id,
-    s_ck_slot, s_ck_head, s_rx_slot, s_rx_head, s_rB_slot, s_rB_group,
-    s_x_row, s_x_head, s_B_row, s_B_group, s_C_row, s_C_group, s_z_row, s_z_head, s_y_row, s_y_head,
-    s_ck_p: tl.constexpr, s_rx_j: tl.constexpr, s_rB_j: tl.constexpr,
-    HEADS: tl.constexpr, HEADS_PER_GROUP: tl.constexpr, P: tl.constexpr, N: tl.constexpr, CAP: tl.constexpr,
-    BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_B: tl.constexpr,
-    HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_INDICES: tl.constexpr, FOLD: tl.constexpr,
-):
-    """The flush rows of a ``flush_launch`` step as a list of ``[BLOCK_P, d_state]`` tiles walked
-    by a fixed wave of programs (``flush_persistent`` per SM).
-
-    Every program reads the batch's flush flags (``[BLOCK_B]``, written by the ring launch) and
-    numbers the flush rows by a prefix sum; item ``i`` is tile ``i % (HEADS * TILES)`` of the
-    ``i // (HEADS * TILES)``-th flush row. A non-flush step costs one wave of programs that
-    find no items (a program per (row, group) costs ``batch x groups`` early exits), and a
-    flush step keeps each program to one tile at a time, as many programs in flight as fit."""
-    TILES: tl.constexpr = (P + BLOCK_P - 1) // BLOCK_P
-    PER_ROW: tl.constexpr = HEADS * TILES
-    ranks, n_flush = flush_ranks(info_ptr, batch, BLOCK_B)
-    n_items = n_flush * PER_ROW
-    offs_n = tl.arange(0, BLOCK_N)
-    offs_j = tl.arange(0, BLOCK_J)
-    mask_n = offs_n < N
-    for i in range(tl.program_id(0), n_items, tl.num_programs(0)):
-        row = flush_row(ranks, i // PER_ROW).to(tl.int64)
-        h = (i % PER_ROW) // TILES
-        g = h // HEADS_PER_GROUP
-        slot, _ = _slot_of(idx_ptr, row, pad_slot_id, HAS_INDICES)  # a flush row is live
+    if ITEMS == 0:
+        row = tl.program_id(0).to(tl.int64)
+        slot, live = _slot_of(idx_ptr, row, pad_slot_id, HAS_INDICES)
+        # c with the flag and the slot (all indexed by row): nothing after the branch waits for it.
         c = tl.load(info_ptr + 2 * row)
-        in_ring = offs_j < c
-        rB_base = ring_B_ptr + slot * s_rB_slot + g * s_rB_group
-        Bv = tl.load(B_ptr + row * s_B_row + g * s_B_group + offs_n, mask=mask_n, other=0.0).to(tl.float32)
-        Cv = tl.load(C_ptr + row * s_C_row + g * s_C_group + offs_n, mask=mask_n, other=0.0).to(tl.float32)
-        rB = _ring_B_tile(rB_base, offs_j, offs_n, in_ring, mask_n, s_rB_j, CAP)
-        line, lead, gamma, dt, rx_base = _flush_head(coef_ptr, ring_x_ptr, row, slot, h, offs_j, s_rx_slot,
-                                                     s_rx_head, HEADS, CAP)
-        _flush_tile(ckpt_ptr, x_ptr, D_ptr, z_ptr, y_ptr, rB_base, rB, row, slot, h, (i % TILES) * BLOCK_P, c, in_ring,
-                    line, lead, gamma, dt, rx_base, Bv, Cv, offs_n, offs_j, mask_n,
-                    s_ck_slot, s_ck_head, s_ck_p, s_rx_j, s_rB_j, s_x_row, s_x_head, s_z_row, s_z_head,
-                    s_y_row, s_y_head, P, N, CAP, BLOCK_P, HAS_D, HAS_Z, FOLD)
+        is_flush = tl.load(info_ptr + 2 * row + 1) != 0
+        if live & is_flush:
+            _flush_heads_of_row(ckpt_ptr, ring_x_ptr, ring_B_ptr, coef_ptr, x_ptr, B_ptr, C_ptr, D_ptr, z_ptr, y_ptr,
+                                row, slot, c, tl.program_id(1),
+                                s_ck_slot, s_ck_head, s_rx_slot, s_rx_head, s_rB_slot, s_rB_group,
+                                s_x_row, s_x_head, s_B_row, s_B_group, s_C_row, s_C_group, s_z_row, s_z_head,
+                                s_y_row, s_y_head, s_ck_p, s_rx_j, s_rB_j, HEADS, HEADS_PER_GROUP, HEADS_PER_PROGRAM,
+                                P, N, CAP, BLOCK_P, BLOCK_N, BLOCK_J, HAS_D, HAS_Z, FOLD, STAGES, PREFETCH, AHEAD)
+    elif ITEMS == 1:
+        CHUNKS: tl.constexpr = HEADS // HEADS_PER_PROGRAM
+        ranks, n_flush = flush_ranks(info_ptr, batch, BLOCK_B)
+        for i in range(tl.program_id(0), n_flush * CHUNKS, tl.num_programs(0)):
+            row = flush_row(ranks, i // CHUNKS).to(tl.int64)
+            slot, _ = _slot_of(idx_ptr, row, pad_slot_id, HAS_INDICES)  # a flush row is live
+            _flush_heads_of_row(ckpt_ptr, ring_x_ptr, ring_B_ptr, coef_ptr, x_ptr, B_ptr, C_ptr, D_ptr, z_ptr, y_ptr,
+                                row, slot, tl.load(info_ptr + 2 * row), i % CHUNKS,
+                                s_ck_slot, s_ck_head, s_rx_slot, s_rx_head, s_rB_slot, s_rB_group,
+                                s_x_row, s_x_head, s_B_row, s_B_group, s_C_row, s_C_group, s_z_row, s_z_head,
+                                s_y_row, s_y_head, s_ck_p, s_rx_j, s_rB_j, HEADS, HEADS_PER_GROUP, HEADS_PER_PROGRAM,
+                                P, N, CAP, BLOCK_P, BLOCK_N, BLOCK_J, HAS_D, HAS_Z, FOLD, STAGES, PREFETCH, AHEAD)
+    else:
+        TILES: tl.constexpr = (P + BLOCK_P - 1) // BLOCK_P
+        PER_ROW: tl.constexpr = HEADS * TILES
+        ranks, n_flush = flush_ranks(info_ptr, batch, BLOCK_B)
+        offs_n = tl.arange(0, BLOCK_N)
+        offs_j = tl.arange(0, BLOCK_J)
+        mask_n = offs_n < N
+        for i in range(tl.program_id(0), n_flush * PER_ROW, tl.num_programs(0)):
+            row = flush_row(ranks, i // PER_ROW).to(tl.int64)
+            h = (i % PER_ROW) // TILES
+            g = h // HEADS_PER_GROUP
+            slot, _ = _slot_of(idx_ptr, row, pad_slot_id, HAS_INDICES)  # a flush row is live
+            c = tl.load(info_ptr + 2 * row)
+            in_ring = offs_j < c
+            rB_base = ring_B_ptr + slot * s_rB_slot + g * s_rB_group
+            Bv = tl.load(B_ptr + row * s_B_row + g * s_B_group + offs_n, mask=mask_n, other=0.0).to(tl.float32)
+            Cv = tl.load(C_ptr + row * s_C_row + g * s_C_group + offs_n, mask=mask_n, other=0.0).to(tl.float32)
+            rB = _ring_B_tile(rB_base, offs_j, offs_n, in_ring, mask_n, s_rB_j, CAP)
+            line, lead, gamma, dt, rx_base = _flush_head(coef_ptr, ring_x_ptr, row, slot, h, offs_j, s_rx_slot,
+                                                         s_rx_head, HEADS, CAP)
+            _flush_tile(ckpt_ptr, x_ptr, D_ptr, z_ptr, y_ptr, rB_base, rB, row, slot, h, (i % TILES) * BLOCK_P, c,
+                        in_ring, line, lead, gamma, dt, rx_base, Bv, Cv, offs_n, offs_j, mask_n,
+                        s_ck_slot, s_ck_head, s_ck_p, s_rx_j, s_rB_j, s_x_row, s_x_head, s_z_row, s_z_head,
+                        s_y_row, s_y_head, P, N, CAP, BLOCK_P, HAS_D, HAS_Z, FOLD)
 
 
 def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at, window,
@@ -521,38 +501,24 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
                       AHEAD=cfg.flush_l2_ahead)
 
     def flush_rows():
-        if cfg.flush_persistent and batch <= LIST_MAX_BATCH and cfg.flush_list_items == "heads":
-            consts = dict(row_consts, BLOCK_B=triton.next_power_of_2(batch))
-            cap = flush_register_cap(cfg, None, sms)
-            key = launch_key("mamba2 heads", (x.dtype, checkpoint.dtype, ring_x.dtype), cfg.flush_warps, cap, consts)
-            compiled = _flush_rows_list_kernel[(list_grid(batch * (heads // per_program), cfg.flush_persistent,
-                                                          x.device, key),)](
-                checkpoint, ring_x, ring_B, coef, info, x, B, C, D_, z_, idx_, y,
-                batch, pad_slot_id, *flush_strides, **consts,
-                num_warps=cfg.flush_warps, maxnreg=cap,
-            )
-            note_resident(key, compiled, x.device)
-        elif cfg.flush_persistent and batch <= LIST_MAX_BATCH:
-            items = batch * heads * triton.cdiv(head_dim, cfg.flush_block_p)
-            consts = dict(s_ck_p=s_ck_p, s_rx_j=s_rx_j, s_rB_j=s_rB_j,
-                          HEADS=heads, HEADS_PER_GROUP=heads // groups, P=head_dim, N=d_state, CAP=capacity,
-                          BLOCK_P=cfg.flush_block_p, BLOCK_N=block_n, BLOCK_J=block_j,
-                          BLOCK_B=triton.next_power_of_2(batch), HAS_D=flags["HAS_D"], HAS_Z=flags["HAS_Z"],
-                          HAS_INDICES=flags["HAS_INDICES"], FOLD=cfg.fold)
-            cap = flush_register_cap(cfg, None, sms)
-            key = launch_key("mamba2", (x.dtype, checkpoint.dtype, ring_x.dtype), cfg.flush_warps, cap, consts)
-            compiled = _flush_list_kernel[(list_grid(items, cfg.flush_persistent, x.device, key),)](
-                checkpoint, ring_x, ring_B, coef, info, x, B, C, D_, z_, idx_, y,
-                batch, pad_slot_id, *flush_strides, **consts,
-                num_warps=cfg.flush_warps, maxnreg=cap,
-            )
-            note_resident(key, compiled, x.device)
+        listed = cfg.flush_persistent and batch <= LIST_MAX_BATCH
+        items = (ROW_GRID if not listed else LIST_HEADS if cfg.flush_list_items == "heads" else LIST_TILES)
+        consts = dict(row_consts, ITEMS=items, BLOCK_B=triton.next_power_of_2(batch) if listed else 1)
+        if items == ROW_GRID:
+            grid, cap = (batch, heads // per_program), flush_register_cap(cfg, batch * (heads // per_program), sms)
         else:
-            _flush_kernel[(batch, heads // per_program)](
-                checkpoint, ring_x, ring_B, coef, info, x, B, C, D_, z_, idx_, y,
-                pad_slot_id, *flush_strides, **row_consts, num_warps=cfg.flush_warps,
-                maxnreg=flush_register_cap(cfg, batch * (heads // per_program), sms),
-            )
+            cap = flush_register_cap(cfg, None, sms)
+            # What the wave's size is computed from: items per step when every row flushes.
+            per_row = heads // per_program if items == LIST_HEADS else heads * triton.cdiv(head_dim, cfg.flush_block_p)
+            work = batch * per_row
+            key = launch_key("mamba2", (x.dtype, checkpoint.dtype, ring_x.dtype), cfg.flush_warps, cap, consts)
+            grid = (list_grid(work, cfg.flush_persistent, x.device, key),)
+        compiled = _flush_kernel[grid](
+            checkpoint, ring_x, ring_B, coef, info, x, B, C, D_, z_, idx_, y,
+            batch, pad_slot_id, *flush_strides, **consts, num_warps=cfg.flush_warps, maxnreg=cap,
+        )
+        if items != ROW_GRID:
+            note_resident(key, compiled, x.device)
 
     # flush_stream: the flush launch first, on a side stream, so that it runs under the stream
     # launch (disjoint rows); joined before returning.

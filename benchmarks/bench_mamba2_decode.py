@@ -177,6 +177,34 @@ def row(r):
     )
 
 
+SPREAD_KEYS = ("standard_us", "amortized_us", "speedup_amortized", "speedup_mixed", "flush_over_standard",
+               "nonflush_pct_copy")
+
+
+def spread(records: list[dict]) -> list[dict]:
+    """Per (dims, batch) of repeated records: min / median / max of :data:`SPREAD_KEYS`."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in records:
+        groups.setdefault((r["dims"], r["batch"]), []).append(r)
+    out = []
+    for (dims, batch), recs in groups.items():
+        entry = {"dims": dims, "batch": batch, "repeats": len(recs)}
+        for key in SPREAD_KEYS:
+            vals = [r[key] for r in recs]
+            entry[key] = {"min": min(vals), "median": median(vals), "max": max(vals)}
+        out.append(entry)
+    return out
+
+
+def spread_table(entries: list[dict]) -> str:
+    """The spread of :func:`spread` as printed lines: median (min-max) per key."""
+    lines = ["# spread over repeats: median (min-max)"]
+    for e in entries:
+        cells = [f"{k} {e[k]['median']:.3f} ({e[k]['min']:.3f}-{e[k]['max']:.3f})" for k in SPREAD_KEYS]
+        lines.append(f"{e['dims']:<15}{e['batch']:>6} x{e['repeats']} | " + " | ".join(cells))
+    return "\n".join(lines)
+
+
 STANDARD_CONFIGS = [(8, 2), (8, 4), (16, 2)]
 REPLAY_CONFIGS = [  # keyword arguments of decode.LaunchConfig
     dict(block_p=16, num_warps=4),
@@ -478,6 +506,9 @@ def main(argv=None):
     p.add_argument("--dims", nargs="+", default=list(DIMS), choices=list(DIMS))
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     p.add_argument("--rounds", type=int, default=30)
+    p.add_argument("--repeats", type=int, default=1,
+                   help="time each (dims, batch) this many times in turn, standard and ReplaySSM steps side by "
+                        "side, and print the spread of the ratios (the machines of a pool differ by ~1%%)")
     p.add_argument("--no-l2-flush", action="store_true")
     p.add_argument("--sweep", action="store_true", help="time launch configurations, then stop")
     p.add_argument("--tune", action="store_true", help="sweep first, then benchmark with the fastest configs")
@@ -497,6 +528,8 @@ def main(argv=None):
     args = p.parse_args(argv)
     if args.derive and not args.variants:
         p.error("--derive: only with --variants (it replaces the variants of that run)")
+    if args.repeats < 1:
+        p.error(f"--repeats: expected >= 1, got {args.repeats}")
     import time
 
     if args.derive:
@@ -528,10 +561,15 @@ def main(argv=None):
         records = []
         for name in args.dims:
             for batch in args.batches:
-                rec = bench(name, batch, dtype, flush, args.rounds, copy_gbps, configs)
-                records.append(rec)
-                print(row(rec), flush=True)
+                for repeat in range(args.repeats):
+                    rec = bench(name, batch, dtype, flush, args.rounds, copy_gbps, configs)
+                    rec["repeat"] = repeat
+                    records.append(rec)
+                    print(row(rec), flush=True)
         result["results"] = records
+        if args.repeats > 1:
+            result["spread"] = spread(records)
+            print(spread_table(result["spread"]), flush=True)
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
     return result

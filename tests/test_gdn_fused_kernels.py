@@ -19,6 +19,10 @@ FUSED_CPU = [
     pytest.param(2, 1, 32, 32, torch.float16, FusedVariant(block_v=16, fold_chunk=16), id="share2-fp16-tf32x2"),
     pytest.param(2, 2, 16, 16, torch.float32, "fused", id="share1-defaults-capped"),
     pytest.param(4, 1, 16, 32, torch.float32, FusedVariant(block_v=32, precision="ieee"), id="share4-ieee"),
+    pytest.param(4, 2, 32, 32, torch.float32, FusedVariant(block_v=16, fold_chunk=16, stages=2),
+                 id="share2-chunk-loop"),
+    pytest.param(2, 1, 32, 16, torch.float16, FusedVariant(block_v=16, fold_chunk=16, stages=3),
+                 id="share2-fp16-chunk-loop"),
 ]
 
 
@@ -57,6 +61,7 @@ def test_fused_config():
     (dict(block_v=0), "^FusedVariant.block_v: expected a positive int"),
     (dict(num_warps=1.5), "^FusedVariant.num_warps: expected a positive int"),
     (dict(precision="tf32"), "^FusedVariant.precision: expected one of"),
+    (dict(stages=-1), "^FusedVariant.stages: expected an int >= 0, got -1"),
 ])
 def test_fused_variant_rejects_bad_options(fields, error):
     with pytest.raises(ValueError, match=error):
@@ -85,8 +90,10 @@ def test_fused_refuses_what_it_does_not_serve(per_channel, refold, error):
 
 # ------------------------------------------------------------------ GPU ----------------------
 @pytest.mark.gpu
-@pytest.mark.parametrize("variant", [FusedVariant(), FusedVariant(block_v=16, fold_chunk=64),
-                                     FusedVariant(block_v=64, num_warps=2)], ids=["default", "bv16-kc64", "bv64-w2"])
+@pytest.mark.parametrize("variant", [
+    FusedVariant(), FusedVariant(block_v=16, fold_chunk=64), FusedVariant(block_v=64, num_warps=2),
+    FusedVariant(stages=3), FusedVariant(block_v=64, stages=2), FusedVariant(block_v=128, stages=2, num_warps=2),
+], ids=["default", "bv16-kc64", "bv64-w2", "chunk-loop", "chunk-loop-bv64", "chunk-loop-bv128-w2"])
 @pytest.mark.parametrize("dtype", ["bf16", "fp32"])
 def test_fused_kernel_gpu(dtype, variant, monkeypatch):
     """Model dims through the public op against float64: 52 steps at L=16, batch 64, a padded row."""

@@ -53,19 +53,28 @@ class FusedVariant:
     ``d_k`` per product of a flush (the tile read again in chunks);
     ``num_warps`` / ``max_registers``: the kernel's warps and ptxas ``.maxnreg``;
     ``precision``: the fold's product, "tf32x2" (two TF32 passes where that is exact to fp32
-    level: Gated DeltaNet with 16-bit keys; tf32x3 elsewhere), "tf32x3" or "ieee"."""
+    level: Gated DeltaNet with 16-bit keys; tf32x3 elsewhere), "tf32x3" or "ieee".
+    ``stages``: 0 loads the program's ``[BV, d_k]`` tile whole before the ring terms; ``n >= 1``
+    walks it in ``fold_chunk``-column chunks, first (its loads wait for no cursor) and as a
+    ``tl.range(num_stages=n)`` loop, so that Triton's pipeliner keeps the next chunks in flight
+    through shared memory rather than registers, and the ring terms after it (the flush's
+    re-read takes the same loop). The reductions over ``d_k`` then add chunk by chunk: the same
+    terms in another fp32 order."""
 
     block_v: int | None = None
     fold_chunk: int | None = None
     num_warps: int | None = None
     max_registers: int | None = None
     precision: str = "tf32x2"
+    stages: int = 0
 
     def __post_init__(self):
         for name in ("block_v", "fold_chunk", "num_warps", "max_registers"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value < 1):
                 raise ValueError(f"FusedVariant.{name}: expected a positive int or None, got {value!r}")
+        if not isinstance(self.stages, int) or self.stages < 0:
+            raise ValueError(f"FusedVariant.stages: expected an int >= 0, got {self.stages!r}")
         if self.precision not in _PRECISIONS:
             raise ValueError(f"FusedVariant.precision: expected one of {_PRECISIONS}, got {self.precision!r}")
 
@@ -84,6 +93,16 @@ def fused_config(variant: FusedVariant, rows: int, v_heads: int, d_k: int, d_v: 
 
 
 @triton.jit
+def _fold_chunk(p_s, p_k, p_rk, cols, o_c, c, live, k_norm, Wf, e_t, ring_k, K: tl.constexpr, PRECISION: tl.constexpr):
+    """Columns ``cols`` of the flush tile: ``S e^{D_t} + Wf Kf`` (the ring keys with the token's
+    at ``c``), the tile read again (an L2 hit)."""
+    kt = (tl.load(p_k + cols).to(tl.float32) / k_norm).to(ring_k.dtype.element_ty).to(tl.float32)
+    Kj = tl.load(p_rk + o_c[:, None] * K + cols[None, :], mask=live[:, None], other=0.0).to(tl.float32)
+    Kf = tl.where((o_c == c)[:, None], kt[None, :], Kj)
+    tl.store(p_s + cols[None, :], fp32_dot(Wf, Kf, tl.load(p_s + cols[None, :]) * e_t, ring_k, PRECISION))
+
+
+@triton.jit
 def _fused_step_kernel(
     q, k, v, a, b, A_log, dt_bias, out,
     checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, committed, flush_at, arrivals,
@@ -92,7 +111,7 @@ def _fused_step_kernel(
     stride_o, stride_oh,
     HV: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, KC: tl.constexpr,
     CAP: tl.constexpr, BC: tl.constexpr, HAS_BIAS: tl.constexpr,
-    HAS_INDICES: tl.constexpr, PRECISION: tl.constexpr,
+    HAS_INDICES: tl.constexpr, PRECISION: tl.constexpr, STAGES: tl.constexpr = 0,
 ):
     G: tl.constexpr = HV // H
     PARTS: tl.constexpr = V // BV
@@ -113,7 +132,8 @@ def _fused_step_kernel(
     p_k = k + i_b * stride_k + i_h * stride_kh
     p_rk = ring_k + (slot * H + i_h) * CAP * K
     o_kc = tl.arange(0, KC)
-    S = tl.load(p_s + o_k[None, :])
+    if STAGES == 0:
+        S = tl.load(p_s + o_k[None, :])
     c = tl.load(committed + slot)
     flush = c + 1 >= tl.load(flush_at + slot)
     b_q, b_k, k_norm = _load_qk(q, k, i_b, i_h, o_k, scale, stride_q, stride_qh, stride_k, stride_kh,
@@ -121,16 +141,36 @@ def _fused_step_kernel(
     b_g, b_beta = _load_gate(a, b, A_log, dt_bias, i_b, i_hv, o_k, stride_a, stride_b, K, False, HAS_BIAS)
     b_v = tl.load(v + i_b * stride_v + i_hv * stride_vh + o_v).to(ring_v.dtype.element_ty).to(tl.float32)
     live = o_c < c
-    kr = tl.load(p_rk + o_c[:, None] * K + o_k[None, :], mask=live[:, None], other=0.0).to(tl.float32)
+    kr = tl.load(p_rk + o_c[:, None] * K + o_k[None, :], mask=live[:, None], other=0.0)
     U = tl.load(ring_u + sh * CAP * V + o_c[:, None] * V + o_v[None, :], mask=live[:, None], other=0.0)
     gr = tl.load(ring_g + sh * CAP + o_c, mask=live, other=0.0)
+    # The ring's loads are in flight during the chunk loop; kr stays in the ring's dtype until used.
+    if STAGES > 0:
+        # S k_t and S q_t chunk by chunk, the chunks' loads pipelined (q and k re-read per chunk
+        # from L1 and scaled as _load_qk scales the whole vectors, element for element).
+        raw_q = tl.load(q + i_b * stride_q + i_h * stride_qh + o_k).to(tl.float32)
+        q_norm = tl.sqrt(tl.sum(raw_q * raw_q) + 1e-6)
+        S_k = tl.zeros([BV], dtype=tl.float32)
+        S_q = tl.zeros([BV], dtype=tl.float32)
+        for j in tl.range(0, K // KC, num_stages=STAGES):
+            cols = j * KC + o_kc
+            Sj = tl.load(p_s + cols[None, :])
+            qj = tl.load(q + i_b * stride_q + i_h * stride_qh + cols).to(tl.float32) / q_norm * scale
+            kj = (tl.load(p_k + cols).to(tl.float32) / k_norm).to(ring_k.dtype.element_ty).to(tl.float32)
+            S_k += tl.sum(Sj * kj[None, :], axis=1)
+            S_q += tl.sum(Sj * qj[None, :], axis=1)
     D_t = tl.sum(gr) + b_g
     w = tl.where(live, tl.exp(D_t - tl.cumsum(gr, axis=0)), 0.0)
     e_t = tl.exp(D_t)
+    kr = kr.to(tl.float32)
     ak = tl.sum(kr * b_k[None, :], axis=1) * w
     aq = tl.sum(kr * b_q[None, :], axis=1) * w
-    Sk = tl.sum(S * b_k[None, :], axis=1) * e_t
-    Sq = tl.sum(S * b_q[None, :], axis=1) * e_t
+    if STAGES == 0:
+        Sk = tl.sum(S * b_k[None, :], axis=1) * e_t
+        Sq = tl.sum(S * b_q[None, :], axis=1) * e_t
+    else:
+        Sk = S_k * e_t
+        Sq = S_q * e_t
     b_u = b_beta * (b_v - Sk - tl.sum(ak[:, None] * U, axis=0))
     tl.store(p_o, (Sq + tl.sum(aq[:, None] * U, axis=0) + b_u * tl.sum(b_k * b_q)).to(out.dtype.element_ty))
     W = tl.trans(U) * w[None, :]
@@ -138,13 +178,12 @@ def _fused_step_kernel(
         # The window into the checkpoint as one product: u_t joins W at c, k_t the keys at c; the
         # tile is read again (an L2 hit), so nothing is held across the reductions above.
         Wf = tl.where((o_c == c)[None, :], b_u[:, None], W)
-        for j in tl.static_range(K // KC):
-            cols = j * KC + o_kc
-            kt = (tl.load(p_k + cols).to(tl.float32) / k_norm).to(ring_k.dtype.element_ty).to(tl.float32)
-            Kj = tl.load(p_rk + o_c[:, None] * K + cols[None, :], mask=live[:, None], other=0.0).to(tl.float32)
-            Kf = tl.where((o_c == c)[:, None], kt[None, :], Kj)
-            Sj = fp32_dot(Wf, Kf, tl.load(p_s + cols[None, :]) * e_t, ring_k, PRECISION)
-            tl.store(p_s + cols[None, :], Sj)
+        if STAGES == 0:
+            for j in tl.static_range(K // KC):
+                _fold_chunk(p_s, p_k, p_rk, j * KC + o_kc, o_c, c, live, k_norm, Wf, e_t, ring_k, K, PRECISION)
+        else:
+            for j in tl.range(0, K // KC, num_stages=STAGES):
+                _fold_chunk(p_s, p_k, p_rk, j * KC + o_kc, o_c, c, live, k_norm, Wf, e_t, ring_k, K, PRECISION)
     else:
         tl.store(ring_u + sh * CAP * V + c * V + o_v, b_u)
         tl.store(ring_v + sh * CAP * V + c * V + o_v, b_v.to(ring_v.dtype.element_ty))
@@ -180,6 +219,6 @@ def delta_replay_fused_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_
         *_strides(q, k, v, a, b, out),
         HV=HV, H=H, K=K, V=V, BV=bv, KC=kc, CAP=cap, BC=max(triton.next_power_of_2(cap), 16),
         HAS_BIAS=dt_bias is not None, HAS_INDICES=state_indices is not None,
-        PRECISION=variant.precision, num_warps=warps, **extra,
+        PRECISION=variant.precision, STAGES=variant.stages, num_warps=warps, **extra,
     )
     return out

@@ -216,6 +216,15 @@ def test_default_variant_by_batch_kind_and_fold():
             assert big.ring_halves == per_channel  # KDA's ring terms over two halves of the ring
         for refold in (False, True):
             assert decode.default_variant(256, per_channel, refold, 48) is None  # d_v not a multiple of 32
+    # From FUSED_FROM, GDN's cached-u step is the one-launch step where its 64-row programs and a
+    # 16-entry ring fit; KDA, a refold, d_v 96 or a wider ring keep the staged step
+    from trtllm_replayssm.ops.gdn.decode_fused import FusedVariant
+
+    assert decode.default_variant(decode.FUSED_FROM, False, False, 128) == FusedVariant(block_v=64, stages=2)
+    assert decode.default_variant(4096, False, False, 64, 16) == FusedVariant(block_v=64, stages=2)
+    for args in ((decode.FUSED_FROM - 1, False, False, 128), (512, True, False, 128), (512, False, True, 128),
+                 (512, False, False, 96), (512, False, False, 128, 20)):
+        assert isinstance(decode.default_variant(*args), StagedVariant), args
 
 
 @pytest.mark.gpu

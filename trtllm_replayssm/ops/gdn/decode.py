@@ -43,7 +43,7 @@ import triton.language as tl
 
 from .._arrivals import arrival_counters, replay_cursors, write_through_cursors
 
-__all__ = ["REPLAY_VARIANT", "REREAD_FROM", "WRITE_THROUGH_BELOW", "default_variant", "delta_standard_step",
+__all__ = ["FUSED_FROM", "REPLAY_VARIANT", "REREAD_FROM", "WRITE_THROUGH_BELOW", "default_variant", "delta_standard_step",
            "delta_replay_step", "launch_config", "replay_config", "write_through_config"]
 
 #: The ReplaySSM kernel the ops launch: None for :func:`default_variant`'s measured choice per
@@ -63,12 +63,21 @@ REPLAY_VARIANT = None
 #: 121.2 / 144.9 / 165.0), 256 and 512.
 REREAD_FROM = 160
 
+#: Gated DeltaNet's cached-``u`` step is the one-launch step (``decode_fused.py``, 64-row programs
+#: walking their tile in pipelined column chunks) from this batch, where a 16-entry ring and
+#: ``d_v`` a multiple of 64 allow it (see :func:`default_variant`). On an H200 it led the staged
+#: step at 512 in amortized and staggered steps (two calls: 330.9 / 342.6 us and 336.4 / 347.7 us
+#: against 341.2 / 344.0 and 345.4 / 349.6); at 128 and 256 it led amortized by 4% but trailed
+#: staggered by 2-5% (a flush program runs ~2.7x a non-flush one, and those of the last rows
+#: dispatched end the launch), where the staged step's side-stream flush launch does not.
+FUSED_FROM = 512
+
 #: Batches below this take the write-through step when no variant is named (on an H200 it led
 #: the staged step at batch 32 and trailed it at 40).
 WRITE_THROUGH_BELOW = 33
 
 
-def default_variant(batch: int, per_channel: bool, refold: bool, d_v: int):
+def default_variant(batch: int, per_channel: bool, refold: bool, d_v: int, capacity: int = 16):
     """The replay kernel the ops launch when no variant is named: ``"write_through"``, a
     :class:`~trtllm_replayssm.ops.gdn.decode_staged.StagedVariant`, or ``None`` for the row-wise
     kernel.
@@ -108,10 +117,20 @@ def default_variant(batch: int, per_channel: bool, refold: bool, d_v: int):
       launch): 206.4 us = 1.86x fla over its 15-token cycle against 219.1 us refolding; from
       batch :data:`REREAD_FROM` (160) GDN's cached-``u`` flush reads its tile again for the fold
       (``flush_reread=64``): batch 256 amortized 185.2 -> 182.3 us, 512 351.8 -> 340.6 us;
+    - from batch :data:`FUSED_FROM` (512), Gated DeltaNet's cached-``u`` step (``refold=False``)
+      with a ring of at most 16 entries (``capacity``; a wider ring's ``[32, d_k]`` terms spill)
+      and ``d_v`` a multiple of 64: the one-launch step
+      (:class:`~trtllm_replayssm.ops.gdn.decode_fused.FusedVariant`, 64-row programs, the tile
+      walked in 32-column chunks through a 2-stage pipeline): batch 512 amortized 341.2 ->
+      330.9 us, staggered 344.0 -> 342.6 us;
     - otherwise (``d_v`` not a multiple of 32 from batch 33) the row-wise kernel.
     """
     if batch < WRITE_THROUGH_BELOW:
         return "write_through"
+    if batch >= FUSED_FROM and not per_channel and not refold and d_v % 64 == 0 and capacity <= 16:
+        from .decode_fused import FusedVariant
+
+        return FusedVariant(block_v=64, stages=2)
     if d_v % 32 == 0:
         from .decode_staged import StagedVariant
 
@@ -557,7 +576,7 @@ def delta_replay_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, com
     """
     variant = REPLAY_VARIANT if variant is None else variant
     if variant is None and block_v is None and split is None:
-        variant = default_variant(q.shape[0], ring_g.dim() == 4, refold, v.shape[2])
+        variant = default_variant(q.shape[0], ring_g.dim() == 4, refold, v.shape[2], ring_k.shape[2])
     if variant == "write_through":
         return _launch_standard(checkpoint, (ring_k, ring_v, ring_beta, ring_g, committed, flush_at, window), q, k, v,
                                 a, b, A_log, dt_bias, state_indices, pad_slot_id, scale, block_v, num_warps)

@@ -1,6 +1,7 @@
 """The one-launch ReplaySSM step of Gated DeltaNet for a flush that folds the cached ``u``
-(``refold=False``): ``variant="fused"`` / a :class:`FusedVariant` of ``decode.delta_replay_step``.
-Measured, not the default (benchmarks/NOTES_delta.md, sixteenth run).
+(``refold=False``): ``variant="fused"`` / a :class:`FusedVariant` of ``decode.delta_replay_step``,
+and with ``FusedVariant(block_v=64, stages=2)`` the ops' default for that step from batch
+``decode.FUSED_FROM`` (512) (benchmarks/NOTES_delta.md, sixteenth and eighteenth runs).
 
 The staged step (``decode_staged.py``) forms each key head's ring terms in a launch of their own
 and streams the checkpoint in a second; that boundary (the ring launch and the gap behind it,
@@ -21,11 +22,14 @@ fp32 level (``ops/_tf32.py``), nothing rounded through the activation dtype. The
 of a row to finish moves the slot's cursors (an arrival counter per row, as
 ``decode._replay_step_kernel``).
 
-On an H200 (Qwen3.5-4B dims, bf16, batch 256) its flush step ran 420-430 us, about the staged
-step's with ``flush_reread`` (417 us), but its non-flush steps 182-186 us against 165 us: the
-ring terms (a chain behind the cursor load, ~20 us at any ring length from 1) cost more than
-the launch boundary they replace. KDA's per-channel decays (a ``[CAP, d_k]`` exponent tile per program)
-were slower still and are not served.
+On an H200 (Qwen3.5-4B dims, bf16, batch 256), with its tile held whole (``stages=0``, 32 rows)
+its non-flush steps ran 180-186 us against the staged step's 165 us: ptxas spread the tile's loads
+over the ring terms' reductions to stay within its registers. Walked in 32-column chunks through a
+2-stage pipeline with the ring's loads in flight (``stages=2``, 64 rows) they run 157-160 us, the
+amortized step 175-177 us against 182-183 us, but the staggered steps 185-186 us against 182-183:
+a flush program runs ~2.7x a non-flush one, and those of the last rows dispatched end the launch.
+KDA's per-channel decays (a ``[CAP, d_k]`` exponent tile per program) were slower still and are
+not served.
 """
 
 from __future__ import annotations

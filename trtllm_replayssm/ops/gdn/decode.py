@@ -43,8 +43,8 @@ import triton.language as tl
 
 from .._arrivals import arrival_counters, replay_cursors, write_through_cursors
 
-__all__ = ["FUSED_FROM", "REPLAY_VARIANT", "REREAD_FROM", "WRITE_THROUGH_BELOW", "default_variant", "delta_standard_step",
-           "delta_replay_step", "launch_config", "replay_config", "write_through_config"]
+__all__ = ["FUSED_FROM", "REPLAY_VARIANT", "REREAD_FROM", "WRITE_THROUGH_BELOW", "default_variant",
+           "delta_standard_step", "delta_replay_step", "launch_config", "replay_config", "write_through_config"]
 
 #: The ReplaySSM kernel the ops launch: None for :func:`default_variant`'s measured choice per
 #: call (batch, kind, flush kind), "rowwise" for :func:`_replay_step_kernel` (row-wise refold),
@@ -79,8 +79,9 @@ WRITE_THROUGH_BELOW = 33
 
 def default_variant(batch: int, per_channel: bool, refold: bool, d_v: int, capacity: int = 16):
     """The replay kernel the ops launch when no variant is named: ``"write_through"``, a
-    :class:`~trtllm_replayssm.ops.gdn.decode_staged.StagedVariant`, or ``None`` for the row-wise
-    kernel.
+    :class:`~trtllm_replayssm.ops.gdn.decode_staged.StagedVariant`, a
+    :class:`~trtllm_replayssm.ops.gdn.decode_fused.FusedVariant`, or ``None`` for the row-wise
+    kernel; ``capacity``: the ring's entries.
 
     Measured on an H200 (``benchmarks/bench_gdn_decode.py --variants`` / ``bench_kda_decode.py``,
     RESULTS.md; Qwen3.5-4B GDN dims, Kimi-Linear KDA dims, bf16):
@@ -576,7 +577,8 @@ def delta_replay_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, com
     """
     variant = REPLAY_VARIANT if variant is None else variant
     if variant is None and block_v is None and split is None:
-        variant = default_variant(q.shape[0], ring_g.dim() == 4, refold, v.shape[2], ring_k.shape[2])
+        per_channel = ring_g.dim() == 4
+        variant = default_variant(q.shape[0], per_channel, refold, v.shape[2], ring_k.shape[2])
     if variant == "write_through":
         return _launch_standard(checkpoint, (ring_k, ring_v, ring_beta, ring_g, committed, flush_at, window), q, k, v,
                                 a, b, A_log, dt_bias, state_indices, pad_slot_id, scale, block_v, num_warps)

@@ -58,12 +58,12 @@ class FusedVariant:
     ``num_warps`` / ``max_registers``: the kernel's warps and ptxas ``.maxnreg``;
     ``precision``: the fold's product, "tf32x2" (two TF32 passes where that is exact to fp32
     level: Gated DeltaNet with 16-bit keys; tf32x3 elsewhere), "tf32x3" or "ieee".
-    ``stages``: 0 loads the program's ``[BV, d_k]`` tile whole before the ring terms; ``n >= 1``
-    walks it in ``fold_chunk``-column chunks, first (its loads wait for no cursor) and as a
-    ``tl.range(num_stages=n)`` loop, so that Triton's pipeliner keeps the next chunks in flight
-    through shared memory rather than registers, and the ring terms after it (the flush's
-    re-read takes the same loop). The reductions over ``d_k`` then add chunk by chunk: the same
-    terms in another fp32 order."""
+    ``stages``: 0 loads the program's ``[BV, d_k]`` tile whole, first; ``n >= 1`` walks it in
+    ``fold_chunk``-column chunks as a ``tl.range(num_stages=n)`` loop after the ring's loads are
+    issued (so they are in flight during it), Triton's pipeliner keeping the next chunks in
+    flight through shared memory rather than registers, and reduces the ring terms after it (the
+    flush's re-read takes the same loop). The reductions over ``d_k`` then add chunk by chunk:
+    the same terms in another fp32 order."""
 
     block_v: int | None = None
     fold_chunk: int | None = None

@@ -44,6 +44,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from _delta_layer import DTYPES, Cursors, Layer, fla_fn, replay_fn, window_cycle  # noqa: E402
 from _delta_variants import derive_variants, run_variants  # noqa: E402
+from _spread import spread, spread_lines  # noqa: E402
 from _timing import L2Flusher, capture_graph, copy_bandwidth_gbps, device_info, median, time_replays  # noqa: E402
 
 from trtllm_replayssm.ops.gdn import decode  # noqa: E402
@@ -85,7 +86,8 @@ def bench_batch(layer, batch, flusher, rounds, copy_bw, with_fla, sweep):
     for block_v, name, refold in variants:
         graph = capture_graph(replay_fn(layer, state, x, idx, refold=refold, block_v=block_v))
         # A write-through step (the default at small batches) keeps every slot at c = 0.
-        launched = decode.default_variant(batch, layer.per_channel, refold, layer.d_v) if block_v is None else None
+        launched = (decode.default_variant(batch, layer.per_channel, refold, layer.d_v, layer.window)
+                    if block_v is None else None)
         through = launched == "write_through"
         cycle = window_cycle(launched, refold, L)
         phases = [torch.full((batch,), 0 if through else c, dtype=torch.int32, device="cuda") for c in range(L)]
@@ -129,16 +131,27 @@ def warmup_only(layer, batches):
     torch.cuda.synchronize()
 
 
+#: What ``--repeats`` reports the spread of, per (batch, mode).
+SPREAD_KEYS = ("us", "x_fla", "x_standard")
+
+
+def with_ratios(rows, repeat=0):
+    """``rows`` of one :func:`bench_batch` call with ``repeat`` and their ratios to that call's
+    fla and standard steps (``x_fla`` ``None`` without fla)."""
+    fla = next((r["us"] for r in rows if r["mode"] == "fla"), None)
+    std = next(r["us"] for r in rows if r["mode"] == "standard")
+    for r in rows:
+        r.update(repeat=repeat, x_fla=fla / r["us"] if fla else None, x_standard=std / r["us"])
+    return rows
+
+
 def print_table(rows, kind):
-    fla = {r["batch"]: r["us"] for r in rows if r["mode"] == "fla"}
-    std = {r["batch"]: r["us"] for r in rows if r["mode"] == "standard"}
     head = "| batch | mode | us | GB/s | % copy | x vs fla | x vs standard |"
     print(f"\n{kind.upper()} decode\n{head}\n|---|---|---|---|---|---|---|")
     for r in rows:
-        b = r["batch"]
-        vs_fla = f"{fla[b] / r['us']:.2f}" if b in fla else "-"
-        print(f"| {b} | {r['mode']} | {r['us']:.1f} | {r['GBps']:.0f} | {r['pct_copy']:.0f}% | {vs_fla} "
-              f"| {std[b] / r['us']:.2f} |")
+        vs_fla = f"{r['x_fla']:.2f}" if r["x_fla"] is not None else "-"
+        print(f"| {r['batch']} | {r['mode']} | {r['us']:.1f} | {r['GBps']:.0f} | {r['pct_copy']:.0f}% | {vs_fla} "
+              f"| {r['x_standard']:.2f} |")
 
 
 def main(kind="gdn", argv=None):
@@ -150,6 +163,9 @@ def main(kind="gdn", argv=None):
     p.add_argument("--window", type=int, default=16)
     p.add_argument("--rounds", type=int, default=ROUNDS)
     p.add_argument("--no-fla", action="store_true", help="skip the fla baseline")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="time each batch this many times in turn and print the spread of each row's us and "
+                        "ratio to fla (the machines of a pool differ by ~1%%)")
     p.add_argument("--sweep", type=int, nargs="*", default=[1, 256], help="batches to sweep BV at")
     p.add_argument("--warmup-only", action="store_true", help="compile every variant and exit")
     p.add_argument("--json", help="write the rows and the machine description here")
@@ -163,6 +179,8 @@ def main(kind="gdn", argv=None):
     args = p.parse_args(argv)
     if args.derive and args.variants is None:
         p.error("--derive: only with --variants (it adds variants to that run)")
+    if args.repeats < 1:
+        p.error(f"--repeats: expected >= 1, got {args.repeats}")
     dtype = DTYPES[args.dtype]
     layer = Layer(kind, *args.dims, dtype, args.window)
     derived = derive_variants(args.derive)
@@ -184,12 +202,18 @@ def main(kind="gdn", argv=None):
     flusher = L2Flusher()
     rows = []
     for batch in args.batches:
-        rows += bench_batch(layer, batch, flusher, args.rounds, copy_bw, not args.no_fla, batch in args.sweep)
+        for repeat in range(args.repeats):
+            timed = bench_batch(layer, batch, flusher, args.rounds, copy_bw, not args.no_fla, batch in args.sweep)
+            rows += with_ratios(timed, repeat)
     print_table(rows, kind)
+    out = {"kind": kind, "dims": args.dims, "dtype": args.dtype, "window": args.window, "device": info,
+           "copy_GBps": copy_bw, "rows": rows}
+    if args.repeats > 1:
+        out["spread"] = spread(rows, ("batch", "mode"), SPREAD_KEYS)
+        print(spread_lines(out["spread"], ("batch", "mode"), SPREAD_KEYS))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"kind": kind, "dims": args.dims, "dtype": args.dtype, "window": args.window,
-                       "device": info, "copy_GBps": copy_bw, "rows": rows}, f, indent=1)
+            json.dump(out, f, indent=1)
 
 
 if __name__ == "__main__":

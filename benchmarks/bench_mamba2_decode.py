@@ -32,6 +32,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _derive import parse_fields  # noqa: E402
+from _spread import spread, spread_lines  # noqa: E402
 from _timing import L2Flusher, capture_graph, copy_bandwidths_gbps, device_info, median, time_replays  # noqa: E402
 
 from trtllm_replayssm.config import ReplaySSMConfig  # noqa: E402
@@ -179,30 +180,6 @@ def row(r):
 
 SPREAD_KEYS = ("standard_us", "amortized_us", "speedup_amortized", "speedup_mixed", "flush_over_standard",
                "nonflush_pct_copy")
-
-
-def spread(records: list[dict]) -> list[dict]:
-    """Per (dims, batch) of repeated records: min / median / max of :data:`SPREAD_KEYS`."""
-    groups: dict[tuple, list[dict]] = {}
-    for r in records:
-        groups.setdefault((r["dims"], r["batch"]), []).append(r)
-    out = []
-    for (dims, batch), recs in groups.items():
-        entry = {"dims": dims, "batch": batch, "repeats": len(recs)}
-        for key in SPREAD_KEYS:
-            vals = [r[key] for r in recs]
-            entry[key] = {"min": min(vals), "median": median(vals), "max": max(vals)}
-        out.append(entry)
-    return out
-
-
-def spread_table(entries: list[dict]) -> str:
-    """The spread of :func:`spread` as printed lines: median (min-max) per key."""
-    lines = ["# spread over repeats: median (min-max)"]
-    for e in entries:
-        cells = [f"{k} {e[k]['median']:.3f} ({e[k]['min']:.3f}-{e[k]['max']:.3f})" for k in SPREAD_KEYS]
-        lines.append(f"{e['dims']:<15}{e['batch']:>6} x{e['repeats']} | " + " | ".join(cells))
-    return "\n".join(lines)
 
 
 STANDARD_CONFIGS = [(8, 2), (8, 4), (16, 2)]
@@ -568,8 +545,8 @@ def main(argv=None):
                     print(row(rec), flush=True)
         result["results"] = records
         if args.repeats > 1:
-            result["spread"] = spread(records)
-            print(spread_table(result["spread"]), flush=True)
+            result["spread"] = spread(records, ("dims", "batch"), SPREAD_KEYS)
+            print(spread_lines(result["spread"], ("dims", "batch"), SPREAD_KEYS), flush=True)
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
     return result

@@ -185,6 +185,18 @@ def _ring_B_tile(rB_base, offs_j, offs_n, in_ring, mask_n, s_rB_j, CAP: tl.const
 
 
 @triton.jit
+def _group_operands(B_ptr, C_ptr, ring_B_ptr, row, slot, g, c, offs_n, offs_j, mask_n, s_B_row, s_B_group, s_C_row,
+                    s_C_group, s_rB_slot, s_rB_group, s_rB_j, CAP: tl.constexpr):
+    """What a flush program loads once for group ``g`` of a row: ``(in_ring, rB_base, B, C, ring
+    B)`` (entries ``< c``; the token's ``B``, ``C`` and :func:`_ring_B_tile` in fp32)."""
+    in_ring = offs_j < c
+    rB_base = ring_B_ptr + slot * s_rB_slot + g * s_rB_group
+    Bv = tl.load(B_ptr + row * s_B_row + g * s_B_group + offs_n, mask=mask_n, other=0.0).to(tl.float32)
+    Cv = tl.load(C_ptr + row * s_C_row + g * s_C_group + offs_n, mask=mask_n, other=0.0).to(tl.float32)
+    return in_ring, rB_base, Bv, Cv, _ring_B_tile(rB_base, offs_j, offs_n, in_ring, mask_n, s_rB_j, CAP)
+
+
+@triton.jit
 def _stream_kernel(
     ckpt_ptr, ring_x_ptr, ring_B_ptr, coef_ptr, info_ptr, committed_ptr, flush_at_ptr,
     x_ptr, B_ptr, C_ptr, D_ptr, z_ptr, idx_ptr, y_ptr,
@@ -323,14 +335,12 @@ def _flush_heads_of_row(
     offs_n = tl.arange(0, BLOCK_N)
     offs_j = tl.arange(0, BLOCK_J)
     mask_n = offs_n < N
-    in_ring = offs_j < c
-    rB_base = ring_B_ptr + slot * s_rB_slot + g * s_rB_group
-    # The token's B and C once per program.
-    Bv = tl.load(B_ptr + row * s_B_row + g * s_B_group + offs_n, mask=mask_n, other=0.0).to(tl.float32)
-    Cv = tl.load(C_ptr + row * s_C_row + g * s_C_group + offs_n, mask=mask_n, other=0.0).to(tl.float32)
-    # The group's ring B once per program for the dot folds (per tile it cost the Nemotron-H
-    # flush 2%: a 4 KB load, its conversion and a shared-memory store for every tile).
-    rB = _ring_B_tile(rB_base, offs_j, offs_n, in_ring, mask_n, s_rB_j, CAP)
+    # The token's B and C, and the group's ring B for the dot folds, once per program (the ring B
+    # per tile cost the Nemotron-H flush 2%: a 4 KB load, its conversion and a shared-memory
+    # store for every tile).
+    in_ring, rB_base, Bv, Cv, rB = _group_operands(B_ptr, C_ptr, ring_B_ptr, row, slot, g, c, offs_n, offs_j, mask_n,
+                                                   s_B_row, s_B_group, s_C_row, s_C_group, s_rB_slot, s_rB_group,
+                                                   s_rB_j, CAP)
     if STAGES > 1:
         for it in tl.range(0, HEADS_PER_PROGRAM * TILES, num_stages=STAGES):
             h = h0 + it // TILES
@@ -445,11 +455,9 @@ def _flush_kernel(
             g = h // HEADS_PER_GROUP
             slot, _ = _slot_of(idx_ptr, row, pad_slot_id, HAS_INDICES)  # a flush row is live
             c = tl.load(info_ptr + 2 * row)
-            in_ring = offs_j < c
-            rB_base = ring_B_ptr + slot * s_rB_slot + g * s_rB_group
-            Bv = tl.load(B_ptr + row * s_B_row + g * s_B_group + offs_n, mask=mask_n, other=0.0).to(tl.float32)
-            Cv = tl.load(C_ptr + row * s_C_row + g * s_C_group + offs_n, mask=mask_n, other=0.0).to(tl.float32)
-            rB = _ring_B_tile(rB_base, offs_j, offs_n, in_ring, mask_n, s_rB_j, CAP)
+            in_ring, rB_base, Bv, Cv, rB = _group_operands(B_ptr, C_ptr, ring_B_ptr, row, slot, g, c, offs_n, offs_j,
+                                                           mask_n, s_B_row, s_B_group, s_C_row, s_C_group, s_rB_slot,
+                                                           s_rB_group, s_rB_j, CAP)
             line, lead, gamma, dt, rx_base = _flush_head(coef_ptr, ring_x_ptr, row, slot, h, offs_j, s_rx_slot,
                                                          s_rx_head, HEADS, CAP)
             _flush_tile(ckpt_ptr, x_ptr, D_ptr, z_ptr, y_ptr, rB_base, rB, row, slot, h, (i % TILES) * BLOCK_P, c,

@@ -5,6 +5,13 @@ launch (``--refold`` for the delta rules' refolding flush, else the cached ``u``
 
     ncu --clock-control none -k regex:flush --launch-skip 1 -c 1 --set full \\
         python3 benchmarks/ncu_flush_step.py --kind kda --batch 256
+
+Gated DeltaNet's one-launch step (its kernel ``_fused_step_kernel``) with ``--fused "block_v=64,
+stages=2"`` (fields of ``FusedVariant``), and the paper's public GDN kernel at every row's
+``write_pos = L - 1`` with ``--paper-root CHECKOUT`` (``--paper-config BV,WARPS,STAGES,NK``)::
+
+    ncu --clock-control none -k regex:fused --launch-skip 1 -c 1 --set full \\
+        python3 benchmarks/ncu_flush_step.py --kind gdn --fused "block_v=64, stages=2"
 """
 
 from __future__ import annotations
@@ -50,7 +57,7 @@ def mamba2_step(batch: int):
     return step
 
 
-def delta_step(kind: str, batch: int, refold: bool):
+def delta_step(kind: str, batch: int, refold: bool, variant=None):
     from _delta_layer import Layer
     from trtllm_replayssm.ops.gdn import decode
 
@@ -64,7 +71,23 @@ def delta_step(kind: str, batch: int, refold: bool):
         st.flush_at.fill_(WINDOW)
         decode.delta_replay_step(st.checkpoint, st.ring_k, st.ring_v, st.ring_beta, st.ring_g, st.ring_u,
                                  st.committed, st.flush_at, st.window, **x, A_log=layer.A_log,
-                                 dt_bias=layer.dt_bias, state_indices=idx, pad_slot_id=-1, scale=None, refold=refold)
+                                 dt_bias=layer.dt_bias, state_indices=idx, pad_slot_id=-1, scale=None, refold=refold,
+                                 variant=variant)
+    return step
+
+
+def paper_step(root: str, cfg: tuple[int, ...], batch: int):
+    """The paper's GDN kernel with every row at its flush position (``write_pos = L - 1``)."""
+    from _delta_layer import Layer
+    from bench_gdn_paper import PaperStep, load_paper_kernel
+
+    layer = Layer("gdn", 32, 16, 128, 128, torch.bfloat16, WINDOW)
+    x = layer.tokens(batch)
+    paper = PaperStep(load_paper_kernel(root), layer, batch, cfg, torch.Generator(device="cuda").manual_seed(1))
+
+    def step():
+        paper.write_pos.fill_(WINDOW - 1)
+        paper(x)
     return step
 
 
@@ -73,10 +96,26 @@ def main(argv=None):
     p.add_argument("--kind", default="mamba2", choices=["mamba2", "gdn", "kda"])
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--refold", action="store_true", help="delta rules: the refolding flush")
+    p.add_argument("--fused", metavar="FIELDS", help='gdn: the one-launch step, FusedVariant fields ("" for defaults)')
+    p.add_argument("--paper-root", help="gdn: time the paper's kernel from this checkout instead")
+    p.add_argument("--paper-config", default="64,1,3,2", help="the paper kernel's BV,WARPS,STAGES,NK")
     args = p.parse_args(argv)
     if args.batch < 1:
         p.error(f"--batch: expected >= 1, got {args.batch}")
-    step = mamba2_step(args.batch) if args.kind == "mamba2" else delta_step(args.kind, args.batch, args.refold)
+    if (args.fused is not None or args.paper_root) and args.kind != "gdn":
+        p.error(f"--fused / --paper-root: Gated DeltaNet only (--kind gdn), got --kind {args.kind}")
+    if args.paper_root:
+        step = paper_step(args.paper_root, tuple(int(v) for v in args.paper_config.split(",")), args.batch)
+    elif args.kind == "mamba2":
+        step = mamba2_step(args.batch)
+    else:
+        variant = None
+        if args.fused is not None:
+            from _derive import parse_fields
+            from trtllm_replayssm.ops.gdn.decode_fused import FusedVariant
+
+            variant = FusedVariant(**parse_fields(args.fused, FusedVariant))
+        step = delta_step(args.kind, args.batch, args.refold, variant)
     for _ in range(2):
         step()
         torch.cuda.synchronize()

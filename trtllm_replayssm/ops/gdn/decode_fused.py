@@ -63,7 +63,13 @@ class FusedVariant:
     issued (so they are in flight during it), Triton's pipeliner keeping the next chunks in
     flight through shared memory rather than registers, and reduces the ring terms after it (the
     flush's re-read takes the same loop). The reductions over ``d_k`` then add chunk by chunk:
-    the same terms in another fp32 order."""
+    the same terms in another fp32 order.
+    ``lane_sums`` (with ``stages >= 1``): each chunk's products with ``q_t`` and ``k_t`` are
+    summed four columns at a time inside each thread into ``[BV, KC / 4]`` partials, and the
+    partials across lanes once after the loop, instead of a cross-lane reduction per chunk
+    (sm_90 PTX of the 64-row, 32-column step: the loop's 96 shuffles per chunk go, 50 remain in
+    all; 255 registers with 20 B spilled against 254 and none). Built after the session's last
+    GPU call: CPU-tested, not timed."""
 
     block_v: int | None = None
     fold_chunk: int | None = None
@@ -71,6 +77,7 @@ class FusedVariant:
     max_registers: int | None = None
     precision: str = "tf32x2"
     stages: int = 0
+    lane_sums: bool = False
 
     def __post_init__(self):
         for name in ("block_v", "fold_chunk", "num_warps", "max_registers"):
@@ -79,6 +86,10 @@ class FusedVariant:
                 raise ValueError(f"FusedVariant.{name}: expected a positive int or None, got {value!r}")
         if not isinstance(self.stages, int) or self.stages < 0:
             raise ValueError(f"FusedVariant.stages: expected an int >= 0, got {self.stages!r}")
+        if not isinstance(self.lane_sums, bool):
+            raise ValueError(f"FusedVariant.lane_sums: expected a bool, got {self.lane_sums!r}")
+        if self.lane_sums and self.stages < 1:
+            raise ValueError(f"FusedVariant.lane_sums: needs the chunk loop (stages >= 1), got stages={self.stages}")
         if self.precision not in _PRECISIONS:
             raise ValueError(f"FusedVariant.precision: expected one of {_PRECISIONS}, got {self.precision!r}")
 
@@ -115,7 +126,7 @@ def _fused_step_kernel(
     stride_o, stride_oh,
     HV: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, KC: tl.constexpr,
     CAP: tl.constexpr, BC: tl.constexpr, HAS_BIAS: tl.constexpr,
-    HAS_INDICES: tl.constexpr, PRECISION: tl.constexpr, STAGES: tl.constexpr = 0,
+    HAS_INDICES: tl.constexpr, PRECISION: tl.constexpr, STAGES: tl.constexpr = 0, LANE_SUMS: tl.constexpr = False,
 ):
     G: tl.constexpr = HV // H
     PARTS: tl.constexpr = V // BV
@@ -154,15 +165,30 @@ def _fused_step_kernel(
         # from L1 and scaled as _load_qk scales the whole vectors, element for element).
         raw_q = tl.load(q + i_b * stride_q + i_h * stride_qh + o_k).to(tl.float32)
         q_norm = tl.sqrt(tl.sum(raw_q * raw_q) + 1e-6)
-        S_k = tl.zeros([BV], dtype=tl.float32)
-        S_q = tl.zeros([BV], dtype=tl.float32)
-        for j in tl.range(0, K // KC, num_stages=STAGES):
-            cols = j * KC + o_kc
-            Sj = tl.load(p_s + cols[None, :])
-            qj = tl.load(q + i_b * stride_q + i_h * stride_qh + cols).to(tl.float32) / q_norm * scale
-            kj = (tl.load(p_k + cols).to(tl.float32) / k_norm).to(ring_k.dtype.element_ty).to(tl.float32)
-            S_k += tl.sum(Sj * kj[None, :], axis=1)
-            S_q += tl.sum(Sj * qj[None, :], axis=1)
+        if LANE_SUMS:
+            # The chunk's blocked layout holds four consecutive columns per thread: summed there,
+            # the shuffles across lanes are paid once after the loop.
+            P_k = tl.zeros([BV, KC // 4], dtype=tl.float32)
+            P_q = tl.zeros([BV, KC // 4], dtype=tl.float32)
+            for j in tl.range(0, K // KC, num_stages=STAGES):
+                cols = j * KC + o_kc
+                Sj = tl.load(p_s + cols[None, :])
+                qj = tl.load(q + i_b * stride_q + i_h * stride_qh + cols).to(tl.float32) / q_norm * scale
+                kj = (tl.load(p_k + cols).to(tl.float32) / k_norm).to(ring_k.dtype.element_ty).to(tl.float32)
+                P_k += tl.sum(tl.reshape(Sj * kj[None, :], [BV, KC // 4, 4]), axis=2)
+                P_q += tl.sum(tl.reshape(Sj * qj[None, :], [BV, KC // 4, 4]), axis=2)
+            S_k = tl.sum(P_k, axis=1)
+            S_q = tl.sum(P_q, axis=1)
+        else:
+            S_k = tl.zeros([BV], dtype=tl.float32)
+            S_q = tl.zeros([BV], dtype=tl.float32)
+            for j in tl.range(0, K // KC, num_stages=STAGES):
+                cols = j * KC + o_kc
+                Sj = tl.load(p_s + cols[None, :])
+                qj = tl.load(q + i_b * stride_q + i_h * stride_qh + cols).to(tl.float32) / q_norm * scale
+                kj = (tl.load(p_k + cols).to(tl.float32) / k_norm).to(ring_k.dtype.element_ty).to(tl.float32)
+                S_k += tl.sum(Sj * kj[None, :], axis=1)
+                S_q += tl.sum(Sj * qj[None, :], axis=1)
     D_t = tl.sum(gr) + b_g
     w = tl.where(live, tl.exp(D_t - tl.cumsum(gr, axis=0)), 0.0)
     e_t = tl.exp(D_t)
@@ -223,6 +249,6 @@ def delta_replay_fused_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_
         *_strides(q, k, v, a, b, out),
         HV=HV, H=H, K=K, V=V, BV=bv, KC=kc, CAP=cap, BC=max(triton.next_power_of_2(cap), 16),
         HAS_BIAS=dt_bias is not None, HAS_INDICES=state_indices is not None,
-        PRECISION=variant.precision, STAGES=variant.stages, num_warps=warps, **extra,
+        PRECISION=variant.precision, STAGES=variant.stages, LANE_SUMS=variant.lane_sums, num_warps=warps, **extra,
     )
     return out

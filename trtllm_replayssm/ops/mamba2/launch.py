@@ -1,0 +1,217 @@
+"""Launch choices of the Mamba-2 decode kernels: :class:`LaunchConfig` (tiles, warps, the
+replay kernel and its flush launch) and :func:`launch_config`, the measured default per
+``(head_dim, d_state, batch)`` (``benchmarks/NOTES_mamba2.md`` has the runs behind each choice).
+The kernels are in ``decode.py``, ``decode_v4.py`` and ``decode_staged.py``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import triton
+
+from .._prefetch import PREFETCH_MODES
+
+__all__ = ["DOT_FOLDS", "FOLDS", "KERNELS", "PIPELINES", "LaunchConfig", "launch_config"]
+
+#: Flush fold of the "v4" and "staged" kernels: unrolled rank-1 FMAs, a rolled loop, or an fp32
+#: ``tl.dot`` at this precision; "staged" also has the loop software-pipelined ("pipe").
+FOLDS = ("fma", "loop", "ieee", "tf32x3", "tf32x2", "pipe")
+#: The folds that are one ``tl.dot`` (16-row tiles at least); "tf32x2" is tf32x3 in two TF32
+#: passes where the ring's ``B`` is 16-bit (exact in TF32; ``ops/_tf32.py``).
+DOT_FOLDS = ("ieee", "tf32x3", "tf32x2")
+#: Replay kernels: one program per tile (v3), per head part (v4), ring launch + tiles (staged),
+#: every token folded into the checkpoint at once (write_through: latency-bound batches).
+KERNELS = ("v3", "v4", "staged", "write_through")
+#: Tile pipelining of the "v4" kernel (decode_v4.py).
+PIPELINES = ("regs", "range")
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    """Tile and warp choice of one kernel launch (tuned in ``benchmarks/bench_mamba2_decode.py``)."""
+
+    block_p: int = 16
+    num_warps: int = 4
+    fold_dot: bool = False
+    ring_prefetch: bool = False
+    max_registers: int | None = None  # ptxas .maxnreg: trades spills for programs per SM
+    cursor_kernel: bool = False  # move the cursors in a second launch instead of arrival counters
+    rows_fastest: bool = False  # grid order: rows first (programs in flight span many slots)
+    # Replay kernel: "v3" one program per checkpoint tile (this module), "v4" one program per
+    # head part streaming its tiles (decode_v4.py), "staged" a per-row ring launch then one
+    # program per checkpoint tile (decode_staged.py), "write_through" the standard step's
+    # tiles folding each token into the checkpoint (_standard_step_kernel; block_p, num_warps,
+    # max_registers). The fields below apply to "v4" ("fold" also to "staged").
+    kernel: str = "v3"
+    p_split: int = 1  # programs per head (each streams head_dim / p_split rows)
+    fold: str = "fma"  # flush fold: FMAs unrolled ("fma") or rolled ("loop"), or tl.dot (DOT_FOLDS)
+    pipeline: str = "regs"  # "regs": unrolled, next tiles loaded ahead; "range": tl.range staging
+    ahead: int = 1  # tiles loaded ahead of the one being computed ("regs"; 1 or 2)
+    num_stages: int = 2  # software-pipeline stages ("range")
+    split_flush: bool = False  # non-flush and flush rows in two launches (needs cursor_kernel)
+    ring_warps: int = 4  # "staged": warps of the ring launch
+    # "staged": flush rows in a third launch (whole heads, `flush_heads` of a group per program,
+    # `flush_block_p`-row tiles), so that the stream launch compiles without the fold.
+    flush_launch: bool = False
+    flush_block_p: int = 32
+    flush_warps: int = 4
+    flush_heads: int = 4
+    flush_stages: int = 1  # > 1: the flush launch's (head, tile) loop as a software-pipelined tl.range
+    # > 0: the flush launch as this many programs per SM walking the flush rows' tiles (a list
+    # numbered from the ring launch's flags) instead of a program per (row, group, flush_heads).
+    flush_persistent: int = 0
+    # What a list item of flush_persistent is: "tiles" (one flush_block_p-row tile of a flush row)
+    # or "heads" (flush_heads heads of a group of a flush row, as a per-row flush program walks them).
+    flush_list_items: str = "tiles"
+    # ptxas .maxnreg of the flush launch; a tuple: the one of these caps whose residency fills
+    # the per-row flush launch's waves best on the device (_flush_heads.fullest_last_wave_cap).
+    flush_max_registers: int | tuple[int, ...] | None = None
+    # True: the flush launch is issued first on a high-priority side stream and runs under the
+    # stream launch (they touch disjoint rows); the step joins the streams before returning.
+    flush_stream: bool = False
+    # The per-row flush launch (and its list form, flush_list_items="heads") asks the L2 for the tile
+    # flush_l2_ahead tiles on before each tile's load: "none", "lines" or "bulk" (ops/_prefetch.py;
+    # CUDA only).
+    flush_l2_prefetch: str = "none"
+    flush_l2_ahead: int = 1
+
+    def __post_init__(self):
+        if self.kernel not in KERNELS:
+            raise ValueError(f"LaunchConfig.kernel: expected one of {KERNELS}, got {self.kernel!r}")
+        if self.fold == "pipe" and self.kernel != "staged":
+            raise ValueError(f"LaunchConfig.fold: {self.fold!r} is a fold of kernel='staged' only")
+        if self.fold not in FOLDS:
+            raise ValueError(f"LaunchConfig.fold: expected one of {FOLDS}, got {self.fold!r}")
+        if self.pipeline not in PIPELINES:
+            raise ValueError(f"LaunchConfig.pipeline: expected one of {PIPELINES}, got {self.pipeline!r}")
+        if self.ahead not in (1, 2):
+            raise ValueError(f"LaunchConfig.ahead: expected 1 or 2, got {self.ahead}")
+        if self.split_flush and not (self.kernel == "v4" and self.cursor_kernel):
+            raise ValueError("LaunchConfig.split_flush: needs kernel='v4' and cursor_kernel=True")
+        if self.flush_persistent < 0:
+            raise ValueError(f"LaunchConfig.flush_persistent: expected >= 0, got {self.flush_persistent}")
+        if self.flush_stages < 1:
+            raise ValueError(f"LaunchConfig.flush_stages: expected >= 1, got {self.flush_stages}")
+        if self.flush_list_items not in ("tiles", "heads"):
+            raise ValueError(f"LaunchConfig.flush_list_items: expected 'tiles' or 'heads', got {self.flush_list_items!r}")
+        if self.flush_list_items != "tiles" and not self.flush_persistent:
+            raise ValueError("LaunchConfig.flush_list_items: only with flush_persistent > 0 (a list flush launch)")
+        if self.flush_l2_prefetch not in PREFETCH_MODES:
+            raise ValueError(f"LaunchConfig.flush_l2_prefetch: expected one of {tuple(PREFETCH_MODES)}, "
+                             f"got {self.flush_l2_prefetch!r}")
+        if self.flush_l2_ahead < 1:
+            raise ValueError(f"LaunchConfig.flush_l2_ahead: expected >= 1, got {self.flush_l2_ahead}")
+        if self.flush_heads < 1:
+            raise ValueError(f"LaunchConfig.flush_heads: expected >= 1, got {self.flush_heads}")
+        caps = self.flush_max_registers if isinstance(self.flush_max_registers, tuple) else (
+            () if self.flush_max_registers is None else (self.flush_max_registers,))
+        if (isinstance(self.flush_max_registers, tuple) and not caps) or any(
+                not isinstance(c, int) or isinstance(c, bool) or not 24 <= c <= 255 for c in caps):
+            raise ValueError("LaunchConfig.flush_max_registers: expected None, an int in [24, 255] or a non-empty "
+                             f"tuple of them, got {self.flush_max_registers!r}")
+        if self.flush_stream and not self.flush_launch:
+            raise ValueError("LaunchConfig.flush_stream: needs flush_launch=True")
+        if self.flush_launch and self.kernel != "staged":
+            raise ValueError("LaunchConfig.flush_launch: needs kernel='staged'")
+        if self.flush_launch and self.fold in DOT_FOLDS and self.flush_block_p < 16:
+            raise ValueError(f"LaunchConfig.flush_block_p: a tl.dot fold needs >= 16, got {self.flush_block_p}")
+        if self.p_split < 1 or self.num_stages < 1:
+            raise ValueError(f"LaunchConfig: expected p_split >= 1 and num_stages >= 1, got {self.p_split}, {self.num_stages}")
+        if self.block_p < 1 or self.block_p & (self.block_p - 1):
+            raise ValueError(f"LaunchConfig.block_p: expected a power of two, got {self.block_p}")
+        if (self.kernel == "v4" or (self.kernel == "staged" and not self.flush_launch)) and \
+                self.fold in DOT_FOLDS and self.block_p < 16:
+            raise ValueError(f"LaunchConfig.block_p: a tl.dot fold needs block_p >= 16, got {self.block_p}")
+
+
+def launch_config(kind: str, head_dim: int, d_state: int, batch: int) -> LaunchConfig:
+    """The default launch configuration for ``kind`` in ``{"standard", "replay"}``.
+
+    Chosen from ``benchmarks/bench_mamba2_decode.py --variants`` on an H200 (Nemotron-H dims;
+    table and command in ``benchmarks/RESULTS.md``) rather than autotuned at run time, so that
+    the first call inside a CUDA-graph capture launches exactly what eager calls launched.
+    """
+    block_n = triton.next_power_of_2(d_state)
+    if kind == "standard":
+        # Small tiles, many programs: the most loads in flight for a pure stream (518 us at
+        # batch 256, 4.2 TB/s; 7.7 us at batch 1).
+        return LaunchConfig(block_p=8 if block_n <= 128 else 4, num_warps=2)
+    if batch < (12 if block_n <= 128 else 16):
+        # Latency-bound: the replay saves no bandwidth here, only adds dependent work, so every
+        # step folds its token into the checkpoint (the standard step's kernel and tiles,
+        # WRITE_THROUGH). Nemotron-H: batch 1 8.2 us against 8.8 us for the v4 replay (four programs per
+        # head, arrival counters; standard 7.8 us), batch 15 36.4 against 43.7 us (36.0); at batch
+        # 8 it still leads the staged step below (22.5 against 22.7 us, staggered 23.4).
+        return LaunchConfig(block_p=8 if block_n <= 128 else 4, num_warps=1, kernel="write_through")
+    if block_n <= 128:
+        # Bandwidth-bound from here: the ring launch, small checkpoint tiles for the non-flush rows
+        # (compiled without the fold: 56 registers), and the flush rows in a launch of their own
+        # (batch 256: non-flush 290 us = 95% of copy against 336 us with the fold in the stream
+        # launch), issued first on a side stream so that it runs under the stream launch
+        # (`--variants`, batch 256: amortized 1.81x / staggered 1.86x the standard against 1.79x /
+        # 1.77x in order). The fold in two TF32 passes (the ring's 16-bit B is exact in TF32;
+        # ops/_tf32.py; fp32 rings take tf32x3), capped at 96 registers (5 programs per SM): flush
+        # 827 -> 731 us, amortized 1.79x -> 1.83x, staggered 1.83x -> 1.89x in one `--variants` run
+        # (then with 4 heads per program). Then 112 or 96 registers (4 or 5 programs per SM), the
+        # one that fills the flush launch's waves best on the device: from batch 64 that launch
+        # has 2048 programs (4096 at 512), on an H200's 132 SMs 3.1 waves at 5 per SM and 3.9 at 4,
+        # and the almost empty fourth wave of long programs cost more than the fifth program per
+        # SM gained; on 148 or 160 SMs 5 per SM fills better (not measured: no such GPU here).
+        # H200 plain runs, one call, 96 -> 112: Nemotron-H flush 697.6 -> 660.3 us at 256
+        # (amortized 305.6 -> 303.6, mixed 297.7 -> 296.7), 358.2 -> 334.6 at 128, 1469 -> 1360 at
+        # 512; Nemotron-3-Nano flush 734.8 -> 681.6 at 256, mixed 94.2 -> 82.5 us at 64; batch 32
+        # within 0.3 us. The cap pair is now (128, 96): with the group's ring B loaded once per
+        # flush program (not per tile) ptxas takes 114 registers under a 128 cap (4 per SM, as at
+        # 112) and spills none, where a 112 cap spills 8 B (compiled as the launch specialises the
+        # strides; Nemotron-3-Nano: 122 registers, 16 B at 112).
+        # Below batch 64 a flush program takes one head instead of four: in staggered phases only
+        # batch / 16 rows flush per step, and four heads per program serialise them (Nemotron-H
+        # batch 32: staggered 1.16x -> 1.36x the standard, in phase 1.35x -> 1.31x; the v4 kernel
+        # that served 16-127 before: 1.13x / 1.08x; Nemotron-3-Nano batch 32 1.27x / 1.32x
+        # against v4's 0.92x / 0.86x, whose 32-row tiles do not divide head_dim 80). More heads
+        # per flush program as the batch grows (whole groups from 256; the largest divisor of the
+        # group's heads, flush_heads_per_program): fewer of the flush launch's early exits in
+        # non-flush steps and a shorter flush. Plain runs, one call, 4 / 8 / 16 heads, Nemotron-H:
+        # batch 256 amortized 309.7 / 306.3 / 305.7 us, mixed 301.5 / 299.6 / 297.9; 512 amortized
+        # 606.0 / 599.7 / 594.6, mixed 616.4 / 616.2 / 625.4 (585-616 us for 4 heads across runs);
+        # Nemotron-3-Nano (12 per group: 4 / 6 / 12) 256 amortized 296.9 / 295.3 / 294.9, mixed
+        # 286.9 / 284.9 / 283.2; 512 mixed 578.8 / 597.3 / 598.1 (long flush programs tail a
+        # staggered step once 32 rows flush in it). `--variants` at 128: 4 and 8 within 0.5 us; at
+        # 64 eight heads lose the mixed step (111.4 against 87 us).
+        # From batch 128 each flush program asks the L2 for its next tile before each tile's load
+        # (flush_l2_prefetch, one prefetch per 128-byte line; head_dim a multiple of 32): a program
+        # walks its tiles one after the other, so the next one's DRAM latency overlaps this one's
+        # fold. `--variants`, one call each, flush us none -> lines: 128 331.4 -> 326.2, 256
+        # 650.1 -> 638.1, 512 1341.6 -> 1318.0 (amortized -0.4 / -0.8 / -1.8 us); a one-instruction
+        # bulk prefetch (sm_90+) 324.9 / 636.8 / 1331.4; two tiles ahead 671.1 at 256.
+        # A head_dim that 32-row flush tiles do not divide (Nemotron-3-Nano's 80: tiles of 32, 32
+        # and 16 rows) takes 16-row tiles in 2 warps from batch 128: `--variants`, one call each,
+        # Nano dims, amortized 152.4 -> 150.0 / 287.7 -> 283.3 / 560.7 -> 551.4 us at 128 / 256 /
+        # 512 (flush 339 -> 308, 668 -> 600, 1352 -> 1213), mixed within 1 us; at 64 the mixed
+        # step lost (82.1 -> 91.4), and Nemotron-H's 64-row heads lost mixed steps with them.
+        # Where 32-row tiles divide head_dim, from batch 128 the flush launch's (row, head chunk)
+        # programs become the items of a list walked by 4 programs per SM (flush_list_items="heads"):
+        # a non-flush step then runs one wave of programs that find no item instead of batch x
+        # chunks early exits. `--variants`, one call, Nemotron-H, non-flush / flush / amortized us:
+        # 256 279.6 / 640.2 / 302.1 -> 278.9 / 636.6 / 301.3; 512 542.8 / 1317.5 / 591.2 -> 540.8 /
+        # 1305.6 / 588.6; 128 148.7 / 325.2 / 159.8 -> 148.1 / 326.3 / 159.2; mixed within 0.5 us;
+        # 3 programs per SM: flush 726 us at 256.
+        heads = 1 if batch < 64 else 4 if batch < 128 else 8 if batch < 256 else 16
+        large = batch >= 128
+        rows16 = large and head_dim % 32 != 0
+        listed = large and not rows16
+        return LaunchConfig(block_p=16, num_warps=2, kernel="staged", fold="tf32x2", flush_launch=True,
+                            flush_max_registers=(128, 96), flush_stream=True, flush_heads=heads,
+                            flush_block_p=16 if rows16 else 32, flush_warps=2 if rows16 else 4,
+                            flush_l2_prefetch="lines" if large else "none",
+                            flush_persistent=4 if listed else 0, flush_list_items="heads" if listed else "tiles")
+    if batch < 128:
+        # One program per head streaming 32-row tiles with the next one in flight, capped at 128
+        # registers, rows first in the grid, cursors moved by a second launch, rolled FMA fold
+        # (batch 128: amortized 213 us, the staged kernel 216 us).
+        block_p = max(16, min(32, 4096 // block_n))
+        return LaunchConfig(
+            block_p=block_p, num_warps=4, max_registers=128, cursor_kernel=True, rows_fastest=True,
+            kernel="v4", p_split=1, fold="loop",
+        )
+    return LaunchConfig(block_p=4, num_warps=2, max_registers=56, kernel="staged", fold="loop")

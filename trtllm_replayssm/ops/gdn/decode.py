@@ -32,7 +32,8 @@ itself); benchmarks/NOTES_delta.md compares the two.
 
 The per-slot cursors are advanced by the last program of a row to finish (an arrival counter
 per row, reset to zero by that program), so every program reads the cursors of the step.
-``launch_config`` / ``replay_config`` hold the measured launch choices.
+The measured launch choices (``launch_config``, ``replay_config``, ``default_variant`` and the
+batches where they change) are in ``launch.py`` and re-exported here.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ import triton
 import triton.language as tl
 
 from .._arrivals import arrival_counters, replay_cursors, write_through_cursors
+from .launch import (FUSED_FROM, REREAD_FROM, WRITE_THROUGH_BELOW, default_variant, launch_config, replay_config,
+                     write_through_config)
 
 __all__ = ["FUSED_FROM", "REPLAY_VARIANT", "REREAD_FROM", "WRITE_THROUGH_BELOW", "default_variant",
            "delta_standard_step", "delta_replay_step", "launch_config", "replay_config", "write_through_config"]
@@ -55,128 +58,6 @@ __all__ = ["FUSED_FROM", "REPLAY_VARIANT", "REREAD_FROM", "WRITE_THROUGH_BELOW",
 #: :class:`~trtllm_replayssm.ops.gdn.decode_fused.FusedVariant`) for the one-launch step of
 #: ``decode_fused.py`` (Gated DeltaNet, ``refold=False``).
 REPLAY_VARIANT = None
-
-
-#: Gated DeltaNet's cached-``u`` flush reads its tile again for the fold from this batch
-#: (``StagedVariant.flush_reread``; see :func:`default_variant`). On an H200 the held tile led at
-#: batch 128 and the re-read fold at 160, 192, 224 (amortized 118.2 / 142.2 / 162.0 us against
-#: 121.2 / 144.9 / 165.0), 256 and 512.
-REREAD_FROM = 160
-
-#: Gated DeltaNet's cached-``u`` step is the one-launch step (``decode_fused.py``, 64-row programs
-#: walking their tile in pipelined column chunks) from this batch, where a 16-entry ring and
-#: ``d_v`` a multiple of 64 allow it (see :func:`default_variant`). On an H200 it led the staged
-#: step at 512 in amortized and staggered steps (two calls: 330.9 / 342.6 us and 336.4 / 347.7 us
-#: against 341.2 / 344.0 and 345.4 / 349.6); at 128 and 256 it led amortized by 4% but trailed
-#: staggered by 2-5% (a flush program runs ~2.7x a non-flush one, and those of the last rows
-#: dispatched end the launch), where the staged step's side-stream flush launch does not.
-FUSED_FROM = 512
-
-#: Batches below this take the write-through step when no variant is named (on an H200 it led
-#: the staged step at batch 32 and trailed it at 40).
-WRITE_THROUGH_BELOW = 33
-
-
-def default_variant(batch: int, per_channel: bool, refold: bool, d_v: int, capacity: int = 16):
-    """The replay kernel the ops launch when no variant is named: ``"write_through"``, a
-    :class:`~trtllm_replayssm.ops.gdn.decode_staged.StagedVariant`, a
-    :class:`~trtllm_replayssm.ops.gdn.decode_fused.FusedVariant`, or ``None`` for the row-wise
-    kernel; ``capacity``: the ring's entries.
-
-    Measured on an H200 (``benchmarks/bench_gdn_decode.py --variants`` / ``bench_kda_decode.py``,
-    RESULTS.md; Qwen3.5-4B GDN dims, Kimi-Linear KDA dims, bf16):
-
-    - below batch :data:`WRITE_THROUGH_BELOW`, both kinds: the write-through step (a flush at
-      every token on the standard step's tiles, 8 rows and one warp): at these sizes the
-      replay's ring work is a latency chain, not bytes saved. Batch 1 / 8 / 16 / 31: GDN 6.5 /
-      14.5 / 22.5 / 39.4 us against fla's 6.9 / 14.4 / 22.7 / 37.0 us and the row-wise
-      kernel's 9.5 / 20.8 / 32.1 / 53.1 us; KDA 6.5 / 14.7 / 22.9 / 37.4 us against fla's 8.7 /
-      17.6 / 28.6 / 49.1 us (row-wise 11.2 / 35.6 / 44.4 / 74.3 us). At batch 32 it still leads
-      the staged step (GDN 38.8 / 40.6 us, KDA 40.3 / 42.8 us, refolding), at 40 it trails it
-      (GDN 47.6 / 46.3, KDA 51.6 / 50.8; the staged step's staggered steps 41.5 / 48.6), at 64
-      by 9-16 us;
-    - from batch 33, both kinds: the staged step with one-warp ring and stream programs (their
-      reductions over ``d_k`` stay inside a warp: the ring launch 24.5 -> 12.2 us for GDN,
-      88.8 -> 28.3 us for KDA) and the flush rows' tiles in a list launch on a side stream
-      (under the stream launch; for KDA's dot fold after it), 8-row stream tiles. A flush that
-      folds the cached ``u`` (``refold=False``) folds each tile as one product: GDN 16-row tiles
-      in two TF32 passes, 8 one-warp programs per SM (batch 256 amortized 190.0 us against 194.7
-      us with the earlier tf32x3 fold of 32-row tiles; 1.35x fla's step with that one), KDA
-      two 16-row tiles of a head per list item in tf32x3, 4 two-warp programs per SM (225.8 us =
-      1.68x fla's 378.5 us); a refolding flush walks 16-row tiles with 16 one-warp programs per SM
-      (GDN 206.0 us = 1.27x, staggered 211.9 us against 277.8 us row-wise; KDA 230.3 us =
-      1.66x, staggered 236.3 us against 342.6 us). At batch 32 / 64 they also beat the row-wise
-      kernel (GDN 38.6 / 61.2 us against 54.5 / 77.8 us with ``refold=False``, 40.2 / 63.1 us refolding;
-      KDA 42.5 / 70.1 us refolding and 74.3 us at 64 with ``refold=False``, against 61.4 /
-      87.0 us; staggered about half the row-wise kernel's);
-      KDA's ring launch forms the decayed keys over two halves of the ring (``ring_halves``):
-      batch 256 amortized 219.0 us (``refold=False``) / 219.6 us (refolding) = 1.73x / 1.72x
-      fla's 378.3 us, from 225.8 / 231.5 us without; the refolding flush loads each update's
-      ring entry one update ahead (``refold_prefetch``, 128 registers): GDN 206.0 -> 202.4 us
-      (1.29x fla), KDA 220.1 -> 218.2 us (1.73x) at batch 256; KDA's cached-``u`` flush folds
-      first (``fold_first``, a head's four 32-row tiles per item, 4 warps, beside the stream
-      launch): 206.4 us = 1.86x fla over its 15-token cycle against 219.1 us refolding; from
-      batch :data:`REREAD_FROM` (160) GDN's cached-``u`` flush reads its tile again for the fold
-      (``flush_reread=64``): batch 256 amortized 185.2 -> 182.3 us, 512 351.8 -> 340.6 us;
-    - from batch :data:`FUSED_FROM` (512), Gated DeltaNet's cached-``u`` step (``refold=False``)
-      with a ring of at most 16 entries (``capacity``; a wider ring's ``[32, d_k]`` terms spill)
-      and ``d_v`` a multiple of 64: the one-launch step
-      (:class:`~trtllm_replayssm.ops.gdn.decode_fused.FusedVariant`, 64-row programs, the tile
-      walked in 32-column chunks through a 2-stage pipeline): batch 512 amortized 341.2 ->
-      330.9 us, staggered 344.0 -> 342.6 us;
-    - otherwise (``d_v`` not a multiple of 32 from batch 33) the row-wise kernel.
-    """
-    if batch < WRITE_THROUGH_BELOW:
-        return "write_through"
-    if batch >= FUSED_FROM and not per_channel and not refold and d_v % 64 == 0 and capacity <= 16:
-        from .decode_fused import FusedVariant
-
-        return FusedVariant(block_v=64, stages=2)
-    if d_v % 32 == 0:
-        from .decode_staged import StagedVariant
-
-        # 8-row stream tiles, both kinds: 64 registers, so 32 one-warp programs per SM (16-row
-        # tiles take 122-123 and halve that; the KDA stream launch 169.4 -> 146.8 us at batch 256).
-        stream = dict(block_v=8, num_warps=1, ring_warps=1, raw_qk=not per_channel, flush_launch=True)
-        if per_channel:
-            # KDA's ring terms over two halves of the ring (the later one only once the window
-            # reaches it): ring launch 168 -> 96 registers on sm_90; batch 256 non-flush 192.5 ->
-            # 185.6 us, amortized 225.8 -> 219.0 us (refolding 231.5 -> 219.6 us), batch 128
-            # 124.1 -> 119.1 / 118.3 us.
-            stream["ring_halves"] = True
-        if refold:
-            # Each update's ring entry loaded one update ahead, held to 128 registers (16 one-warp
-            # programs per SM; uncapped, KDA's took 168): batch 256 flush 749 -> 699 us (GDN) and
-            # 770 -> 745 us (KDA), amortized 206.0 -> 202.4 / 220.1 -> 218.2 us.
-            return StagedVariant(**stream, flush_stream=True, flush_block_v=16, flush_warps=1, flush_persistent=16,
-                                 refold_prefetch=1, flush_max_registers=128)
-        if not per_channel:
-            # A scalar decay and 16-bit keys: the dot fold in two TF32 passes (ops/_tf32.py), in
-            # 16-row one-warp programs (221 registers, 8 per SM), beside the stream launch: flush
-            # 593 -> 525 us, amortized 194.7 -> 190.0 us at batch 256 (fp32 rings: tf32x3).
-            # From REREAD_FROM (160) the fold reads the tile again in 64-column chunks after u_t instead of
-            # holding it (flush_reread; 168 registers): flush 487.8 -> 421.2 us, amortized 185.2 ->
-            # 182.3 us, staggered 187.2 -> 182.1 us at 256; 984 -> 770 / 351.8 -> 340.6 us at 512.
-            # At 128 the stream launch beside that list kernel ran ~10 us slower (non-flush 90.9 ->
-            # 101.4 us; amortized 100.8 -> 108.2), so batch 128 holds the tile; at 160-224 the
-            # re-read fold led by ~3 us amortized, ~5 us staggered.
-            return StagedVariant(**stream, flush_stream=True, flush_dot=True, flush_precision="tf32x2",
-                                 flush_persistent=8, flush_block_v=16, flush_warps=1,
-                                 flush_reread=64 if batch >= REREAD_FROM else 0)
-        # KDA's per-channel decays keep tf32x3; the flush folds first (fold_first: the window's
-        # entries alone, the token then reads the new checkpoint as entry 0 of the next window,
-        # so no S k_t reduction stands between a tile's load and its store). A list item is a
-        # whole head in four 32-row tiles (4 warps, 3 per SM), the decayed keys Kd [CAP, d_k] and
-        # their TF32 split made once for them, beside the stream launch. Batch 256, graph replays
-        # through the cycle (profile_delta_step.py --timeline): non-flush 181.7 us, flush 559.2
-        # us, amortized over 15 tokens 206.9 us, against two tiles per item 182.4 / 662.2 /
-        # 214.4 us and the eager fold of two 16-row tiles (2 warps) after the stream launch
-        # 185.7 / 724.7 / 219.4 us. (With the tiles unrolled the kernel took 50.5 KB of shared
-        # memory, over the 48 KB a block gets without opting in, and the stream launch beside it
-        # ran 172 us instead of 148: non-flush 206.6 us.)
-        return StagedVariant(**stream, flush_stream=True, flush_dot=True, flush_persistent=3, flush_block_v=32,
-                             flush_warps=4, flush_item_tiles=4, fold_first=True)
-    return None
 
 
 @triton.jit
@@ -475,40 +356,6 @@ def _arrivals(count: int, device: torch.device, per: str = "batch") -> torch.Ten
     return arrival_counters(_ARRIVALS, count, device, lambda: RuntimeError(
         f"delta_replay_step: first call with {per}={count} inside CUDA-graph capture; run one "
         "step outside capture first (warm-up) so the counters exist"))
-
-
-def launch_config(rows: int, v_heads: int, d_k: int, d_v: int) -> tuple[int, int]:
-    """``(BV, num_warps)`` of the standard step: rows of ``S`` per program and warps.
-
-    One warp per program keeps the ``d_k`` reductions inside a warp; 4-row tiles below 1024
-    (row, head) pairs fill the SMs at small batches. On an H200 (Qwen3.5-4B GDN dims, bf16)
-    against the earlier 8-32-row 2-4-warp tiles: batch 1 7.1 -> 6.1 us, 16 24.5 -> 21.6 us,
-    256 271.3 -> 264.6 us (fla's kernel 6.9 / 22.7 / 261.0 us); KDA dims at 256 293.2 -> 267.1 us.
-    """
-    bv = 4 if rows * v_heads < 1024 else 8
-    return min(bv, d_v), 1
-
-
-def write_through_config(rows: int, v_heads: int, d_k: int, d_v: int) -> tuple[int, int]:
-    """``(BV, num_warps)`` of the write-through step: 8-row one-warp tiles at every batch it
-    serves (on an H200 below batch 32 within 0.7 us of 4-row tiles either way)."""
-    return min(8, d_v), 1
-
-
-def replay_config(rows: int, v_heads: int, d_k: int, d_v: int, block_v: int | None = None,
-                  split: int | None = None) -> tuple[int, int, int]:
-    """``(BV, SPLIT, num_warps)`` of the ReplaySSM step: BV-row blocks of ``S``, programs per head.
-
-    A program computes its head's ring terms once and streams ``d_v / SPLIT`` rows; small batches
-    split a head over more programs (about 2048 in all) so that every SM has work.
-    """
-    bv = block_v or (16 if d_k >= 256 or rows * v_heads < 1024 else 32)
-    bv = min(bv, d_v)
-    if split is None:
-        split = 1
-        while split < d_v // bv and rows * v_heads * split < 2048:
-            split *= 2
-    return bv, split, 4
 
 
 def _strides(q, k, v, a, b, out):

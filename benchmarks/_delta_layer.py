@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 
 import torch
+from _timing import median
 
 from trtllm_replayssm.config import ReplaySSMConfig
 from trtllm_replayssm.ops.gdn import decode
@@ -77,6 +78,37 @@ class Cursors:
         self.state.committed.copy_(next(self.phases))
         self.state.flush_at.fill_(self.state.window)
         self.flush()
+
+
+def steady_start(state, window: int) -> None:
+    """Every slot at the start of its window with the cache's staggered placement (slot ``i``
+    first flushes after ``window - i % window`` tokens, ``ReplaySSMConfig.first_flush_at``): the
+    start of the steady-state staggered timing, whose replays then advance the cursors themselves
+    (``bench_mamba2_decode.py``'s mixed row does the same)."""
+    cfg = ReplaySSMConfig(window=window)
+    slots = state.committed.shape[0]
+    state.committed.zero_()
+    state.flush_at.copy_(torch.tensor([cfg.first_flush_at(s) for s in range(slots)], dtype=torch.int32))
+
+
+class AdvanceWritePos:
+    """Before each replay of a kernel whose caller keeps the ring positions (the paper's GDN
+    kernel: ``write_pos`` per row, a flush at ``window - 1``): every row one token on, as its
+    caller would between steps, then L2 flushed. Outside the timed region."""
+
+    def __init__(self, write_pos, window, flush):
+        self.write_pos, self.window, self.flush = write_pos, window, flush
+
+    def __call__(self):
+        self.write_pos.add_(1).remainder_(self.window)
+        self.flush()
+
+
+def steady_mean(times) -> float:
+    """The mean over a window's positions of each position's median (``times``: ``[rounds][n]``
+    microseconds of ``n`` consecutive replays per round)."""
+    n = len(times[0])
+    return sum(median([t[i] for t in times]) for i in range(n)) / n
 
 
 def window_cycle(variant, refold: bool, L: int) -> list[int]:

@@ -12,7 +12,10 @@ each replay (benchmarks/_timing.py):
   ``replay amortized``: the mean over the ``L`` phases of a window (15 + 1 at L=16; a fold-first
   flush, ``StagedVariant.fold_first``, cycles through ring lengths ``1..L-1``: 14 + 1);
   ``replay staggered``: one step of a batch whose slots sit at phases ``slot % L`` (fold-first:
-  ``1 + slot % (L - 1)``); what the
+  ``1 + slot % (L - 1)``), the cursors set before each replay; ``replay steady``: the mean over
+  a window of consecutive steps from the cache's staggered placement (slot ``i`` first flushes
+  after ``L - i % L`` tokens), each replay advancing the cursors as a server's steps do (the
+  Mamba-2 benchmark's mixed row); what the
   ops run by default (``refold=None``: the flush folds the cached ``u``; KDA's fold-first).
 * ``replay refold ...``: the same four with the window refolded from the raw ring.
 
@@ -42,7 +45,8 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from _delta_layer import DTYPES, Cursors, Layer, fla_fn, replay_fn, window_cycle  # noqa: E402
+from _delta_layer import (DTYPES, Cursors, Layer, fla_fn, replay_fn, steady_mean, steady_start,  # noqa: E402
+                          window_cycle)
 from _delta_variants import derive_variants, run_variants  # noqa: E402
 from _spread import spread, spread_lines  # noqa: E402
 from _timing import L2Flusher, capture_graph, copy_bandwidth_gbps, device_info, median, time_replays  # noqa: E402
@@ -114,6 +118,12 @@ def bench_batch(layer, batch, flusher, rounds, copy_bw, with_fla, sweep):
                            * int((stagger == c).sum())
                            for c in range(L))
             row(f"{name} staggered", median([r[0] for r in t]), st_bytes)
+            if not through:
+                # Steady state: the cache's staggered placement, then consecutive replays, each
+                # advancing the cursors (a window per round), as a server's steps do.
+                steady_start(state, L)
+                times = time_replays([graph] * len(cycle), rounds=rounds, flush=flusher)
+                row(f"{name} steady", steady_mean(times), st_bytes)
     del state
     torch.cuda.empty_cache()
     for r in rows:

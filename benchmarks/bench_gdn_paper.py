@@ -35,7 +35,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from _delta_layer import Cursors, Layer, fla_fn, window_cycle  # noqa: E402
+from _delta_layer import AdvanceWritePos, Cursors, Layer, fla_fn, steady_mean, steady_start, window_cycle  # noqa: E402
 from _derive import label, parse_fields  # noqa: E402
 from _paper_code import load_paper_function  # noqa: E402
 from _timing import L2Flusher, capture_graph, copy_bandwidth_gbps, device_info, median, time_replays  # noqa: E402
@@ -96,22 +96,29 @@ class WritePos:
         self.flush()
 
 
-def phases(graph, batch, before, cycle, rounds):
+def phases(graph, batch, before, cycle, rounds, steady=None):
     """Median us per ring length, and the staggered step; ``before(c)`` sets phases ``c`` (a
     tensor of per-row lengths) and flushes L2. ``cycle``: the ring lengths of one window, the
-    last flushing (``None``: the write-through step, every token a flush at length 0)."""
+    last flushing (``None``: the write-through step, every token a flush at length 0).
+    ``steady``: ``(start, advance)``, called once and before each replay, for the steady-state
+    staggered step (the mean over a window of consecutive replays from the staggered start)."""
     if cycle is None:
         us = median([r[0] for r in time_replays([graph], rounds, before(torch.zeros(batch, dtype=torch.int32,
                                                                                      device="cuda")))])
-        return {"nonflush": us, "flush": us, "amortized": us, "staggered": us, "per_phase": [us]}
+        return {"nonflush": us, "flush": us, "amortized": us, "staggered": us, "steady": us, "per_phase": [us]}
     per = {c: median([r[0] for r in time_replays([graph], rounds, before(torch.full((batch,), c, dtype=torch.int32,
                                                                                      device="cuda")))])
            for c in range(L)}
     stagger = (cycle[0] + torch.arange(batch, dtype=torch.int32, device="cuda") % len(cycle))
     st = median([r[0] for r in time_replays([graph], rounds, before(stagger))])
-    return {"nonflush": sum(per[c] for c in cycle[:-1]) / (len(cycle) - 1), "flush": per[L - 1],
-            "amortized": sum(per[c] for c in cycle) / len(cycle), "staggered": st,
-            "per_phase": [per[c] for c in range(L)]}
+    out = {"nonflush": sum(per[c] for c in cycle[:-1]) / (len(cycle) - 1), "flush": per[L - 1],
+           "amortized": sum(per[c] for c in cycle) / len(cycle), "staggered": st,
+           "per_phase": [per[c] for c in range(L)]}
+    if steady is not None:
+        start, advance = steady
+        start()
+        out["steady"] = steady_mean(time_replays([graph] * len(cycle), rounds, advance))
+    return out
 
 
 def time_ours(layer, batch, x, idx, variant, flusher, rounds):
@@ -123,14 +130,17 @@ def time_ours(layer, batch, x, idx, variant, flusher, rounds):
         state_indices=idx, pad_slot_id=-1, scale=None, refold=False, variant=variant))
     launched = decode.default_variant(batch, False, False, layer.d_v) if variant is None else variant
     cycle = None if launched == "write_through" else window_cycle(launched, False, L)
-    return phases(graph, batch, lambda p: Cursors(state, [p], flusher), cycle, rounds)
+    return phases(graph, batch, lambda p: Cursors(state, [p], flusher), cycle, rounds,
+                  steady=(lambda: steady_start(state, L), flusher))
 
 
 def time_paper(kernel, layer, batch, x, cfg, flusher, rounds):
     """The phases of the paper's kernel at launch ``cfg``."""
     step = PaperStep(kernel, layer, batch, cfg, torch.Generator(device="cuda").manual_seed(1))
     graph = capture_graph(lambda: step(x))
-    return phases(graph, batch, lambda p: WritePos(step.write_pos, p, flusher), list(range(L)), rounds)
+    rows = torch.arange(batch, dtype=torch.int32, device="cuda")
+    return phases(graph, batch, lambda p: WritePos(step.write_pos, p, flusher), list(range(L)), rounds,
+                  steady=(lambda: step.write_pos.copy_(rows % L), AdvanceWritePos(step.write_pos, L, flusher)))
 
 
 def fused_variant(spec: str):
@@ -227,14 +237,15 @@ def main(argv=None):
     rows = []
     for batch in args.batches:
         rows += bench(layer, batch, flusher, args.rounds, kernel, cfgs if kernel else [], fused)
-    print("\n| batch | step | non-flush us | flush us | amortized us | staggered us | amortized x fla |")
-    print("|---|---|---|---|---|---|---|")
+    print("\n| batch | step | non-flush us | flush us | amortized us | staggered us | steady staggered us "
+          "| amortized x fla |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         if r["mode"] == "fla":
-            print(f"| {r['batch']} | fla | | | {r['us']:.1f} | | 1.00 |")
+            print(f"| {r['batch']} | fla | | | {r['us']:.1f} | | | 1.00 |")
         else:
             print(f"| {r['batch']} | {r['mode']} | {r['nonflush']:.1f} | {r['flush']:.1f} | {r['amortized']:.1f} | "
-                  f"{r['staggered']:.1f} | {r['x_fla']:.2f} |")
+                  f"{r['staggered']:.1f} | {r['steady']:.1f} | {r['x_fla']:.2f} |")
     errors = checkpoint_errors(kernel, cfgs[0]) if args.accuracy else {}
     for name, e in errors.items():
         print(f"checkpoint after 3 windows vs float64 (fp32 activations), {name}: {e:.2e}")

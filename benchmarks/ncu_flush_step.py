@@ -79,9 +79,9 @@ def delta_step(kind: str, batch: int, refold: bool, variant=None):
 def paper_step(root: str, cfg: tuple[int, ...], batch: int):
     """The paper's GDN kernel with every row at its flush position (``write_pos = L - 1``)."""
     from _delta_layer import Layer
-    from bench_gdn_paper import PaperStep, load_paper_kernel
+    from bench_gdn_paper import DIMS, PaperStep, load_paper_kernel
 
-    layer = Layer("gdn", 32, 16, 128, 128, torch.bfloat16, WINDOW)
+    layer = Layer("gdn", *DIMS, torch.bfloat16, WINDOW)
     x = layer.tokens(batch)
     paper = PaperStep(load_paper_kernel(root), layer, batch, cfg, torch.Generator(device="cuda").manual_seed(1))
 

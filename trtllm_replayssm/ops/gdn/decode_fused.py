@@ -27,8 +27,9 @@ its non-flush steps ran 180-186 us against the staged step's 165 us: ptxas sprea
 over the ring terms' reductions to stay within its registers. Walked in 32-column chunks through a
 2-stage pipeline with the ring's loads in flight (``stages=2``, 64 rows) they run 157-160 us, the
 amortized step 175-177 us against 182-183 us, but the staggered steps 185-186 us against 182-183:
-a flush program runs ~2.7x a non-flush one, and those of the last rows dispatched end the launch.
-KDA's per-channel decays (a ``[CAP, d_k]`` exponent tile per program) were slower still and are
+a flush program runs ~2.7x a non-flush one, and spread one row in ``L`` through the grid the
+flush rows' programs cost a staggered step 7-10 us more than the same programs grouped
+(NOTES_delta.md, nineteenth run). KDA's per-channel decays (a ``[CAP, d_k]`` exponent tile per program) were slower still and are
 not served.
 """
 

@@ -19,8 +19,9 @@ REREAD_FROM = 160
 #: ``d_v`` a multiple of 64 allow it (see :func:`default_variant`). On an H200 it led the staged
 #: step at 512 in amortized and staggered steps (two calls: 330.9 / 342.6 us and 336.4 / 347.7 us
 #: against 341.2 / 344.0 and 345.4 / 349.6); at 128 and 256 it led amortized by 4% but trailed
-#: staggered by 2-5% (a flush program runs ~2.7x a non-flush one, and those of the last rows
-#: dispatched end the launch), where the staged step's side-stream flush launch does not.
+#: staggered by 2-5% (a flush program runs ~2.7x a non-flush one, and the flush rows' programs
+#: spread one row in L through the grid cost 7-10 us against the same programs grouped), where the
+#: staged step's side-stream flush launch takes them first.
 FUSED_FROM = 512
 
 #: Batches below this take the write-through step when no variant is named (on an H200 it led

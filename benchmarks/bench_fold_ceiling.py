@@ -11,7 +11,7 @@ fold of cached ``u`` (``X`` = ``u``, ``Y`` = decayed keys).
 - ``tma``: the persistent loop with tiles loaded and stored through host TMA descriptors, which
   Triton's pipeliner multi-buffers in shared memory (Hopper and later).
 
-Folds: ``fma`` (unrolled rank-1 FMAs), ``loop`` (rolled), ``tf32x3`` / ``tf32x2`` / ``ieee``
+Folds: ``fma`` (unrolled rank-1 FMAs), ``loop`` (rolled), ``tf32x3`` / ``tf32x2`` / ``bf16x3`` / ``ieee``
 (``tl.dot``); in Gluon (``_fold_gluon.py``): ``gluon bp...`` the tf32x2 fold with the tile in the
 MMA accumulator layout from load to store, ``gluon fma ...`` rank-1 fp32 FMAs with a register block
 of the tile per thread, ``gluon tma ...`` the tf32x2 fold with tiles streamed through shared
@@ -37,7 +37,7 @@ import triton.language as tl
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _timing import L2Flusher, capture_graph, copy_bandwidths_gbps, median, time_replays  # noqa: E402
 
-from trtllm_replayssm.ops._tf32 import dot_tf32x2  # noqa: E402
+from trtllm_replayssm.ops._tf32 import dot_bf16x3, dot_tf32x2  # noqa: E402
 
 
 @triton.jit
@@ -74,6 +74,8 @@ def _fold(S, head, rows_in_head, X_ptr, Y_ptr, a_ptr, HPG: tl.constexpr, P: tl.c
             Xt = tl.where(last, u[:, None], Xt)
         if FOLD == "tf32x2":
             acc = dot_tf32x2(Xt, Y, acc)
+        elif FOLD == "bf16x3":
+            acc = dot_bf16x3(Xt, Y, acc)
         else:
             acc = tl.dot(Xt, Y, acc=acc, input_precision=FOLD)
     return acc
@@ -160,8 +162,8 @@ def launches(S, X, Y, a, C, out, head_dim, hpg, sms):
     common = dict(HPG=hpg, P=head_dim, N=n, J=j)
     out_ = {}
     for bp, warps in ((16, 2), (16, 4), (32, 4), (8, 1), (64, 4), (64, 8), (16, 8)):
-        for fold in ("fma", "loop", "tf32x3", "tf32x2", "ieee"):
-            if (fold in ("tf32x3", "tf32x2", "ieee") and bp < 16) or (bp == 64 or warps == 8) and fold != "tf32x3":
+        for fold in ("fma", "loop", "tf32x3", "tf32x2", "bf16x3", "ieee"):
+            if (fold in ("tf32x3", "tf32x2", "bf16x3", "ieee") and bp < 16) or (bp == 64 or warps == 8) and fold != "tf32x3":
                 continue
             out_[f"plain bp{bp} w{warps} {fold}"] = (
                 lambda bp=bp, warps=warps, fold=fold: _fold_plain[(rows // bp,)](
@@ -188,7 +190,8 @@ def launches(S, X, Y, a, C, out, head_dim, hpg, sms):
     # window's first u from the folded tile after its store (after).
     eps = torch.zeros(1, device=S.device)
     for bp, warps, per_head, fold in ((16, 1, False, "tf32x2"), (32, 4, False, "tf32x2"), (32, 4, True, "tf32x3"),
-                                      (32, 4, True, "tf32x2"), (16, 2, True, "tf32x2")):
+                                      (32, 4, True, "tf32x2"), (16, 2, True, "tf32x2"), (16, 1, False, "bf16x3"),
+                                      (32, 4, True, "bf16x3"), (16, 2, True, "bf16x3")):
         for delta, what in ((1, "chain"), (2, "after")):
             per_item = head_dim // bp if per_head else 1
             out_[f"delta {what} bp{bp} w{warps} {'head' if per_head else 'tile'} {fold}"] = (

@@ -25,7 +25,7 @@ import bench_mamba2_decode as bench  # noqa: E402
 
 from trtllm_replayssm.ops.mamba2 import decode  # noqa: E402
 
-_STAGED = dict(block_p=16, num_warps=2, kernel="staged", fold="tf32x2", flush_launch=True, flush_max_registers=(128, 96),
+_STAGED = dict(block_p=16, num_warps=2, kernel="staged", fold="bf16x3", flush_launch=True, flush_max_registers=(128, 96),
                flush_stream=True)
 CONFIGS = {
     "default": None,

@@ -7,7 +7,7 @@ reports the resources. Pointers and the row strides carry the 16-byte divisibili
 launch-time specialisation gives them on the device. Must run without ``TRITON_INTERPRET``.
 
     python benchmarks/registers_gdn_staged.py            # GDN and KDA, the --variants configs
-    python benchmarks/registers_gdn_staged.py --defaults # the ops' defaults at batch 256
+    python benchmarks/registers_gdn_staged.py --defaults # the ops' defaults at batch 256 (and GDN's one-launch step)
     python benchmarks/registers_gdn_staged.py --defaults --sm 100   # the same for sm_100 (B200)
 """
 
@@ -121,6 +121,26 @@ def resources(per_channel: bool, act: str, HV: int, H: int, K: int, V: int, cap:
     return out
 
 
+def fused_resources(act: str, HV: int, H: int, K: int, V: int, cap: int, variant=None, rows: int = 256) -> str:
+    """ptxas's resource line of Gated DeltaNet's one-launch step (``decode_fused.py``) for
+    ``variant`` (the ops' default from ``decode.FUSED_FROM`` when None), as its launch specialises
+    it."""
+    from trtllm_replayssm.ops.gdn import decode_fused as fused
+    from trtllm_replayssm.ops.gdn.launch import default_variant
+
+    variant = variant or default_variant(max(rows, 1), False, False, V, cap)
+    bv, kc, warps = fused.fused_config(variant, rows, HV, K, V)
+    ptr = {"q": act, "k": act, "v": act, "a": act, "b": act, "out": act, "ring_k": act, "ring_v": act,
+           "A_log": "fp32", "dt_bias": "fp32", "checkpoint": "fp32", "ring_beta": "fp32", "ring_g": "fp32",
+           "ring_u": "fp32", "committed": "i32", "flush_at": "i32", "arrivals": "i32", "state_indices": "i32"}
+    types = {n: f"*{t}" for n, t in ptr.items()}
+    types.update({n: "i32" for n in fused._fused_step_kernel.arg_names if n.startswith("stride")})
+    types.update(pad_slot_id="i32", window="i32", scale="fp32")
+    consts = dict(HV=HV, H=H, K=K, V=V, BV=bv, KC=kc, CAP=cap, BC=max(triton.next_power_of_2(cap), 16),
+                  HAS_BIAS=True, HAS_INDICES=True, PRECISION=variant.precision, STAGES=variant.stages)
+    return _compile(fused._fused_step_kernel, types, consts, warps, variant.max_registers)
+
+
 def main(argv=None):
     import argparse
 
@@ -141,10 +161,15 @@ def main(argv=None):
     if args.defaults:
         for kind, dims in dims_of.items():
             for refold in (False, True):
-                variant = decode.default_variant(256, kind == "kda", refold, dims[3])
+                # GDN's cached-u default from decode.FUSED_FROM is the one-launch step (below); the
+                # staged step serves it for wider rings (capacity 32 here) and d_v not a multiple of 64
+                variant = decode.default_variant(256, kind == "kda", refold, dims[3], 32)
                 r = resources(kind == "kda", "bf16", *dims, 16, variant, 256, refold)
-                print(f"{kind} default refold={refold} (batch 256) {r['launch']}: ring {r['ring']}; "
-                      f"stream {r['stream']}; flush {r['flush']}", flush=True)
+                print(f"{kind} {'staged ' if kind == 'gdn' and not refold else ''}default refold={refold} "
+                      f"(batch 256) {r['launch']}: ring {r['ring']}; stream {r['stream']}; flush {r['flush']}",
+                      flush=True)
+        print(f"gdn default refold=False (batch 256, one launch) {decode.default_variant(256, False, False, 128)}: "
+              f"{fused_resources('bf16', *dims_of['gdn'], 16)}", flush=True)
         return
     for kind, dims in dims_of.items():
         for name, variant, batches in VARIANTS:

@@ -23,10 +23,8 @@ FUSED_CPU = [
                  id="share2-chunk-loop"),
     pytest.param(2, 1, 32, 16, torch.float16, FusedVariant(block_v=16, fold_chunk=16, stages=3),
                  id="share2-fp16-chunk-loop"),
-    pytest.param(4, 2, 32, 32, torch.float32, FusedVariant(block_v=16, fold_chunk=16, stages=2, lane_sums=True),
-                 id="share2-lane-sums"),
-    pytest.param(2, 1, 64, 16, torch.float16, FusedVariant(block_v=16, fold_chunk=32, stages=2, lane_sums=True),
-                 id="share2-fp16-lane-sums-kc32"),
+    pytest.param(2, 1, 64, 16, torch.float16, FusedVariant(block_v=16, fold_chunk=32, stages=2),
+                 id="share2-fp16-chunk-loop-kc32"),
 ]
 
 
@@ -66,8 +64,6 @@ def test_fused_config():
     (dict(num_warps=1.5), "^FusedVariant.num_warps: expected a positive int"),
     (dict(precision="tf32"), "^FusedVariant.precision: expected one of"),
     (dict(stages=-1), "^FusedVariant.stages: expected an int >= 0, got -1"),
-    (dict(lane_sums=True), r"^FusedVariant.lane_sums: needs the chunk loop \(stages >= 1\), got stages=0"),
-    (dict(stages=2, lane_sums=1), "^FusedVariant.lane_sums: expected a bool, got 1"),
 ])
 def test_fused_variant_rejects_bad_options(fields, error):
     with pytest.raises(ValueError, match=error):
@@ -99,9 +95,9 @@ def test_fused_refuses_what_it_does_not_serve(per_channel, refold, error):
 @pytest.mark.parametrize("variant", [
     FusedVariant(), FusedVariant(block_v=16, fold_chunk=64), FusedVariant(block_v=64, num_warps=2),
     FusedVariant(stages=3), FusedVariant(block_v=64, stages=2), FusedVariant(block_v=128, stages=2, num_warps=2),
-    FusedVariant(block_v=64, stages=2, lane_sums=True),
+    FusedVariant(block_v=64, stages=2, precision="bf16x3"),
 ], ids=["default", "bv16-kc64", "bv64-w2", "chunk-loop", "chunk-loop-bv64", "chunk-loop-bv128-w2",
-        "chunk-loop-bv64-lane-sums"])
+        "chunk-loop-bv64-bf16x3"])
 @pytest.mark.parametrize("dtype", ["bf16", "fp32"])
 def test_fused_kernel_gpu(dtype, variant, monkeypatch):
     """Model dims through the public op against float64: 52 steps at L=16, batch 64, a padded row."""
@@ -114,5 +110,5 @@ def test_fused_agrees_with_staged_gpu():
     default fold to the same checkpoints at fp32 level (their ``u_t`` differ in the order of
     fp32 operations, and ``u_t`` feeds the state, so not bit for bit; a 16-bit rounding anywhere
     would show as ~1e-3)."""
-    ck = checkpoints_after_three_windows(False, [decode.default_variant(256, False, False, 128), FusedVariant()])
+    ck = checkpoints_after_three_windows(False, [decode.default_variant(256, False, False, 128, 32), FusedVariant()])
     assert rel_err(ck[1], ck[0]) < 1e-5, rel_err(ck[1], ck[0])

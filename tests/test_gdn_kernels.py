@@ -194,12 +194,13 @@ def test_default_variant_by_batch_kind_and_fold():
             assert decode.default_variant(batch, per_channel, refold, d_v) == "write_through"
     assert decode.default_variant(33, True, True, 128) == decode.default_variant(4096, True, True, 128)
     for per_channel in (False, True):
-        fold_u = decode.default_variant(256, per_channel, False, 128)
+        # (GDN's cached-u step is the one-launch step from FUSED_FROM: below)
+        fold_u = decode.default_variant(256 if per_channel else decode.FUSED_FROM - 1, per_channel, False, 128)
         assert isinstance(fold_u, StagedVariant) and fold_u.flush_dot
-        # GDN: 16-row one-warp tiles, the product in two TF32 passes; KDA: a head's four 32-row
+        # GDN: 16-row one-warp tiles, the product in three bf16 passes; KDA: a head's four 32-row
         # four-warp tiles per item, tf32x3, folding first
         assert (fold_u.flush_warps, fold_u.flush_block_v, fold_u.flush_persistent, fold_u.flush_precision,
-                fold_u.flush_item_tiles) == ((4, 32, 3, "tf32x3", 4) if per_channel else (1, 16, 8, "tf32x2", 1))
+                fold_u.flush_item_tiles) == ((4, 32, 3, "tf32x3", 4) if per_channel else (1, 16, 8, "bf16x3", 1))
         assert fold_u.fold_first == per_channel
         refolding = decode.default_variant(256, per_channel, True, 128)
         assert isinstance(refolding, StagedVariant) and not refolding.flush_dot and refolding.fold == "refold"

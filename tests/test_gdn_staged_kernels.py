@@ -126,7 +126,7 @@ def test_flush_item_tiles_cpu(per_channel, dtype, tiles):
     2 tiles make 2 items per head and 8 is capped at the head's 4. Checkpoint within 1e-5 of
     float64 over 3+ windows, several rows flushing in one step, one program per SM so that each
     walks several items."""
-    variant = dataclasses.replace(decode.default_variant(256, per_channel, False, 64), flush_block_v=16,
+    variant = dataclasses.replace(decode.default_variant(256, per_channel, False, 64, 32), flush_block_v=16,
                                   flush_warps=1, flush_persistent=1, flush_item_tiles=tiles)
     layer = Layer(per_channel, 2, 1, 16, 64, dtype=dtype, seed=11)
     _, worst_c, flushes = drive(layer, 3, slots=4, steps=3 * 4 + 2, window=4, refold=False, stagger=False,
@@ -208,13 +208,14 @@ def test_staged_launch_constexprs():
     assert refolding.flush_list and refolding.flush["PREFETCH"] == 1 and not refolding.flush["DOT"]
     assert refolding.common["REFOLD"] and refolding.ring["RAW_QK"] and refolding.stream == dict(
         BV=8, FLUSH_HERE=False, PDL=False)
-    folding = staged_launch(decode.default_variant(256, False, False, 128), *dims, per_channel=False, refold=False,
-                            **kw)
-    assert folding.flush["DOT"] and folding.flush["TF32X2"] and folding.flush["PREFETCH"] == 0
+    # GDN's staged cached-u default at 256 (with a ring wider than the one-launch step takes)
+    folding = staged_launch(decode.default_variant(256, False, False, 128, 32), *dims, per_channel=False,
+                            refold=False, **kw)
+    assert folding.flush["DOT"] and folding.flush["FOLD_PRECISION"] == "bf16x3" and folding.flush["PREFETCH"] == 0
     assert not folding.common["REFOLD"] and folding.flush_warps == 1
     # the re-read fold from REREAD_FROM rows, for the cached-u fold only, capped at d_k
     assert folding.flush["REREAD"] == 64 and refolding.flush["REREAD"] == 0
-    below = decode.default_variant(decode.REREAD_FROM - 1, False, False, 128)
+    below = decode.default_variant(decode.REREAD_FROM - 1, False, False, 128, 32)
     assert staged_launch(below, *dims, per_channel=False, refold=False, **kw).flush["REREAD"] == 0
     assert staged_launch(decode.default_variant(256, False, False, 32), 256, 4, 2, 16, 32, 4, per_channel=False,
                          refold=False, **kw).flush["REREAD"] == 16
@@ -299,7 +300,7 @@ def test_pdl_only_for_compiled_sm90_launches():
 def test_staged_defaults_pdl_gpu(per_channel, refold, monkeypatch):
     """The staged defaults with the stream launch as a programmatic dependent launch (bf16, batch 64)."""
     dims = (32, 32, 128, 128) if per_channel else GPU_DIMS[0]
-    variant = dataclasses.replace(decode.default_variant(256, per_channel, refold, dims[3]), pdl=True)
+    variant = dataclasses.replace(decode.default_variant(256, per_channel, refold, dims[3], 32), pdl=True)
     check_variant_gpu(per_channel, dims, "bf16", 64, variant, monkeypatch, refold=refold)
 
 
@@ -310,7 +311,7 @@ def test_staged_defaults_one_list_program_per_sm_gpu(per_channel, refold, monkey
     """The staged defaults with one list flush program per SM, so that each walks the tiles of
     several flush rows (bf16, batch 64: ~4 flush rows per step)."""
     dims = (32, 32, 128, 128) if per_channel else GPU_DIMS[0]
-    variant = dataclasses.replace(decode.default_variant(256, per_channel, refold, dims[3]), flush_persistent=1)
+    variant = dataclasses.replace(decode.default_variant(256, per_channel, refold, dims[3], 32), flush_persistent=1)
     check_variant_gpu(per_channel, dims, "bf16", 64, variant, monkeypatch, refold=refold)
 
 
@@ -343,19 +344,20 @@ def test_staged_defaults_flush_tf32x2_gpu(per_channel, dtype, monkeypatch):
     """The ``refold=False`` defaults with ``flush_precision="tf32x2"`` (GDN's default; KDA and
     fp32 rings fall back to tf32x3), batch 64, every activation dtype, against float64."""
     dims = (32, 32, 128, 128) if per_channel else GPU_DIMS[0]
-    variant = dataclasses.replace(decode.default_variant(256, per_channel, False, dims[3]), flush_precision="tf32x2")
+    variant = dataclasses.replace(decode.default_variant(256, per_channel, False, dims[3], 32), flush_precision="tf32x2")
     check_variant_gpu(per_channel, dims, dtype, 64, variant, monkeypatch, refold=False)
 
 
 @pytest.mark.gpu
 def test_flush_tf32x2_agrees_with_tf32x3_gpu():
     """GDN, bf16 rings, batch 64, 3 windows at L=16 from the same inputs: the checkpoints of the
-    two-pass and the three-pass dot folds agree to fp32 level (``check_variant_gpu``'s 16-bit
-    tolerance, set by the reference's own key rounding, could not tell a one-pass TF32 fold)."""
-    base = decode.default_variant(256, False, False, GPU_DIMS[0][3])
-    ck = checkpoints_after_three_windows(False, [dataclasses.replace(base, flush_precision="tf32x3"),
-                                                  dataclasses.replace(base, flush_precision="tf32x2")])
-    assert rel_err(ck[1], ck[0]) < 2e-6
+    two-pass TF32, the three-pass bf16 and the three-pass TF32 dot folds agree to fp32 level
+    (``check_variant_gpu``'s 16-bit tolerance, set by the reference's own key rounding, could not
+    tell a one-pass TF32 fold)."""
+    base = decode.default_variant(256, False, False, GPU_DIMS[0][3], 32)
+    ck = checkpoints_after_three_windows(False, [dataclasses.replace(base, flush_precision=p)
+                                                 for p in ("tf32x3", "tf32x2", "bf16x3")])
+    assert rel_err(ck[1], ck[0]) < 2e-6 and rel_err(ck[2], ck[0]) < 2e-6, (rel_err(ck[1], ck[0]), rel_err(ck[2], ck[0]))
 
 
 @pytest.mark.gpu
@@ -363,7 +365,7 @@ def test_flush_reread_agrees_gpu():
     """GDN, bf16, batch 64, 3 windows at L=16 from the same inputs: the fold that reads its tile
     again (64- and 32-column chunks, and 32-row two-warp tiles) and the one that holds it give
     the same checkpoints to fp32 level."""
-    base = decode.default_variant(256, False, False, GPU_DIMS[0][3])
+    base = decode.default_variant(256, False, False, GPU_DIMS[0][3], 32)
     ck = checkpoints_after_three_windows(False, [
         dataclasses.replace(base, flush_reread=0), dataclasses.replace(base, flush_reread=64),
         dataclasses.replace(base, flush_reread=32, flush_block_v=32, flush_warps=2, flush_persistent=6)])
@@ -373,9 +375,10 @@ def test_flush_reread_agrees_gpu():
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", ["bf16", "fp32"])
 def test_flush_reread_gpu(dtype, monkeypatch):
-    """The batch-256 default (the re-read fold) at model dims through the public op against the
-    float64 reference, batch 64 (the list launch walks several rows per program)."""
-    variant = decode.default_variant(decode.REREAD_FROM, False, False, GPU_DIMS[0][3])
+    """The staged batch-256 default (the re-read fold; the one-launch step takes 16-entry rings) at
+    model dims through the public op against the float64 reference, batch 64 (the list launch
+    walks several rows per program)."""
+    variant = decode.default_variant(decode.REREAD_FROM, False, False, GPU_DIMS[0][3], 32)
     assert variant.flush_reread == 64
     check_variant_gpu(False, GPU_DIMS[0], dtype, 64, variant, monkeypatch, refold=False)
 
@@ -385,7 +388,7 @@ def test_flush_reread_gpu(dtype, monkeypatch):
 def test_flush_item_tiles_agrees_gpu(per_channel):
     """``flush_item_tiles`` 2 and 4 (KDA: ``Kd`` split once per item, the three TF32 products by
     hand) against one tile per item: checkpoints agree to fp32 level after 3 windows."""
-    base = decode.default_variant(256, per_channel, False, 128)
+    base = decode.default_variant(256, per_channel, False, 128, 32)
     ck = checkpoints_after_three_windows(per_channel, [
         dataclasses.replace(base, flush_item_tiles=1),
         dataclasses.replace(base, flush_block_v=32, flush_warps=4, flush_persistent=2, flush_item_tiles=2),
@@ -403,7 +406,7 @@ def test_flush_item_tiles_gpu(per_channel, fields, monkeypatch):
     """The ``refold=False`` defaults with several tiles per list item, bf16, batch 64, against
     float64 (padded rows, staggered phases, 3+ windows)."""
     dims = (32, 32, 128, 128) if per_channel else GPU_DIMS[0]
-    variant = dataclasses.replace(decode.default_variant(256, per_channel, False, dims[3]), **fields)
+    variant = dataclasses.replace(decode.default_variant(256, per_channel, False, dims[3], 32), **fields)
     check_variant_gpu(per_channel, dims, "bf16", 64, variant, monkeypatch, refold=False)
 
 
@@ -412,9 +415,9 @@ def test_flush_item_tiles_gpu(per_channel, fields, monkeypatch):
 @pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
 def test_staged_defaults_at_batch_32_gpu(per_channel, refold, monkeypatch):
     """The staged defaults at batch 32, named (the ops write through up to 32 and take them from
-    33), bf16."""
+    33; GDN's cached-u step from FUSED_FROM is the one-launch step), bf16."""
     dims = (32, 32, 128, 128) if per_channel else GPU_DIMS[0]
-    variant = decode.default_variant(256, per_channel, refold, dims[3])
+    variant = decode.default_variant(64, per_channel, refold, dims[3])
     check_variant_gpu(per_channel, dims, "bf16", 32, variant, monkeypatch, refold=refold)
 
 
@@ -530,5 +533,5 @@ def test_fold_first_gpu(per_channel, dtype, monkeypatch):
     L=16: GDN's default shapes with it, and KDA's default (which folds first); outputs, cursors and
     checkpoints against float64 (the reference flushes a row before the token that fills it)."""
     dims = (32, 32, 128, 128) if per_channel else GPU_DIMS[0]
-    variant = dataclasses.replace(decode.default_variant(256, per_channel, False, dims[3]), fold_first=True)
+    variant = dataclasses.replace(decode.default_variant(256, per_channel, False, dims[3], 32), fold_first=True)
     check_variant_gpu(per_channel, dims, dtype, 64, variant, monkeypatch, refold=False)

@@ -392,7 +392,7 @@ def test_replay_v4_gpu(dims, dtype, batch, params):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("fold", ["fma", "loop", "ieee", "tf32x3", "tf32x2"])
+@pytest.mark.parametrize("fold", ["fma", "loop", "ieee", "tf32x3", "tf32x2", "bf16x3"])
 def test_replay_v4_nemotron_dims_four_windows_gpu(fold):
     # The accuracy target for every fold of the v4 kernel: fp32 checkpoint within 1e-5 of float64, L=16.
     run = _kernel_replay(decode.LaunchConfig(32, 4, kernel="v4", fold=fold))
@@ -422,7 +422,7 @@ STAGED_GPU_CONFIGS = [
     dict(block_p=16, num_warps=2, fold="tf32x3", flush_launch=True, flush_stream=True, flush_max_registers=128),
     dict(block_p=16, num_warps=2, fold="tf32x2", flush_launch=True, flush_stream=True, flush_max_registers=128),
     # the batch >= 128 default's shape: (row, head chunk) list items, the next tile prefetched
-    dict(block_p=16, num_warps=2, fold="tf32x2", flush_launch=True, flush_stream=True, flush_max_registers=(128, 96),
+    dict(block_p=16, num_warps=2, fold="bf16x3", flush_launch=True, flush_stream=True, flush_max_registers=(128, 96),
          flush_persistent=4, flush_list_items="heads", flush_heads=4, flush_l2_prefetch="lines"),
 ]
 
@@ -441,7 +441,7 @@ def test_replay_staged_gpu(dims, dtype, batch, params):
 @pytest.mark.parametrize("fold,flush_launch,persistent", [
     ("fma", False, 0), ("loop", False, 0), ("ieee", False, 0), ("tf32x3", False, 0), ("tf32x3", True, 0),
     ("loop", True, 0), ("tf32x3", True, 4), ("ieee", True, 8), ("tf32x2", False, 0), ("tf32x2", True, 0),
-    ("tf32x2", True, 4)])
+    ("tf32x2", True, 4), ("bf16x3", True, 4)])
 def test_replay_staged_nemotron_dims_four_windows_gpu(fold, flush_launch, persistent):
     # The accuracy target for every fold of the staged kernel: fp32 checkpoint within 1e-5 of float64, L=16.
     run = _kernel_replay(decode.LaunchConfig(16, 4, kernel="staged", fold=fold, flush_launch=flush_launch,

@@ -10,7 +10,7 @@ and ``d_v`` offsets; ``p_*`` pointers to the (row, head)'s ring entries and scra
 import triton
 import triton.language as tl
 
-from .._tf32 import dot_tf32x2, dot_tf32x3_split_b, tf32_split
+from .._tf32 import dot_tf32x3_split_b, fp32_dot, tf32_split
 from .decode import _delta_update, _ring_entry, _tile_refold_raw
 
 
@@ -195,14 +195,15 @@ def _fold_keys(c, p_rk, p_rg, o_k, o_c, K: tl.constexpr, CAP: tl.constexpr, PER_
 
 @triton.jit
 def _tile_fold_u_dot(S, U, b_u, c, B, B_lo, w, decay, o_c, ring_k, PER_CHANNEL: tl.constexpr,
-                     TF32X2: tl.constexpr, PRESPLIT: tl.constexpr):
+                     PRECISION: tl.constexpr, PRESPLIT: tl.constexpr):
     """``_tile_fold_u`` as one product: ``S Diag(e^{G_c}) + U^T Kd`` with ``(B, B_lo, w, decay)``
     from :func:`_fold_keys` and ``U`` ``[BC, BV]`` the cached ``u`` (zero from ``c`` on; ``u_t``
     goes in at ``c``), tf32x3 (fp32-level products on tensor cores). ``BC`` >= 16 and ``BV`` >=
     16 (``tl.dot``). ``PRESPLIT`` (per-channel): tf32x3 by hand from ``Kd``'s split made once per
-    head. ``TF32X2`` with a scalar decay and a 16-bit ring (``ring_k``: only its dtype is used):
-    the decay moves onto ``U`` (``(U^T Diag(w)) K``), the raw keys are exact in TF32 and the
-    product takes two TF32 passes (``ops/_tf32.py``)."""
+    head. ``PRECISION`` "tf32x2" / "bf16x3" with a scalar decay and a 16-bit ring (``ring_k``:
+    only its dtype is used): the decay moves onto ``U`` (``(U^T Diag(w)) K``), the raw keys are
+    exact in TF32 (bf16 for a bf16 ring) and the product takes two TF32 (three bf16) passes
+    (``ops/_tf32.py``); "tf32x3" otherwise."""
     Ut = tl.where((o_c == c)[None, :], b_u[:, None], tl.trans(U))
     if PER_CHANNEL:
         S = S * decay[None, :]
@@ -212,8 +213,8 @@ def _tile_fold_u_dot(S, U, b_u, c, B, B_lo, w, decay, o_c, ring_k, PER_CHANNEL: 
             S = tl.dot(Ut, B, acc=S, input_precision="tf32x3")
     else:
         S = S * decay
-        if TF32X2 and ring_k.dtype.element_ty != tl.float32:
-            S = dot_tf32x2(Ut * w[None, :], B, S)
+        if PRECISION != "tf32x3" and ring_k.dtype.element_ty != tl.float32:
+            S = fp32_dot(Ut * w[None, :], B, S, ring_k, PRECISION)
         else:
             S = tl.dot(Ut, B * w[:, None], acc=S, input_precision="tf32x3")
     return S
@@ -221,7 +222,7 @@ def _tile_fold_u_dot(S, U, b_u, c, B, B_lo, w, decay, o_c, ring_k, PER_CHANNEL: 
 
 @triton.jit
 def _tile_fold_u_reread(p_s, U, b_u, c, p_rk, p_rg, o_c, K: tl.constexpr, KC: tl.constexpr, CAP: tl.constexpr,
-                        ring_k, TF32X2: tl.constexpr):
+                        ring_k, PRECISION: tl.constexpr):
     """``_tile_fold_u_dot`` for a scalar decay with the tile read again from ``p_s`` (``[BV, 1]``
     row pointers) in ``KC``-column chunks and stored chunk by chunk: the tile was read for
     ``u_t`` just before (L2 hits), and no registers hold it across that reduction. The keys
@@ -235,8 +236,8 @@ def _tile_fold_u_reread(p_s, U, b_u, c, p_rk, p_rg, o_c, K: tl.constexpr, KC: tl
         cols = j * KC + o_kc
         B = tl.load(p_rk + o_c[:, None] * K + cols[None, :], mask=live[:, None], other=0.0).to(tl.float32)
         S = tl.load(p_s + cols[None, :]) * decay
-        if TF32X2 and ring_k.dtype.element_ty != tl.float32:
-            S = dot_tf32x2(Ut, B, S)
+        if PRECISION != "tf32x3" and ring_k.dtype.element_ty != tl.float32:
+            S = fp32_dot(Ut, B, S, ring_k, PRECISION)
         else:
             S = tl.dot(Ut, B, acc=S, input_precision="tf32x3")
         tl.store(p_s + cols[None, :], S)

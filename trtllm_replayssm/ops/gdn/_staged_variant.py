@@ -13,7 +13,7 @@ from .._flush_list import LIST_MAX_BATCH
 
 
 _FOLDS = ("refold", "wy", "u")
-_DOT_PRECISIONS = ("tf32x3", "tf32x2")
+_DOT_PRECISIONS = ("tf32x3", "tf32x2", "bf16x3")
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,8 @@ class StagedVariant:
     rank-1 updates (the tile is then at least 16 rows); ``flush_precision="tf32x2"``: that
     product in two TF32 passes instead of three where the ring's keys are 16-bit and the decay
     is a scalar (Gated DeltaNet): the decay moves onto ``U`` and the raw keys are exact in TF32
-    (``ops/_tf32.py``); elsewhere tf32x3. ``flush_persistent``: the flush launch as
+    (``ops/_tf32.py``); elsewhere tf32x3; ``"bf16x3"``: three bf16 passes where the keys are bf16,
+    "tf32x2"'s choice elsewhere. ``flush_persistent``: the flush launch as
     that many programs per SM walking a list of the flush rows' tiles (numbered from the ring
     launch's flags) instead of a program per (row, ``flush_heads``, ``flush_split``); non-flush
     steps then cost one wave of empty programs instead of ``batch x heads`` early exits.
@@ -310,7 +311,7 @@ def staged_launch(variant: StagedVariant, rows: int, v_heads: int, k_heads: int,
     flush_bv, flush_warps, heads, split = flush_config(rows, v_heads, d_k, d_v, variant, dot)
     tiles = item_tiles(d_v, flush_bv, variant, dot)
     flush_list = bool(variant.flush_launch and variant.flush_persistent and rows <= LIST_MAX_BATCH)
-    own = dict(BV=flush_bv, DOT=dot, TF32X2=dot and variant.flush_precision == "tf32x2",
+    own = dict(BV=flush_bv, DOT=dot, FOLD_PRECISION=variant.flush_precision if dot else "tf32x3",
                PREFETCH=variant.refold_prefetch if do_refold and not wy else 0,
                REREAD=min(variant.flush_reread, d_k) if dot and not per_channel and not fold_first else 0)
     if not variant.flush_launch:

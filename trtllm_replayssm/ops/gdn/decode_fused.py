@@ -1,7 +1,7 @@
 """The one-launch ReplaySSM step of Gated DeltaNet for a flush that folds the cached ``u``
 (``refold=False``): ``variant="fused"`` / a :class:`FusedVariant` of ``decode.delta_replay_step``,
 and with ``FusedVariant(block_v=64, stages=2)`` the ops' default for that step from batch
-``decode.FUSED_FROM`` (512) (benchmarks/NOTES_delta.md, sixteenth and eighteenth runs).
+``decode.FUSED_FROM`` (128) (benchmarks/NOTES_delta.md, sixteenth, eighteenth and twentieth runs).
 
 The staged step (``decode_staged.py``) forms each key head's ring terms in a launch of their own
 and streams the checkpoint in a second; that boundary (the ring launch and the gap behind it,
@@ -17,8 +17,9 @@ ring entry ``j``:
 A flush row (``c + 1 >= flush_at``) then folds the window as one product,
 ``S_c e^{D_t} + W Kf`` with ``W = [u_j e^{D_t - D_j}]_{j<c} | u_t`` ``[BV, BC]`` and ``Kf`` the
 ring keys with the token's at ``c``, over ``KC``-column chunks of the tile read again (L2
-hits) so that no registers hold it across the reduction ``u_t`` needs; on TF32 tensor cores at
-fp32 level (``ops/_tf32.py``), nothing rounded through the activation dtype. The last program
+hits) so that no registers hold it across the reduction ``u_t`` needs; on tensor cores at fp32
+level (``W`` split in three bf16 parts against bf16 keys, or two TF32 parts against fp16 keys;
+``ops/_tf32.py``), nothing rounded through the activation dtype. The last program
 of a row to finish moves the slot's cursors (an arrival counter per row, as
 ``decode._replay_step_kernel``).
 
@@ -29,7 +30,9 @@ over the ring terms' reductions to stay within its registers. Walked in 32-colum
 amortized step 175-177 us against 182-183 us, but the staggered steps 185-186 us against 182-183:
 a flush program runs ~2.7x a non-flush one, and spread one row in ``L`` through the grid the
 flush rows' programs cost a staggered step 7-10 us more than the same programs grouped
-(NOTES_delta.md, nineteenth run). KDA's per-channel decays (a ``[CAP, d_k]`` exponent tile per program) were slower still and are
+(NOTES_delta.md, nineteenth run). With the fold in three bf16 passes (twentieth run: flush 431 ->
+412 us) it leads the staged step at 256 in staggered steps too (steady state 177.5 against 179.8
+us) and from 128 in amortized ones. KDA's per-channel decays (a ``[CAP, d_k]`` exponent tile per program) were slower still and are
 not served.
 """
 
@@ -47,7 +50,7 @@ from .decode import _append_gate_key, _arrivals, _load_gate, _load_qk, _program_
 
 __all__ = ["FusedVariant", "delta_replay_fused_step", "fused_config"]
 
-_PRECISIONS = ("tf32x2", "tf32x3", "ieee")
+_PRECISIONS = ("tf32x2", "bf16x3", "tf32x3", "ieee")
 
 
 @dataclass(frozen=True)
@@ -57,28 +60,29 @@ class FusedVariant:
     ``block_v``: rows of ``S`` per program (>= 16: the fold's product); ``fold_chunk``: columns of
     ``d_k`` per product of a flush (the tile read again in chunks);
     ``num_warps`` / ``max_registers``: the kernel's warps and ptxas ``.maxnreg``;
-    ``precision``: the fold's product, "tf32x2" (two TF32 passes where that is exact to fp32
-    level: Gated DeltaNet with 16-bit keys; tf32x3 elsewhere), "tf32x3" or "ieee".
+    ``precision``: the fold's product, "bf16x3" (three bf16 passes of ``W`` split in three bf16
+    parts where the keys are bf16; "tf32x2" elsewhere), "tf32x2" (two TF32 passes where the keys
+    are 16-bit; tf32x3 elsewhere), "tf32x3" or "ieee" (``ops/_tf32.py``). H200, batch 256 / 512:
+    "bf16x3" flush 431.5 -> 412.7 / 828.0 -> 789.6 us, steady staggered 181.0 -> 176.4 / 335.8 ->
+    328.5 us against "tf32x2".
     ``stages``: 0 loads the program's ``[BV, d_k]`` tile whole, first; ``n >= 1`` walks it in
     ``fold_chunk``-column chunks as a ``tl.range(num_stages=n)`` loop after the ring's loads are
     issued (so they are in flight during it), Triton's pipeliner keeping the next chunks in
     flight through shared memory rather than registers, and reduces the ring terms after it (the
     flush's re-read takes the same loop). The reductions over ``d_k`` then add chunk by chunk:
     the same terms in another fp32 order.
-    ``lane_sums`` (with ``stages >= 1``): each chunk's products with ``q_t`` and ``k_t`` are
-    summed four columns at a time inside each thread into ``[BV, KC / 4]`` partials, and the
-    partials across lanes once after the loop, instead of a cross-lane reduction per chunk
-    (sm_90 PTX of the 64-row, 32-column step: the loop's 96 shuffles per chunk go, 50 remain in
-    all; 255 registers with 20 B spilled against 254 and none). Built after the session's last
-    GPU call: CPU-tested, not timed."""
+    The chunk loop sums each chunk's products with ``q_t`` and ``k_t`` four columns at a time
+    inside each thread into ``[BV, KC / 4]`` partials and reduces those across lanes once after
+    the loop, not once per chunk (H200, batch 256 / 512, two calls: flush 433.5 -> 431.1 /
+    837 -> 828 us, staggered steady 184 -> 183 / 342 -> 338.6 us, non-flush 0.6-1.1 us less;
+    benchmarks/NOTES_delta.md, twentieth run)."""
 
     block_v: int | None = None
     fold_chunk: int | None = None
     num_warps: int | None = None
     max_registers: int | None = None
-    precision: str = "tf32x2"
+    precision: str = "bf16x3"
     stages: int = 0
-    lane_sums: bool = False
 
     def __post_init__(self):
         for name in ("block_v", "fold_chunk", "num_warps", "max_registers"):
@@ -87,10 +91,6 @@ class FusedVariant:
                 raise ValueError(f"FusedVariant.{name}: expected a positive int or None, got {value!r}")
         if not isinstance(self.stages, int) or self.stages < 0:
             raise ValueError(f"FusedVariant.stages: expected an int >= 0, got {self.stages!r}")
-        if not isinstance(self.lane_sums, bool):
-            raise ValueError(f"FusedVariant.lane_sums: expected a bool, got {self.lane_sums!r}")
-        if self.lane_sums and self.stages < 1:
-            raise ValueError(f"FusedVariant.lane_sums: needs the chunk loop (stages >= 1), got stages={self.stages}")
         if self.precision not in _PRECISIONS:
             raise ValueError(f"FusedVariant.precision: expected one of {_PRECISIONS}, got {self.precision!r}")
 
@@ -127,7 +127,7 @@ def _fused_step_kernel(
     stride_o, stride_oh,
     HV: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, KC: tl.constexpr,
     CAP: tl.constexpr, BC: tl.constexpr, HAS_BIAS: tl.constexpr,
-    HAS_INDICES: tl.constexpr, PRECISION: tl.constexpr, STAGES: tl.constexpr = 0, LANE_SUMS: tl.constexpr = False,
+    HAS_INDICES: tl.constexpr, PRECISION: tl.constexpr, STAGES: tl.constexpr = 0,
 ):
     G: tl.constexpr = HV // H
     PARTS: tl.constexpr = V // BV
@@ -166,30 +166,19 @@ def _fused_step_kernel(
         # from L1 and scaled as _load_qk scales the whole vectors, element for element).
         raw_q = tl.load(q + i_b * stride_q + i_h * stride_qh + o_k).to(tl.float32)
         q_norm = tl.sqrt(tl.sum(raw_q * raw_q) + 1e-6)
-        if LANE_SUMS:
-            # The chunk's blocked layout holds four consecutive columns per thread: summed there,
-            # the shuffles across lanes are paid once after the loop.
-            P_k = tl.zeros([BV, KC // 4], dtype=tl.float32)
-            P_q = tl.zeros([BV, KC // 4], dtype=tl.float32)
-            for j in tl.range(0, K // KC, num_stages=STAGES):
-                cols = j * KC + o_kc
-                Sj = tl.load(p_s + cols[None, :])
-                qj = tl.load(q + i_b * stride_q + i_h * stride_qh + cols).to(tl.float32) / q_norm * scale
-                kj = (tl.load(p_k + cols).to(tl.float32) / k_norm).to(ring_k.dtype.element_ty).to(tl.float32)
-                P_k += tl.sum(tl.reshape(Sj * kj[None, :], [BV, KC // 4, 4]), axis=2)
-                P_q += tl.sum(tl.reshape(Sj * qj[None, :], [BV, KC // 4, 4]), axis=2)
-            S_k = tl.sum(P_k, axis=1)
-            S_q = tl.sum(P_q, axis=1)
-        else:
-            S_k = tl.zeros([BV], dtype=tl.float32)
-            S_q = tl.zeros([BV], dtype=tl.float32)
-            for j in tl.range(0, K // KC, num_stages=STAGES):
-                cols = j * KC + o_kc
-                Sj = tl.load(p_s + cols[None, :])
-                qj = tl.load(q + i_b * stride_q + i_h * stride_qh + cols).to(tl.float32) / q_norm * scale
-                kj = (tl.load(p_k + cols).to(tl.float32) / k_norm).to(ring_k.dtype.element_ty).to(tl.float32)
-                S_k += tl.sum(Sj * kj[None, :], axis=1)
-                S_q += tl.sum(Sj * qj[None, :], axis=1)
+        # The chunk's blocked layout holds four consecutive columns per thread: summed there,
+        # the shuffles across lanes are paid once after the loop.
+        P_k = tl.zeros([BV, KC // 4], dtype=tl.float32)
+        P_q = tl.zeros([BV, KC // 4], dtype=tl.float32)
+        for j in tl.range(0, K // KC, num_stages=STAGES):
+            cols = j * KC + o_kc
+            Sj = tl.load(p_s + cols[None, :])
+            qj = tl.load(q + i_b * stride_q + i_h * stride_qh + cols).to(tl.float32) / q_norm * scale
+            kj = (tl.load(p_k + cols).to(tl.float32) / k_norm).to(ring_k.dtype.element_ty).to(tl.float32)
+            P_k += tl.sum(tl.reshape(Sj * kj[None, :], [BV, KC // 4, 4]), axis=2)
+            P_q += tl.sum(tl.reshape(Sj * qj[None, :], [BV, KC // 4, 4]), axis=2)
+        S_k = tl.sum(P_k, axis=1)
+        S_q = tl.sum(P_q, axis=1)
     D_t = tl.sum(gr) + b_g
     w = tl.where(live, tl.exp(D_t - tl.cumsum(gr, axis=0)), 0.0)
     e_t = tl.exp(D_t)
@@ -250,6 +239,6 @@ def delta_replay_fused_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_
         *_strides(q, k, v, a, b, out),
         HV=HV, H=H, K=K, V=V, BV=bv, KC=kc, CAP=cap, BC=max(triton.next_power_of_2(cap), 16),
         HAS_BIAS=dt_bias is not None, HAS_INDICES=state_indices is not None,
-        PRECISION=variant.precision, STAGES=variant.stages, LANE_SUMS=variant.lane_sums, num_warps=warps, **extra,
+        PRECISION=variant.precision, STAGES=variant.stages, num_warps=warps, **extra,
     )
     return out

@@ -284,7 +284,7 @@ def _stream_kernel(
         if FLUSH_HERE:
             _flush_tile(q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, scratch, i_b, i_hv, slot,
                         c, i_v * BV, stride_q, stride_qh, stride_v, stride_vh, stride_o, stride_oh,
-                        HV, H, K, V, BV, CAP, BC, W, PER_CHANNEL, REFOLD, WY, RAW_QK, STAGES, UNROLL, False)
+                        HV, H, K, V, BV, CAP, BC, W, PER_CHANNEL, REFOLD, WY, RAW_QK, STAGES, UNROLL, False, "tf32x3")
         if (i_hv == 0) & (i_v == 0):
             # A fold-first flush leaves the token as the next window's entry 0.
             tl.store(committed + slot, 1 if FOLD_FIRST else 0)
@@ -317,7 +317,7 @@ def _flush_tile(q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u
                 HV: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr,
                 CAP: tl.constexpr, BC: tl.constexpr, W: tl.constexpr, PER_CHANNEL: tl.constexpr, REFOLD: tl.constexpr,
                 WY: tl.constexpr, RAW_QK: tl.constexpr, STAGES: tl.constexpr, UNROLL: tl.constexpr,
-                DOT: tl.constexpr, TF32X2: tl.constexpr = False, TILES: tl.constexpr = 1,
+                DOT: tl.constexpr, FOLD_PRECISION: tl.constexpr, TILES: tl.constexpr = 1,
                 PREFETCH: tl.constexpr = 0, FOLD_FIRST: tl.constexpr = False, REREAD: tl.constexpr = 0):
     """Rows ``v0 .. v0 + TILES * BV`` of value head ``i_hv`` of flush row ``i_b``, in ``TILES``
     tiles of ``BV`` rows: fold, store, output. With ``DOT`` the fold's key side (``_fold_keys``)
@@ -364,7 +364,7 @@ def _flush_tile(q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u
                 # The window's c entries alone (no column is the token's), stored; then the token
                 # reads the new checkpoint as a non-flush step at c = 0 (an empty ring: its terms
                 # skipped) and becomes entry 0.
-                S = _tile_fold_u_dot(S, U, b_v, -1, B, B_lo, w, decay, o_c, ring_k, PER_CHANNEL, TF32X2,
+                S = _tile_fold_u_dot(S, U, b_v, -1, B, B_lo, w, decay, o_c, ring_k, PER_CHANNEL, FOLD_PRECISION,
                                      PRESPLIT)
                 tl.store(p_s, S.to(checkpoint.dtype.element_ty))
                 b_u, b_o = _tile_read(S, U, 0, b_v, b_beta, p_w, q + i_b * stride_q + i_h * stride_qh, p_rk,
@@ -376,9 +376,9 @@ def _flush_tile(q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u
                                       o_k, o_c, K, BC, RAW_QK)
                 if DOT and REREAD > 0:
                     _tile_fold_u_reread(checkpoint + sh * V * K + o_v[:, None] * K, U, b_u, c, p_rk, p_rg, o_c,
-                                        K, REREAD, CAP, ring_k, TF32X2)
+                                        K, REREAD, CAP, ring_k, FOLD_PRECISION)
                 elif DOT:
-                    S = _tile_fold_u_dot(S, U, b_u, c, B, B_lo, w, decay, o_c, ring_k, PER_CHANNEL, TF32X2,
+                    S = _tile_fold_u_dot(S, U, b_u, c, B, B_lo, w, decay, o_c, ring_k, PER_CHANNEL, FOLD_PRECISION,
                                          PRESPLIT)
                 else:
                     S = _tile_fold_u(S, b_u, c, p_rk, p_ru, p_rg, o_k, o_v, K, V, PER_CHANNEL, STAGES)
@@ -394,7 +394,7 @@ def _flush_kernel(
     HV: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, CAP: tl.constexpr,
     BC: tl.constexpr, W: tl.constexpr, HEADS_PER_PROGRAM: tl.constexpr, SPLIT: tl.constexpr, PER_CHANNEL: tl.constexpr,
     REFOLD: tl.constexpr, WY: tl.constexpr, RAW_QK: tl.constexpr, STAGES: tl.constexpr, UNROLL: tl.constexpr,
-    HAS_INDICES: tl.constexpr, DOT: tl.constexpr, TF32X2: tl.constexpr, PREFETCH: tl.constexpr = 0,
+    HAS_INDICES: tl.constexpr, DOT: tl.constexpr, FOLD_PRECISION: tl.constexpr, PREFETCH: tl.constexpr = 0,
     FOLD_FIRST: tl.constexpr = False, REREAD: tl.constexpr = 0,
 ):
     """The flush rows of a ``flush_launch`` step: ``V / SPLIT`` rows of ``HEADS_PER_PROGRAM``
@@ -414,7 +414,7 @@ def _flush_kernel(
             for v0 in range(i_s * ROWS, (i_s + 1) * ROWS, BV):
                 _flush_tile(q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, scratch, i_b, hv0 + hh,
                             slot, c, v0, stride_q, stride_qh, stride_v, stride_vh, stride_o, stride_oh,
-                            HV, H, K, V, BV, CAP, BC, W, PER_CHANNEL, REFOLD, WY, RAW_QK, STAGES, UNROLL, DOT, TF32X2,
+                            HV, H, K, V, BV, CAP, BC, W, PER_CHANNEL, REFOLD, WY, RAW_QK, STAGES, UNROLL, DOT, FOLD_PRECISION,
                             1, PREFETCH, FOLD_FIRST, REREAD)
 
 
@@ -425,7 +425,7 @@ def _flush_list_kernel(
     HV: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, CAP: tl.constexpr,
     BC: tl.constexpr, W: tl.constexpr, PER_CHANNEL: tl.constexpr, REFOLD: tl.constexpr, WY: tl.constexpr,
     RAW_QK: tl.constexpr, STAGES: tl.constexpr, UNROLL: tl.constexpr, HAS_INDICES: tl.constexpr, DOT: tl.constexpr,
-    TF32X2: tl.constexpr, BLOCK_B: tl.constexpr, TILES: tl.constexpr, PREFETCH: tl.constexpr = 0,
+    FOLD_PRECISION: tl.constexpr, BLOCK_B: tl.constexpr, TILES: tl.constexpr, PREFETCH: tl.constexpr = 0,
     FOLD_FIRST: tl.constexpr = False, REREAD: tl.constexpr = 0,
 ):
     """The flush rows' ``[BV, d_k]`` tiles as a list walked by a fixed wave of programs
@@ -445,7 +445,7 @@ def _flush_list_kernel(
         _flush_tile(q, v, out, checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, scratch, i_b,
                     (i % PER_ROW) // NVB, slot, tl.load(row_info + i_b * 2), (i % NVB) * BV * TILES,
                     stride_q, stride_qh, stride_v, stride_vh, stride_o, stride_oh,
-                    HV, H, K, V, BV, CAP, BC, W, PER_CHANNEL, REFOLD, WY, RAW_QK, STAGES, UNROLL, DOT, TF32X2,
+                    HV, H, K, V, BV, CAP, BC, W, PER_CHANNEL, REFOLD, WY, RAW_QK, STAGES, UNROLL, DOT, FOLD_PRECISION,
                     TILES, PREFETCH, FOLD_FIRST, REREAD)
 
 

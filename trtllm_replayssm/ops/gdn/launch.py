@@ -15,14 +15,17 @@ __all__ = ["FUSED_FROM", "REREAD_FROM", "WRITE_THROUGH_BELOW", "default_variant"
 REREAD_FROM = 160
 
 #: Gated DeltaNet's cached-``u`` step is the one-launch step (``decode_fused.py``, 64-row programs
-#: walking their tile in pipelined column chunks) from this batch, where a 16-entry ring and
-#: ``d_v`` a multiple of 64 allow it (see :func:`default_variant`). On an H200 it led the staged
-#: step at 512 in amortized and staggered steps (two calls: 330.9 / 342.6 us and 336.4 / 347.7 us
-#: against 341.2 / 344.0 and 345.4 / 349.6); at 128 and 256 it led amortized by 4% but trailed
-#: staggered by 2-5% (a flush program runs ~2.7x a non-flush one, and the flush rows' programs
-#: spread one row in L through the grid cost 7-10 us against the same programs grouped), where the
-#: staged step's side-stream flush launch takes them first.
-FUSED_FROM = 512
+#: walking their tile in pipelined column chunks, the flush's product in three bf16 passes) from
+#: this batch, where a 16-entry ring and ``d_v`` a multiple of 64 allow it (see
+#: :func:`default_variant`). On an H200, one call (twentieth run; staged step -> one-launch,
+#: us): batch 128 amortized 100.6 -> 95.6, staggered in steady state 102.3 -> 100.8 (from one
+#: phase offset 102.8 -> 103.7); 256 181.9 -> 174.5, 179.8 -> 177.5 (182.0 -> 180.5); 512 in an
+#: earlier call 330.5 -> 327.5, 335.8 -> 328.5. At 64 it led amortized (59.3 -> 54.9) and tied
+#: the steady staggered step (61.3 -> 61.7), trailing from one offset (61.7 -> 65.4): its flush
+#: rows' programs, ~2.7x a non-flush one, spread one row in L through the grid, where the staged
+#: step's side-stream flush launch takes them first. With two TF32 passes for its fold it had
+#: trailed the staged step's staggered steps at 128 and 256 by 2-5%.
+FUSED_FROM = 128
 
 #: Batches below this take the write-through step when no variant is named (on an H200 it led
 #: the staged step at batch 32 and trailed it at 40).
@@ -69,13 +72,15 @@ def default_variant(batch: int, per_channel: bool, refold: bool, d_v: int, capac
       first (``fold_first``, a head's four 32-row tiles per item, 4 warps, beside the stream
       launch): 206.4 us = 1.86x fla over its 15-token cycle against 219.1 us refolding; from
       batch :data:`REREAD_FROM` (160) GDN's cached-``u`` flush reads its tile again for the fold
-      (``flush_reread=64``): batch 256 amortized 185.2 -> 182.3 us, 512 351.8 -> 340.6 us;
-    - from batch :data:`FUSED_FROM` (512), Gated DeltaNet's cached-``u`` step (``refold=False``)
+      (``flush_reread=64``): batch 256 amortized 185.2 -> 182.3 us, 512 351.8 -> 340.6 us (the
+      staged step's GDN fold in three bf16 passes since the twentieth run);
+    - from batch :data:`FUSED_FROM` (128), Gated DeltaNet's cached-``u`` step (``refold=False``)
       with a ring of at most 16 entries (``capacity``; a wider ring's ``[32, d_k]`` terms spill)
       and ``d_v`` a multiple of 64: the one-launch step
       (:class:`~trtllm_replayssm.ops.gdn.decode_fused.FusedVariant`, 64-row programs, the tile
-      walked in 32-column chunks through a 2-stage pipeline): batch 512 amortized 341.2 ->
-      330.9 us, staggered 344.0 -> 342.6 us;
+      walked in 32-column chunks through a 2-stage pipeline, the fold in three bf16 passes):
+      batch 256 amortized 181.9 -> 174.5 us, steady staggered 179.8 -> 177.5 us (see
+      :data:`FUSED_FROM`);
     - otherwise (``d_v`` not a multiple of 32 from batch 33) the row-wise kernel.
     """
     if batch < WRITE_THROUGH_BELOW:
@@ -112,7 +117,10 @@ def default_variant(batch: int, per_channel: bool, refold: bool, d_v: int, capac
             # At 128 the stream launch beside that list kernel ran ~10 us slower (non-flush 90.9 ->
             # 101.4 us; amortized 100.8 -> 108.2), so batch 128 holds the tile; at 160-224 the
             # re-read fold led by ~3 us amortized, ~5 us staggered.
-            return StagedVariant(**stream, flush_stream=True, flush_dot=True, flush_precision="tf32x2",
+            # The product in three bf16 passes (bf16 rings; two TF32 passes for fp16): batch 64
+            # flush 134.9 -> 132.5 us, steady staggered 61.3 -> 60.5 us; 128 248.1 -> 241.2 /
+            # 102.3 -> 101.2 us; with the re-read fold at 256 within noise (418.9 / 419.8 us).
+            return StagedVariant(**stream, flush_stream=True, flush_dot=True, flush_precision="bf16x3",
                                  flush_persistent=8, flush_block_v=16, flush_warps=1,
                                  flush_reread=64 if batch >= REREAD_FROM else 0)
         # KDA's per-channel decays keep tf32x3; the flush folds first (fold_first: the window's

@@ -15,10 +15,11 @@ __all__ = ["DOT_FOLDS", "FOLDS", "KERNELS", "PIPELINES", "LaunchConfig", "launch
 
 #: Flush fold of the "v4" and "staged" kernels: unrolled rank-1 FMAs, a rolled loop, or an fp32
 #: ``tl.dot`` at this precision; "staged" also has the loop software-pipelined ("pipe").
-FOLDS = ("fma", "loop", "ieee", "tf32x3", "tf32x2", "pipe")
+FOLDS = ("fma", "loop", "ieee", "tf32x3", "tf32x2", "bf16x3", "pipe")
 #: The folds that are one ``tl.dot`` (16-row tiles at least); "tf32x2" is tf32x3 in two TF32
-#: passes where the ring's ``B`` is 16-bit (exact in TF32; ``ops/_tf32.py``).
-DOT_FOLDS = ("ieee", "tf32x3", "tf32x2")
+#: passes where the ring's ``B`` is 16-bit (exact in TF32), "bf16x3" three bf16 passes where it
+#: is bf16 (``ops/_tf32.py``).
+DOT_FOLDS = ("ieee", "tf32x3", "tf32x2", "bf16x3")
 #: Replay kernels: one program per tile (v3), per head part (v4), ring launch + tiles (staged),
 #: every token folded into the checkpoint at once (write_through: latency-bound batches).
 KERNELS = ("v3", "v4", "staged", "write_through")
@@ -200,7 +201,12 @@ def launch_config(kind: str, head_dim: int, d_state: int, batch: int) -> LaunchC
         large = batch >= 128
         rows16 = large and head_dim % 32 != 0
         listed = large and not rows16
-        return LaunchConfig(block_p=16, num_warps=2, kernel="staged", fold="tf32x2", flush_launch=True,
+        # The fold in three bf16 passes (ops/_tf32.py; the ring's B is bf16 in these models, and a
+        # 16-bit operand halves what the operands' layout changes move; tf32x2 for fp16 rings):
+        # plain runs, one call, tf32x2 -> bf16x3 flush us, Nemotron-H 64 / 128 / 256 / 512 172.4 /
+        # 326.3 / 638.4 / 1313.8 -> 168.0 / 313.7 / 613.9 / 1282.9 (amortized 301.4 -> 299.9 at
+        # 256); Nemotron-3-Nano 176.7 / 306.4 / 597.6 / 1219.0 -> 166.7 / 306.2 / 595.9 / 1191.3.
+        return LaunchConfig(block_p=16, num_warps=2, kernel="staged", fold="bf16x3", flush_launch=True,
                             flush_max_registers=(128, 96), flush_stream=True, flush_heads=heads,
                             flush_block_p=16 if rows16 else 32, flush_warps=2 if rows16 else 4,
                             flush_l2_prefetch="lines" if large else "none",

@@ -41,6 +41,12 @@ class L2Flusher:
         self.buffer.zero_()
 
 
+#: Replays of a baseline's graph run and discarded before it is timed: the first baseline timing
+#: of a process ran 6-8% slow on the H200 (fla 282.5 / 395.5 us against 261.3 / 379.7 us in the
+#: next repeat, GDN / KDA at batch 256).
+WARMUP_ROUNDS = 5
+
+
 def capture_graph(fn: Callable[[], object], warmup: int = 2) -> torch.cuda.CUDAGraph:
     """Capture ``fn`` in a CUDA graph after ``warmup`` eager calls on a side stream.
 

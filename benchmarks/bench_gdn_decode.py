@@ -49,7 +49,8 @@ from _delta_layer import (DTYPES, Cursors, Layer, fla_fn, replay_fn, steady_mean
                           window_cycle)
 from _delta_variants import derive_variants, run_variants  # noqa: E402
 from _spread import spread, spread_lines  # noqa: E402
-from _timing import L2Flusher, capture_graph, copy_bandwidth_gbps, device_info, median, time_replays  # noqa: E402
+from _timing import (WARMUP_ROUNDS, L2Flusher, capture_graph, copy_bandwidth_gbps, device_info, median,  # noqa: E402
+                     time_replays)
 
 from trtllm_replayssm.ops.gdn import decode  # noqa: E402
 from trtllm_replayssm.ops.gdn._wrappers import default_refold  # noqa: E402
@@ -57,7 +58,6 @@ from trtllm_replayssm.ops.gdn._wrappers import default_refold  # noqa: E402
 
 BATCHES = (1, 32, 128, 256, 512)
 ROUNDS = 20
-WARMUP_ROUNDS = 5
 
 
 def bench_batch(layer, batch, flusher, rounds, copy_bw, with_fla, sweep):
@@ -73,8 +73,6 @@ def bench_batch(layer, batch, flusher, rounds, copy_bw, with_fla, sweep):
 
     def timed(fn, before=None):
         graph = capture_graph(fn)
-        # Replays before the timed ones, discarded: the first baseline timing of a process ran
-        # 6-8% slow on the H200 (fla 282.5 / 395.5 us against 261.3 / 379.7 us in the next repeat).
         time_replays([graph], rounds=WARMUP_ROUNDS, flush=before or flusher)
         return time_replays([graph], rounds=rounds, flush=before or flusher)
 

@@ -1,10 +1,14 @@
-"""Plot ``bench_gdn_decode.py`` / ``bench_kda_decode.py --variants --json`` results: each kernel's
-amortized and staggered speedup over a baseline measured in the same file, and its non-flush
-step's share of copy bandwidth, against batch size. Several files (e.g. runs at different
-batches) are merged; a ratio only ever uses the baseline of its own file and batch.
+"""Plot ``bench_gdn_decode.py`` / ``bench_kda_decode.py`` results (plain runs or ``--variants``):
+each kernel's amortized and staggered speedup over a baseline measured in the same file, and its
+non-flush step's share of copy bandwidth, against batch size. Several files (e.g. runs at
+different batches) are merged; a ratio only ever uses the baseline of its own file and batch. A
+plain run's kernels are "replay", "replay refold", ...; their staggered line is the steady-state
+row where the file has one (consecutive steps from the cache's staggered placement), the
+one-offset row otherwise.
 
     python benchmarks/plot_delta.py gdn_128_256.json gdn_32_64.json --out gdn.png \\
         --name "flush_warps=2" "default, refold=False" --name rowwise row-wise
+    python benchmarks/plot_delta.py benchmarks/results/gdn_2026-12-02_h200_plain_twentieth.json --out gdn.png
 """
 
 from __future__ import annotations
@@ -18,6 +22,32 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _plotting import batch_axes, save, speedup_lines  # noqa: E402
 
 BASELINES = ("fla", "standard")
+#: A plain run's row modes: ``"<kernel> <step>"`` (``"replay amortized"``, ``"replay refold steady"``).
+PLAIN_STEPS = ("non-flush", "flush", "amortized", "staggered", "steady")
+
+
+def plain_rows(rows: list[dict]) -> list[dict]:
+    """A plain run's rows (``{"batch", "mode", "us", "pct_copy"}``, one per kernel and step) in the
+    ``--variants`` shape: one row per (batch, kernel) with ``amortized_us``, ``nonflush_us``,
+    ``nonflush_pct_copy`` and ``staggered_us`` (the steady-state row where present); baselines
+    keep their mode with ``amortized_us``."""
+    steps: dict[tuple[int, str], dict[str, dict]] = {}
+    out = []
+    for r in rows:
+        if r["mode"] in BASELINES:
+            out.append({"batch": r["batch"], "mode": r["mode"], "amortized_us": r["us"]})
+            continue
+        kernel, _, step = r["mode"].rpartition(" ")
+        if step in PLAIN_STEPS and kernel:
+            steps.setdefault((r["batch"], kernel), {})[step] = r
+    for (batch, kernel), by_step in steps.items():
+        if "amortized" not in by_step or "non-flush" not in by_step:
+            continue
+        staggered = by_step.get("steady") or by_step.get("staggered") or by_step["amortized"]
+        out.append({"batch": batch, "mode": kernel, "amortized_us": by_step["amortized"]["us"],
+                    "nonflush_us": by_step["non-flush"]["us"], "staggered_us": staggered["us"],
+                    "nonflush_pct_copy": by_step["non-flush"].get("pct_copy")})
+    return out
 
 
 def load_rows(paths) -> tuple[dict, list[dict]]:
@@ -27,11 +57,14 @@ def load_rows(paths) -> tuple[dict, list[dict]]:
     for path in paths:
         data = json.loads(Path(path).read_text())
         if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
-            raise ValueError(f"json: expected the output of bench_gdn_decode.py / bench_kda_decode.py --variants "
+            raise ValueError(f"json: expected the output of bench_gdn_decode.py / bench_kda_decode.py [--variants] "
                              f"--json (a 'rows' list), got none in {path}")
         first = first or data
-        base = {(r["batch"], r["mode"]): r["amortized_us"] for r in data["rows"] if r["mode"] in BASELINES}
-        for r in data["rows"]:
+        timed = data["rows"]
+        if any("us" in r and "amortized_us" not in r for r in timed):  # a plain run
+            timed = plain_rows(timed)
+        base = {(r["batch"], r["mode"]): r["amortized_us"] for r in timed if r["mode"] in BASELINES}
+        for r in timed:
             if r["mode"] in BASELINES or "nonflush_us" not in r:
                 continue
             row = dict(r)
@@ -90,7 +123,7 @@ def plot(data: dict, rows: list[dict], out: Path, baseline: str = "fla", names=(
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("json", type=Path, nargs="+", help="bench_gdn_decode.py / bench_kda_decode.py --variants --json")
+    p.add_argument("json", type=Path, nargs="+", help="bench_gdn_decode.py / bench_kda_decode.py [--variants] --json")
     p.add_argument("--out", type=Path, default=None, help="PNG path (default: beside the first JSON)")
     p.add_argument("--baseline", default="fla", choices=BASELINES)
     p.add_argument("--name", nargs=2, action="append", default=[], metavar=("SUBSTRING", "LABEL"),

@@ -88,6 +88,41 @@ def test_delta_plot_rejects_other_files_and_missing_baselines(tmp_path):
     assert not (tmp_path / "x.png").exists()
 
 
+def test_delta_plot_reads_plain_runs(tmp_path):
+    """A plain run's per-step rows become one row per (batch, kernel): amortized and non-flush from
+    their rows, the staggered line from the steady-state row where there is one."""
+    mod = _plot_script("plot_delta")
+    rows = [{"batch": 256, "mode": "fla", "us": 260.0}, {"batch": 256, "mode": "standard", "us": 265.0}]
+    for kernel, scale in (("replay", 1.0), ("replay refold", 1.2)):
+        for step, us, pct in (("non-flush", 160.0, 89.0), ("flush", 410.0, 68.0), ("amortized", 175.0, 86.0),
+                              ("staggered", 180.0, 83.0), ("steady", 178.0, 84.0)):
+            if not (kernel == "replay refold" and step == "steady"):
+                rows.append({"batch": 256, "mode": f"{kernel} {step}", "us": us * scale, "pct_copy": pct})
+    rows.append({"batch": 1, "mode": "replay non-flush", "us": 6.7, "pct_copy": 15.0})  # no amortized row: dropped
+    src = tmp_path / "gdn.json"
+    src.write_text(json.dumps({"kind": "gdn", "dtype": "bf16", "window": 16, "device": {"gpu": "test GPU"},
+                               "rows": rows}))
+    _, timed = mod.load_rows([src])
+    by_mode = {r["mode"]: r for r in timed}
+    assert set(by_mode) == {"replay", "replay refold"}
+    assert by_mode["replay"]["x_fla"] == pytest.approx(260.0 / 175.0)
+    assert by_mode["replay"]["x_fla_staggered"] == pytest.approx(260.0 / 178.0)  # steady, not one offset
+    assert by_mode["replay refold"]["x_fla_staggered"] == pytest.approx(260.0 / (180.0 * 1.2))
+    assert by_mode["replay"]["nonflush_pct_copy"] == 89.0 and by_mode["replay"]["x_standard"] == pytest.approx(265 / 175)
+    mod.main([str(src), "--out", str(tmp_path / "plain.png")])
+    assert (tmp_path / "plain.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_delta_plot_reads_a_recorded_plain_run():
+    """The H200 plain run recorded in benchmarks/results: its ratios as the benchmark printed them."""
+    mod = _plot_script("plot_delta")
+    _, timed = mod.load_rows([_BENCHMARKS / "results" / "gdn_2026-12-02_h200_plain_twentieth.json"])
+    replay = {r["batch"]: r for r in timed if r["mode"] == "replay"}
+    assert sorted(replay) == [1, 128, 256, 512]
+    assert replay[256]["x_fla"] == pytest.approx(261.3 / 174.3, rel=2e-3)  # RESULTS.md: 1.50x
+    assert replay[256]["x_fla_staggered"] == pytest.approx(261.3 / 177.4, rel=2e-3)  # steady state: 1.47x
+
+
 def _paper_file(path, baseline, stagger_key):
     rows = []
     for b in (1, 128, 256):

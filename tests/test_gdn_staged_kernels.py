@@ -341,8 +341,9 @@ def test_refold_in_order_gpu(per_channel, dtype, monkeypatch):
 @pytest.mark.parametrize("dtype", ["bf16", "fp16", "fp32"])
 @pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
 def test_staged_defaults_flush_tf32x2_gpu(per_channel, dtype, monkeypatch):
-    """The ``refold=False`` defaults with ``flush_precision="tf32x2"`` (GDN's default; KDA and
-    fp32 rings fall back to tf32x3), batch 64, every activation dtype, against float64."""
+    """The ``refold=False`` defaults with ``flush_precision="tf32x2"`` (GDN's default before
+    bf16x3, and bf16x3's choice for fp16 rings; KDA and fp32 rings fall back to tf32x3), batch 64,
+    every activation dtype, against float64."""
     dims = (32, 32, 128, 128) if per_channel else GPU_DIMS[0]
     variant = dataclasses.replace(decode.default_variant(256, per_channel, False, dims[3], 32), flush_precision="tf32x2")
     check_variant_gpu(per_channel, dims, dtype, 64, variant, monkeypatch, refold=False)

@@ -20,7 +20,8 @@ REREAD_FROM = 160
 #: :func:`default_variant`). On an H200, one call (twentieth run; staged step -> one-launch,
 #: us): batch 128 amortized 100.6 -> 95.6, staggered in steady state 102.3 -> 100.8 (from one
 #: phase offset 102.8 -> 103.7); 256 181.9 -> 174.5, 179.8 -> 177.5 (182.0 -> 180.5); 512 in an
-#: earlier call 330.5 -> 327.5, 335.8 -> 328.5. At 64 it led amortized (59.3 -> 54.9) and tied
+#: earlier call 330.5 -> 327.5, 335.8 -> 328.5; 128 again on another H200 100.2 -> 96.0, 101.0 ->
+#: 100.9 (102.3 -> 103.2). At 64 it led amortized (59.3 -> 54.9) and tied
 #: the steady staggered step (61.3 -> 61.7), trailing from one offset (61.7 -> 65.4): its flush
 #: rows' programs, ~2.7x a non-flush one, spread one row in L through the grid, where the staged
 #: step's side-stream flush launch takes them first. With two TF32 passes for its fold it had

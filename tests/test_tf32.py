@@ -73,6 +73,23 @@ def test_fp32_dot_matches_float64(precision, b_dtype):
     assert err < 5e-6, err
 
 
+def test_three_bf16_parts_hold_fp32_exactly():
+    """The split behind ``dot_bf16x3`` in torch's round-to-nearest bf16 (the GPU's conversion):
+    each part takes 8 of the remainder's bits, so for normal fp32 values the three parts add up
+    to the value exactly and three exact bf16 x bf16 products carry the fp32 operand whole; two
+    parts would leave up to 2^-17 of it out."""
+    gen = torch.Generator().manual_seed(4)
+    a = torch.randn(1 << 16, generator=gen) * 10.0 ** torch.randint(-20, 20, (1 << 16,), generator=gen)
+    a1 = a.to(torch.bfloat16).float()
+    r1 = a - a1
+    a2 = r1.to(torch.bfloat16).float()
+    a3 = (r1 - a2).to(torch.bfloat16).float()
+    exact = a.double()
+    assert torch.equal(a1.double() + a2.double() + a3.double(), exact)
+    two = (a1.double() + a2.double() - exact).abs() / exact.abs()
+    assert two.max().item() > 2.0 ** -18
+
+
 @triton.jit
 def _split_b_kernel(a_ptr, b_ptr, c_ptr, out_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr):
     om, on, ok = tl.arange(0, M), tl.arange(0, N), tl.arange(0, K)

@@ -12,9 +12,9 @@ cores truncated to TF32 (relative ``2^-10``), so each product term carries at mo
 ``2^-21 |a b|`` beyond fp32 accumulation, the same order as tf32x3's dropped ``a_lo b_lo``.
 
 Where ``b`` is bf16 (the models' activations), :func:`dot_bf16x3` splits ``a`` into three bf16
-parts instead and runs three bf16 products: each part is the rounded remainder of those before,
-so ``a`` is represented to ~2^-26 (bf16 keeps fp32's exponent range) and every product is exact
-in the fp32 accumulator. The operands are 16-bit, which halves the bytes moved by the layout
+parts instead and runs three bf16 products: each part is the rounded remainder of those before
+and takes 8 of its bits, so the parts add up to a normal fp32 ``a`` exactly (bf16 keeps fp32's
+exponent range) and every product is exact in the fp32 accumulator. The operands are 16-bit, which halves the bytes moved by the layout
 changes that feed the MMA; on an H200 a flush's fold ran 2-5% faster than with tf32x2
 (benchmarks/NOTES_delta.md, twentieth run).
 """
@@ -59,9 +59,9 @@ def dot_tf32x3_split_b(a, b_hi, b_lo, acc):
 @triton.jit
 def dot_bf16x3(a, b, acc):
     """``acc + a @ b`` to fp32 level for ``b`` exact in bf16 (read from bf16): ``a`` split into
-    three bf16 parts (each the rounded remainder of the ones before, so ``a`` is kept to ~2^-26
-    relative, bf16 having fp32's exponent range), three bf16 products into the fp32 accumulator,
-    smallest parts first. ``a`` ``[M, K]`` fp32, ``b`` ``[K, N]`` (any float dtype, exact in
+    three bf16 parts (each the rounded remainder of the ones before; they add up to a normal
+    fp32 ``a`` exactly, bf16 having fp32's exponent range), three bf16 products into the fp32
+    accumulator, smallest parts first. ``a`` ``[M, K]`` fp32, ``b`` ``[K, N]`` (any float dtype, exact in
     bf16), ``acc`` ``[M, N]`` fp32; ``M, N, K >= 16``. 16-bit operands halve the bytes the
     operands' layout changes move against the TF32 form."""
     a1 = a.to(tl.bfloat16)

@@ -129,15 +129,13 @@ def fused_resources(act: str, HV: int, H: int, K: int, V: int, cap: int, variant
     from trtllm_replayssm.ops.gdn.launch import default_variant
 
     variant = variant or default_variant(max(rows, 1), False, False, V, cap)
-    bv, kc, warps = fused.fused_config(variant, rows, HV, K, V)
+    consts, warps = fused.fused_constexprs(variant, rows, HV, H, K, V, cap, True, True)
     ptr = {"q": act, "k": act, "v": act, "a": act, "b": act, "out": act, "ring_k": act, "ring_v": act,
            "A_log": "fp32", "dt_bias": "fp32", "checkpoint": "fp32", "ring_beta": "fp32", "ring_g": "fp32",
            "ring_u": "fp32", "committed": "i32", "flush_at": "i32", "arrivals": "i32", "state_indices": "i32"}
     types = {n: f"*{t}" for n, t in ptr.items()}
     types.update({n: "i32" for n in fused._fused_step_kernel.arg_names if n.startswith("stride")})
     types.update(pad_slot_id="i32", window="i32", scale="fp32")
-    consts = dict(HV=HV, H=H, K=K, V=V, BV=bv, KC=kc, CAP=cap, BC=max(triton.next_power_of_2(cap), 16),
-                  HAS_BIAS=True, HAS_INDICES=True, PRECISION=variant.precision, STAGES=variant.stages)
     return _compile(fused._fused_step_kernel, types, consts, warps, variant.max_registers)
 
 

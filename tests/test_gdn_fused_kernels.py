@@ -25,6 +25,10 @@ FUSED_CPU = [
                  id="share2-fp16-chunk-loop"),
     pytest.param(2, 1, 64, 16, torch.float16, FusedVariant(block_v=16, fold_chunk=32, stages=2),
                  id="share2-fp16-chunk-loop-kc32"),
+    pytest.param(4, 2, 32, 32, torch.float32, FusedVariant(block_v=16, fold_chunk=16, stages=2, flush_stages=0),
+                 id="share2-chunk-loop-flush-unrolled"),
+    pytest.param(2, 1, 32, 16, torch.float16, FusedVariant(block_v=16, fold_chunk=16, stages=3, flush_stages=1),
+                 id="share2-fp16-chunk-loop-flush-rolled"),
 ]
 
 
@@ -64,6 +68,7 @@ def test_fused_config():
     (dict(num_warps=1.5), "^FusedVariant.num_warps: expected a positive int"),
     (dict(precision="tf32"), "^FusedVariant.precision: expected one of"),
     (dict(stages=-1), "^FusedVariant.stages: expected an int >= 0, got -1"),
+    (dict(stages=2, flush_stages=-1), "^FusedVariant.flush_stages: expected an int >= 0 or None, got -1"),
 ])
 def test_fused_variant_rejects_bad_options(fields, error):
     with pytest.raises(ValueError, match=error):
@@ -95,9 +100,9 @@ def test_fused_refuses_what_it_does_not_serve(per_channel, refold, error):
 @pytest.mark.parametrize("variant", [
     FusedVariant(), FusedVariant(block_v=16, fold_chunk=64), FusedVariant(block_v=64, num_warps=2),
     FusedVariant(stages=3), FusedVariant(block_v=64, stages=2), FusedVariant(block_v=128, stages=2, num_warps=2),
-    FusedVariant(block_v=64, stages=2, precision="bf16x3"),
+    FusedVariant(block_v=64, stages=2, precision="tf32x2"), FusedVariant(block_v=64, stages=2, flush_stages=0),
 ], ids=["default", "bv16-kc64", "bv64-w2", "chunk-loop", "chunk-loop-bv64", "chunk-loop-bv128-w2",
-        "chunk-loop-bv64-bf16x3"])
+        "chunk-loop-bv64-tf32x2", "chunk-loop-bv64-flush-unrolled"])
 @pytest.mark.parametrize("dtype", ["bf16", "fp32"])
 def test_fused_kernel_gpu(dtype, variant, monkeypatch):
     """Model dims through the public op against float64: 52 steps at L=16, batch 64, a padded row."""

@@ -48,7 +48,7 @@ from .._arrivals import replay_cursors
 from .._tf32 import fp32_dot
 from .decode import _append_gate_key, _arrivals, _load_gate, _load_qk, _program_ids, _strides
 
-__all__ = ["FusedVariant", "delta_replay_fused_step", "fused_config"]
+__all__ = ["FusedVariant", "delta_replay_fused_step", "fused_config", "fused_constexprs"]
 
 _PRECISIONS = ("tf32x2", "bf16x3", "tf32x3", "ieee")
 
@@ -75,7 +75,11 @@ class FusedVariant:
     inside each thread into ``[BV, KC / 4]`` partials and reduces those across lanes once after
     the loop, not once per chunk (H200, batch 256 / 512, two calls: flush 433.5 -> 431.1 /
     837 -> 828 us, staggered steady 184 -> 183 / 342 -> 338.6 us, non-flush 0.6-1.1 us less;
-    benchmarks/NOTES_delta.md, twentieth run)."""
+    benchmarks/NOTES_delta.md, twentieth run).
+    ``flush_stages``: the flush's re-read loop alone (``None``: as ``stages``); 0 unrolls it with
+    plain loads into registers (the paper's kernel loads its chunks so), ``n >= 1`` pipelines it
+    through shared memory as ``stages`` does. Built after the twentieth run's last GPU call:
+    CPU-tested, not timed."""
 
     block_v: int | None = None
     fold_chunk: int | None = None
@@ -83,6 +87,7 @@ class FusedVariant:
     max_registers: int | None = None
     precision: str = "bf16x3"
     stages: int = 0
+    flush_stages: int | None = None
 
     def __post_init__(self):
         for name in ("block_v", "fold_chunk", "num_warps", "max_registers"):
@@ -91,6 +96,8 @@ class FusedVariant:
                 raise ValueError(f"FusedVariant.{name}: expected a positive int or None, got {value!r}")
         if not isinstance(self.stages, int) or self.stages < 0:
             raise ValueError(f"FusedVariant.stages: expected an int >= 0, got {self.stages!r}")
+        if self.flush_stages is not None and (not isinstance(self.flush_stages, int) or self.flush_stages < 0):
+            raise ValueError(f"FusedVariant.flush_stages: expected an int >= 0 or None, got {self.flush_stages!r}")
         if self.precision not in _PRECISIONS:
             raise ValueError(f"FusedVariant.precision: expected one of {_PRECISIONS}, got {self.precision!r}")
 
@@ -106,6 +113,18 @@ def fused_config(variant: FusedVariant, rows: int, v_heads: int, d_k: int, d_v: 
     if kc < 16 or d_k % kc or kc & (kc - 1):
         raise ValueError(f"FusedVariant.fold_chunk: expected a power of two >= 16 dividing d_k={d_k}, got {kc}")
     return bv, kc, variant.num_warps or 1
+
+
+def fused_constexprs(variant: FusedVariant, rows: int, v_heads: int, k_heads: int, d_k: int, d_v: int, capacity: int,
+                     has_bias: bool, has_indices: bool) -> tuple[dict, int]:
+    """``(constexprs, num_warps)`` of one ``_fused_step_kernel`` launch (the launcher's and the
+    register report's, ``benchmarks/registers_gdn_staged.py``)."""
+    bv, kc, warps = fused_config(variant, rows, v_heads, d_k, d_v)
+    consts = dict(HV=v_heads, H=k_heads, K=d_k, V=d_v, BV=bv, KC=kc, CAP=capacity,
+                  BC=max(triton.next_power_of_2(capacity), 16), HAS_BIAS=has_bias, HAS_INDICES=has_indices,
+                  PRECISION=variant.precision, STAGES=variant.stages,
+                  FLUSH_STAGES=variant.stages if variant.flush_stages is None else variant.flush_stages)
+    return consts, warps
 
 
 @triton.jit
@@ -127,7 +146,7 @@ def _fused_step_kernel(
     stride_o, stride_oh,
     HV: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, KC: tl.constexpr,
     CAP: tl.constexpr, BC: tl.constexpr, HAS_BIAS: tl.constexpr,
-    HAS_INDICES: tl.constexpr, PRECISION: tl.constexpr, STAGES: tl.constexpr = 0,
+    HAS_INDICES: tl.constexpr, PRECISION: tl.constexpr, STAGES: tl.constexpr, FLUSH_STAGES: tl.constexpr,
 ):
     G: tl.constexpr = HV // H
     PARTS: tl.constexpr = V // BV
@@ -198,12 +217,12 @@ def _fused_step_kernel(
         # The window into the checkpoint as one product: u_t joins W at c, k_t the keys at c; the
         # tile is read again (an L2 hit), so nothing is held across the reductions above.
         Wf = tl.where((o_c == c)[None, :], b_u[:, None], W)
-        if STAGES == 0:
-            for j in tl.static_range(K // KC):
-                _fold_chunk(p_s, p_k, p_rk, j * KC + o_kc, o_c, c, live, k_norm, Wf, e_t, ring_k, K, PRECISION)
+        if FLUSH_STAGES == 0:
+            for jf in tl.static_range(K // KC):
+                _fold_chunk(p_s, p_k, p_rk, jf * KC + o_kc, o_c, c, live, k_norm, Wf, e_t, ring_k, K, PRECISION)
         else:
-            for j in tl.range(0, K // KC, num_stages=STAGES):
-                _fold_chunk(p_s, p_k, p_rk, j * KC + o_kc, o_c, c, live, k_norm, Wf, e_t, ring_k, K, PRECISION)
+            for jf in tl.range(0, K // KC, num_stages=FLUSH_STAGES):
+                _fold_chunk(p_s, p_k, p_rk, jf * KC + o_kc, o_c, c, live, k_norm, Wf, e_t, ring_k, K, PRECISION)
     else:
         tl.store(ring_u + sh * CAP * V + c * V + o_v, b_u)
         tl.store(ring_v + sh * CAP * V + c * V + o_v, b_v.to(ring_v.dtype.element_ty))
@@ -228,17 +247,14 @@ def delta_replay_fused_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_
     if ring_g.dim() == 4:
         raise ValueError("delta_replay_fused_step: per-channel decays (KDA) are not served by the one-launch "
                          "step; use the staged step")
-    cap = ring_k.shape[2]
-    bv, kc, warps = fused_config(variant, batch, HV, K, V)
+    consts, warps = fused_constexprs(variant, batch, HV, H, K, V, ring_k.shape[2], dt_bias is not None,
+                                     state_indices is not None)
     out = torch.empty_like(v)
     extra = {"maxnreg": variant.max_registers} if variant.max_registers else {}
-    _fused_step_kernel[(batch * HV * (V // bv),)](
+    _fused_step_kernel[(batch * HV * (V // consts["BV"]),)](
         q, k, v, a, b, A_log, A_log if dt_bias is None else dt_bias, out,
         checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, committed, flush_at, _arrivals(batch, q.device),
         state_indices, pad_slot_id, window, K ** -0.5 if scale is None else scale,
-        *_strides(q, k, v, a, b, out),
-        HV=HV, H=H, K=K, V=V, BV=bv, KC=kc, CAP=cap, BC=max(triton.next_power_of_2(cap), 16),
-        HAS_BIAS=dt_bias is not None, HAS_INDICES=state_indices is not None,
-        PRECISION=variant.precision, STAGES=variant.stages, num_warps=warps, **extra,
+        *_strides(q, k, v, a, b, out), **consts, num_warps=warps, **extra,
     )
     return out

@@ -1,6 +1,6 @@
-"""Compile the staged delta-rule kernels (``ops/gdn/decode_staged.py``) for sm_90 (``--sm``:
-another target) without a GPU and print ptxas's registers, spills and shared memory per kernel
-and launch choice.
+"""Compile the staged delta-rule kernels (``ops/gdn/decode_staged.py``) and Gated DeltaNet's
+one-launch step (``decode_fused.py``, with ``--defaults``) for sm_90 (``--sm``: another target)
+without a GPU and print ptxas's registers, spills and shared memory per kernel and launch choice.
 
 Triton 3.9's ``triton.compile`` with a ``GPUTarget`` builds PTX on the CPU; ``ptxas -v`` then
 reports the resources. Pointers and the row strides carry the 16-byte divisibility that the
@@ -126,9 +126,9 @@ def fused_resources(act: str, HV: int, H: int, K: int, V: int, cap: int, variant
     ``variant`` (the ops' default from ``decode.FUSED_FROM`` when None), as its launch specialises
     it."""
     from trtllm_replayssm.ops.gdn import decode_fused as fused
-    from trtllm_replayssm.ops.gdn.launch import default_variant
+    from trtllm_replayssm.ops.gdn.launch import FUSED_FROM, default_variant
 
-    variant = variant or default_variant(max(rows, 1), False, False, V, cap)
+    variant = variant or default_variant(max(rows, FUSED_FROM), False, False, V, cap)
     consts, warps = fused.fused_constexprs(variant, rows, HV, H, K, V, cap, True, True)
     ptr = {"q": act, "k": act, "v": act, "a": act, "b": act, "out": act, "ring_k": act, "ring_v": act,
            "A_log": "fp32", "dt_bias": "fp32", "checkpoint": "fp32", "ring_beta": "fp32", "ring_g": "fp32",

@@ -20,7 +20,8 @@ after 3 windows (48 steps, batch 256, every slot flushing at the same steps) aga
 standard recurrence from the same initial state, for this package's default step and the paper's
 kernel.
 
-    python benchmarks/bench_gdn_paper.py --paper-root ../ReplaySSM --fused --accuracy --json gdn_paper.json
+    python benchmarks/bench_gdn_paper.py --paper-root ../ReplaySSM --accuracy --json gdn_paper.json
+    python benchmarks/bench_gdn_paper.py --paper-root ../ReplaySSM --fused "block_v=64, stages=2, precision=tf32x2" --batches 256
 """
 
 from __future__ import annotations

@@ -56,7 +56,7 @@ for what in "$@"; do
       step bench_mamba2_paper "${BENCH_LIMIT:-150}" python3 benchmarks/bench_mamba2_paper.py --paper-root "$PAPER_ROOT" \
         --batches 1 128 256 512 --json "$OUT/mamba2_paper.json"
       step bench_gdn_paper "${BENCH_LIMIT:-150}" python3 benchmarks/bench_gdn_paper.py --paper-root "$PAPER_ROOT" \
-        --fused --accuracy --batches 1 128 256 512 --json "$OUT/gdn_paper.json" ;;
+        --accuracy --batches 1 128 256 512 --json "$OUT/gdn_paper.json" ;;
     *) echo "unknown step $what (expected tests, formats, builder, bench, paper)"; exit 2 ;;
   esac
 done

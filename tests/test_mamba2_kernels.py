@@ -168,6 +168,11 @@ V4_INTERPRETER = [
                           split_flush=True)),
     ((3, 48, 24, 3), dict(block_p=16, fold="ieee", pipeline="range", cursor_kernel=True, rows_fastest=True,
                           split_flush=True)),
+    # one tile per program walked in column chunks: 5 tiles of 16 rows x 2 chunks of 32 columns;
+    # a whole 64-row head with d_state 24 in one masked 32-column chunk
+    ((3, 80, 64, 1), dict(block_p=16, fold="tf32x3", pipeline="cols", num_stages=2)),
+    ((2, 64, 24, 2), dict(block_p=64, fold="ieee", pipeline="cols", num_stages=3, cursor_kernel=True,
+                          rows_fastest=True)),
 ]
 
 
@@ -242,7 +247,8 @@ def test_flush_heads_per_program_rejects(hpg, asked):
     dict(kernel="staged", block_p=16, num_warps=2, flush_launch=True, flush_persistent=1, flush_block_p=16),
     dict(kernel="staged", block_p=16, num_warps=2),
     dict(kernel="v4", block_p=16, num_warps=4, p_split=2),
-], ids=["flush-launch", "flush-list", "in-stream", "v4"])
+    dict(kernel="v4", block_p=32, num_warps=1, pipeline="cols"),
+], ids=["flush-launch", "flush-list", "in-stream", "v4", "v4-cols"])
 def test_replay_tf32x2_fold_interpreter_fp16(params):
     # fold="tf32x2" with a 16-bit ring B (fp16: the interpreter's bf16 is unreliable): the fold's
     # algebra in each kernel that has it (the interpreter multiplies in full fp32).
@@ -378,6 +384,7 @@ V4_GPU_CONFIGS = [
     dict(block_p=16, fold="ieee", pipeline="regs", ahead=2, p_split=2, cursor_kernel=True, rows_fastest=True),
     dict(block_p=16, fold="tf32x3", pipeline="range", num_stages=3, p_split=4),
     dict(block_p=32, fold="loop", num_warps=8, cursor_kernel=True, rows_fastest=True, split_flush=True),
+    dict(block_p=16, fold="bf16x3", pipeline="cols", num_stages=2, num_warps=1),
 ]
 
 
@@ -397,6 +404,17 @@ def test_replay_v4_nemotron_dims_four_windows_gpu(fold):
     # The accuracy target for every fold of the v4 kernel: fp32 checkpoint within 1e-5 of float64, L=16.
     run = _kernel_replay(decode.LaunchConfig(32, 4, kernel="v4", fold=fold))
     check_replay((128, 64, 128, 8), torch.bfloat16, 3, 16, 66, "cuda", run=run, ckpt_tol=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("fold", ["tf32x2", "bf16x3"])
+@pytest.mark.parametrize("dims", [(128, 64, 128, 8), (96, 80, 128, 8)], ids=["nemotron-h", "nemotron3-nano"])
+def test_replay_v4_cols_four_windows_gpu(dims, fold):
+    # pipeline="cols" at model dims (a whole 64-row head per program; Nano's 80 rows in 16-row
+    # tiles): checkpoint within 1e-5 of float64 over 4 windows at L=16, staggered phases.
+    block_p = 64 if dims[1] % 64 == 0 else 16
+    run = _kernel_replay(decode.LaunchConfig(block_p, 1, kernel="v4", pipeline="cols", fold=fold, num_stages=2))
+    check_replay(dims, torch.bfloat16, 3, 16, 66, "cuda", run=run, stagger=True, ckpt_tol=1e-5)
 
 
 @pytest.mark.gpu

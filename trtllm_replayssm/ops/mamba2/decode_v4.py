@@ -21,7 +21,12 @@ program then streams ``BLOCKS`` checkpoint tiles with the next ones' loads in fl
 Pipelining (``pipeline``): ``"regs"`` unrolls the tile loop and issues the loads of the next
 ``ahead`` tiles before the current tile's arithmetic (the values wait in registers);
 ``"range"`` is a ``tl.range`` loop that Triton's software pipeliner stages through shared
-memory (``num_stages``). ``p_split`` programs share one head's rows: 1 for large batches
+memory (``num_stages``); ``"cols"`` gives each program one ``[block_p, d_state]`` tile and walks
+it in 32-column chunks through a ``num_stages`` pipeline with the ring's loads in flight, the
+chunk products summed in-thread, a flush row reading its chunks again (L2 hits) to fold each with
+a ``tl.dot`` fold (the form with which Gated DeltaNet's one-launch step overtook its staged step,
+``ops/gdn/decode_fused.py``; built after the twentieth run's last GPU call: CPU-tested, untimed;
+at Nemotron-H dims, 64-row programs of one warp compile to 240 registers on sm_90, no spills). ``p_split`` programs share one head's rows: 1 for large batches
 (fewer, longer programs), 2-4 at batch 1 to fill the SMs. ``split_flush`` serves the non-flush
 rows (and appends every row's token) in one launch and folds the flush rows in a second, each
 compiled with only its own path: the fold's registers and shared memory then no longer lower
@@ -49,9 +54,18 @@ def _load_tile(ck_base, rx_base, x_row, z_row, blk, live_rows, y_rows, s_ck_p, s
     entry: the committed ones are only known later), the token's ``x`` and ``z`` rows."""
     offs_p = blk * BLOCK_P + tl.arange(0, BLOCK_P)
     offs_n = tl.arange(0, BLOCK_N)
-    offs_j = tl.arange(0, BLOCK_J)
     rows = offs_p < live_rows
     S = tl.load(ck_base + offs_p[:, None] * s_ck_p + offs_n[None, :], mask=rows[:, None] & (offs_n < N)[None, :], other=0.0)
+    rx, xb, zb = _load_rows(rx_base, x_row, z_row, offs_p, rows, y_rows, s_rx_j, CAP, BLOCK_J, HAS_Z)
+    return S, rx, xb, zb
+
+
+@triton.jit
+def _load_rows(rx_base, x_row, z_row, offs_p, rows, y_rows, s_rx_j, CAP: tl.constexpr, BLOCK_J: tl.constexpr,
+               HAS_Z: tl.constexpr):
+    """A tile's ring ``x [BLOCK_P, J]`` (every entry: the committed ones are only known later) and
+    the token's ``x`` and ``z`` rows."""
+    offs_j = tl.arange(0, BLOCK_J)
     rx = tl.load(rx_base + offs_j[None, :] * s_rx_j + offs_p[:, None], mask=rows[:, None] & (offs_j < CAP)[None, :],
                  other=0.0)
     xb = tl.load(x_row + offs_p, mask=offs_p < y_rows, other=0.0)
@@ -59,7 +73,7 @@ def _load_tile(ck_base, rx_base, x_row, z_row, blk, live_rows, y_rows, s_ck_p, s
         zb = tl.load(z_row + offs_p, mask=offs_p < y_rows, other=0.0)
     else:
         zb = xb
-    return S, rx, xb, zb
+    return rx, xb, zb
 
 
 @triton.jit
@@ -118,6 +132,12 @@ def _tile_step(S, rx, xb, zb, blk, is_flush, live, c, in_ring, coef, coef_now, w
         else:
             ring = tl.sum(tl.where(in_ring[None, :], rx.to(tl.float32), 0.0) * coef[None, :], axis=1)
             y = gamma * tl.sum(S * Cv[None, :], axis=1) + ring + coef_now * x
+    _finish_rows(y, x, zb, D, live, y_row, offs_p, y_rows, HAS_D, HAS_Z)
+
+
+@triton.jit
+def _finish_rows(y, x, zb, D, live, y_row, offs_p, y_rows, HAS_D: tl.constexpr, HAS_Z: tl.constexpr):
+    """Store output rows ``offs_p``: ``y + D x``, gated by ``z silu(z)``, zero for a padded row."""
     if HAS_D:
         y += D * x
     if HAS_Z:
@@ -125,6 +145,48 @@ def _tile_step(S, rx, xb, zb, blk, is_flush, live, c, in_ring, coef, coef_now, w
         y = y * zv * tl.sigmoid(zv)
     y = tl.where(live, y, 0.0)
     tl.store(y_row + offs_p, y.to(y_row.dtype.element_ty), mask=offs_p < y_rows)
+
+
+@triton.jit
+def _cols_tile(ck_base, rx_base, rB_base, x_row, z_row, y_row, C_row, B_row, first, tile_rows, y_rows, live,
+               is_flush, in_ring, coef, coef_now, w, gamma, dt, D, s_ck_p, s_rx_j, s_rB_j,
+               N: tl.constexpr, CAP: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
+               BLOCK_J: tl.constexpr, KC: tl.constexpr, NUM_STAGES: tl.constexpr,
+               HAS_D: tl.constexpr, HAS_Z: tl.constexpr, FOLD: tl.constexpr):
+    """``pipeline="cols"``: the program's one ``[BLOCK_P, N]`` tile walked in ``KC``-column chunks
+    through a ``NUM_STAGES`` pipeline (the ring's loads already in flight): ``S C_t`` summed four
+    columns at a time in-thread, reduced across lanes once; ``y = Gamma S C + ring + coef_now x``
+    (for a flush row too: ``S_new C`` is the same sum). A flush row then reads its chunks again
+    (L2 hits) and folds each, ``Gamma S + dt x B_t^T + (x w)^T B_ring``, so no registers hold the
+    tile across the reduction."""
+    offs_p = first * BLOCK_P + tl.arange(0, BLOCK_P)
+    offs_j = tl.arange(0, BLOCK_J)
+    o_kc = tl.arange(0, KC)
+    rows = offs_p < tile_rows
+    rx, xb, zb = _load_rows(rx_base, x_row, z_row, offs_p, rows, y_rows, s_rx_j, CAP, BLOCK_J, HAS_Z)
+    sums = tl.zeros([BLOCK_P, KC // 4], dtype=tl.float32)
+    for jn in tl.range(0, BLOCK_N // KC, num_stages=NUM_STAGES):
+        cols = jn * KC + o_kc
+        Sj = tl.load(ck_base + offs_p[:, None] * s_ck_p + cols[None, :], mask=rows[:, None] & (cols < N)[None, :],
+                     other=0.0).to(tl.float32)
+        Cj = tl.load(C_row + cols, mask=cols < N, other=0.0).to(tl.float32)
+        sums += tl.sum(tl.reshape(Sj * Cj[None, :], [BLOCK_P, KC // 4, 4]), axis=2)
+    x = xb.to(tl.float32)
+    xr = tl.where(in_ring[None, :], rx.to(tl.float32), 0.0)
+    y = gamma * tl.sum(sums, axis=1) + tl.sum(xr * coef[None, :], axis=1) + coef_now * x
+    if is_flush:
+        xw = xr * w[None, :]
+        for jf in tl.range(0, BLOCK_N // KC, num_stages=NUM_STAGES):
+            cols = jf * KC + o_kc
+            ptrs = ck_base + offs_p[:, None] * s_ck_p + cols[None, :]
+            tile = rows[:, None] & (cols < N)[None, :]
+            Bt = tl.load(B_row + cols, mask=cols < N, other=0.0).to(tl.float32)
+            rBj = tl.load(rB_base + offs_j[:, None] * s_rB_j + cols[None, :],
+                          mask=in_ring[:, None] & (cols < N)[None, :], other=0.0).to(tl.float32)
+            upd = gamma * tl.load(ptrs, mask=tile, other=0.0).to(tl.float32) + (dt * x)[:, None] * Bt[None, :]
+            upd = fp32_dot(xw, rBj, upd, rB_base, FOLD)
+            tl.store(ptrs, upd.to(ck_base.dtype.element_ty), mask=tile)
+    _finish_rows(y, x, zb, D, live, y_row, offs_p, y_rows, HAS_D, HAS_Z)
 
 
 @triton.jit
@@ -140,7 +202,7 @@ def _replay_v4_kernel(
     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_DT_BIAS: tl.constexpr, DT_SOFTPLUS: tl.constexpr,
     HAS_CLAMP: tl.constexpr, HAS_INDICES: tl.constexpr, FOLD: tl.constexpr, PIPELINE: tl.constexpr,
     AHEAD: tl.constexpr, NUM_STAGES: tl.constexpr, CURSOR_KERNEL: tl.constexpr, ROWS_FASTEST: tl.constexpr,
-    ROWS: tl.constexpr,
+    ROWS: tl.constexpr, KC: tl.constexpr,
 ):
     row, h, part = _program_ids(ROWS_FASTEST)
     g = h // HEADS_PER_GROUP
@@ -246,13 +308,18 @@ def _replay_v4_kernel(
             _tile_step(S, rx, xb, zb, first + i, is_flush, live, c, in_ring, coef, coef_now, w, gamma, total, dt, A,
                        D, Bv, Cv, rB, ck_base, rdt_base, rx_base, rB_base, y_row, s_ck_p, s_rx_j, s_rB_j, tile_rows,
                        y_rows, P, N, CAP, BLOCK_P, BLOCK_N, HAS_D, HAS_Z, FOLD, ROWS)
-    else:
+    elif PIPELINE == "range":
         for i in tl.range(0, BLOCKS, num_stages=NUM_STAGES):
             S, rx, xb, zb = _load_tile(ck_base, rx_base, x_row, z_row, first + i, tile_rows, y_rows, s_ck_p, s_rx_j,
                                        P, N, CAP, BLOCK_P, BLOCK_N, BLOCK_J, HAS_Z)
             _tile_step(S, rx, xb, zb, first + i, is_flush, live, c, in_ring, coef, coef_now, w, gamma, total, dt, A,
                        D, Bv, Cv, rB, ck_base, rdt_base, rx_base, rB_base, y_row, s_ck_p, s_rx_j, s_rB_j, tile_rows,
                        y_rows, P, N, CAP, BLOCK_P, BLOCK_N, HAS_D, HAS_Z, FOLD, ROWS)
+    else:
+        _cols_tile(ck_base, rx_base, rB_base, x_row, z_row, y_row, C_ptr + row * s_C_row + g * s_C_group,
+                   B_ptr + row * s_B_row + g * s_B_group, first, tile_rows, y_rows, live, is_flush, in_ring, coef,
+                   coef_now, w, gamma, dt, D, s_ck_p, s_rx_j, s_rB_j, N, CAP, BLOCK_P, BLOCK_N, BLOCK_J, KC,
+                   NUM_STAGES, HAS_D, HAS_Z, FOLD)
 
     if not CURSOR_KERNEL:
         if ROWS_FASTEST:
@@ -277,7 +344,8 @@ def replay_step_v4(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at, win
     groups, capacity = ring_B.shape[1], ring_B.shape[2]
     lo, hi, strides, flags, (D_, z_, bias_, idx_) = _common(x, dt, B, C, z, y, dt_bias, dt_min, dt_max, D, state_indices, A)
     tiles = triton.cdiv(head_dim, cfg.block_p)
-    blocks = triton.cdiv(tiles, min(cfg.p_split, tiles))
+    # "cols": one tile per program
+    blocks = 1 if cfg.pipeline == "cols" else triton.cdiv(tiles, min(cfg.p_split, tiles))
     parts = triton.cdiv(tiles, blocks)  # no program without a tile
     grid = (batch, heads, parts) if cfg.rows_fastest else (parts, heads, batch)
     arrivals = committed if cfg.cursor_kernel else _arrivals(slots, checkpoint.device)
@@ -293,6 +361,7 @@ def replay_step_v4(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at, win
             BLOCK_J=max(16, triton.next_power_of_2(capacity)), BLOCKS=blocks,
             DT_SOFTPLUS=bool(dt_softplus), **flags, FOLD=cfg.fold, PIPELINE=cfg.pipeline, AHEAD=cfg.ahead,
             NUM_STAGES=cfg.num_stages, CURSOR_KERNEL=cfg.cursor_kernel, ROWS_FASTEST=cfg.rows_fastest, ROWS=rows,
+            KC=min(32, triton.next_power_of_2(d_state)),
             num_warps=cfg.num_warps, num_stages=cfg.num_stages, maxnreg=cfg.max_registers,
         )
     if cfg.cursor_kernel:

@@ -23,8 +23,9 @@ DOT_FOLDS = ("ieee", "tf32x3", "tf32x2", "bf16x3")
 #: Replay kernels: one program per tile (v3), per head part (v4), ring launch + tiles (staged),
 #: every token folded into the checkpoint at once (write_through: latency-bound batches).
 KERNELS = ("v3", "v4", "staged", "write_through")
-#: Tile pipelining of the "v4" kernel (decode_v4.py).
-PIPELINES = ("regs", "range")
+#: Tile pipelining of the "v4" kernel (decode_v4.py); "cols": one tile per program walked in
+#: 32-column chunks (the delta rules' one-launch step's form).
+PIPELINES = ("regs", "range", "cols")
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,9 @@ class LaunchConfig:
     kernel: str = "v3"
     p_split: int = 1  # programs per head (each streams head_dim / p_split rows)
     fold: str = "fma"  # flush fold: FMAs unrolled ("fma") or rolled ("loop"), or tl.dot (DOT_FOLDS)
-    pipeline: str = "regs"  # "regs": unrolled, next tiles loaded ahead; "range": tl.range staging
+    # "regs": unrolled, next tiles loaded ahead; "range": tl.range staging; "cols": one block_p-row
+    # tile per program (p_split ignored) walked in 32-column chunks through a num_stages pipeline
+    pipeline: str = "regs"
     ahead: int = 1  # tiles loaded ahead of the one being computed ("regs"; 1 or 2)
     num_stages: int = 2  # software-pipeline stages ("range")
     split_flush: bool = False  # non-flush and flush rows in two launches (needs cursor_kernel)
@@ -85,6 +88,10 @@ class LaunchConfig:
             raise ValueError(f"LaunchConfig.fold: expected one of {FOLDS}, got {self.fold!r}")
         if self.pipeline not in PIPELINES:
             raise ValueError(f"LaunchConfig.pipeline: expected one of {PIPELINES}, got {self.pipeline!r}")
+        if self.pipeline == "cols" and (self.kernel != "v4" or self.fold not in DOT_FOLDS or self.split_flush):
+            raise ValueError("LaunchConfig.pipeline: 'cols' needs kernel='v4', a tl.dot fold (DOT_FOLDS) and no "
+                             f"split_flush, got kernel={self.kernel!r}, fold={self.fold!r}, "
+                             f"split_flush={self.split_flush}")
         if self.ahead not in (1, 2):
             raise ValueError(f"LaunchConfig.ahead: expected 1 or 2, got {self.ahead}")
         if self.split_flush and not (self.kernel == "v4" and self.cursor_kernel):

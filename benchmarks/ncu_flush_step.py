@@ -111,10 +111,9 @@ def main(argv=None):
     else:
         variant = None
         if args.fused is not None:
-            from _derive import parse_fields
-            from trtllm_replayssm.ops.gdn.decode_fused import FusedVariant
+            from bench_gdn_paper import fused_variant
 
-            variant = FusedVariant(**parse_fields(args.fused, FusedVariant))
+            variant = fused_variant(args.fused)[1]
         step = delta_step(args.kind, args.batch, args.refold, variant)
     for _ in range(2):
         step()

@@ -235,9 +235,6 @@ def _tile_fold_u_reread(p_s, U, b_u, c, p_rk, p_rg, o_c, K: tl.constexpr, KC: tl
     for j in tl.static_range(K // KC):
         cols = j * KC + o_kc
         B = tl.load(p_rk + o_c[:, None] * K + cols[None, :], mask=live[:, None], other=0.0).to(tl.float32)
-        S = tl.load(p_s + cols[None, :]) * decay
-        if PRECISION != "tf32x3" and ring_k.dtype.element_ty != tl.float32:
-            S = fp32_dot(Ut, B, S, ring_k, PRECISION)
-        else:
-            S = tl.dot(Ut, B, acc=S, input_precision="tf32x3")
+        # fp32_dot: PRECISION's passes for a 16-bit ring, tf32x3 for an fp32 one
+        S = fp32_dot(Ut, B, tl.load(p_s + cols[None, :]) * decay, ring_k, PRECISION)
         tl.store(p_s + cols[None, :], S)

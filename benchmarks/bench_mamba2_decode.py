@@ -305,7 +305,7 @@ def short(cfg) -> str:
         return f"v3 bp{cfg.block_p} w{cfg.num_warps}" + (f" r{cfg.max_registers}" if cfg.max_registers else "") + (
             " cur" if cfg.cursor_kernel else "") + (" rows" if cfg.rows_fastest else "")
     parts = [f"v4 bp{cfg.block_p} p{cfg.p_split} w{cfg.num_warps}", cfg.fold,
-             f"regs a{cfg.ahead}" if cfg.pipeline == "regs" else f"range s{cfg.num_stages}"]
+             f"regs a{cfg.ahead}" if cfg.pipeline == "regs" else f"{cfg.pipeline} s{cfg.num_stages}"]
     parts += [f"r{cfg.max_registers}"] if cfg.max_registers else []
     parts += ["cur" if cfg.cursor_kernel else "cnt"] + (["rows"] if cfg.rows_fastest else [])
     parts += ["split"] if cfg.split_flush else []

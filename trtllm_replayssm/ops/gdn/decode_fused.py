@@ -1,7 +1,8 @@
 """The one-launch ReplaySSM step of Gated DeltaNet for a flush that folds the cached ``u``
 (``refold=False``): ``variant="fused"`` / a :class:`FusedVariant` of ``decode.delta_replay_step``,
-and with ``FusedVariant(block_v=64, stages=2)`` the ops' default for that step from batch
-``decode.FUSED_FROM`` (128) (benchmarks/NOTES_delta.md, sixteenth, eighteenth and twentieth runs).
+and with ``FusedVariant(block_v=64, stages=2, flush_stages=0)`` the ops' default for that step from
+batch ``decode.FUSED_FROM`` (128) (benchmarks/NOTES_delta.md, sixteenth, eighteenth, twentieth and
+twenty-first runs).
 
 The staged step (``decode_staged.py``) forms each key head's ring terms in a launch of their own
 and streams the checkpoint in a second; that boundary (the ring launch and the gap behind it,
@@ -78,8 +79,11 @@ class FusedVariant:
     benchmarks/NOTES_delta.md, twentieth run).
     ``flush_stages``: the flush's re-read loop alone (``None``: as ``stages``); 0 unrolls it with
     plain loads into registers (the paper's kernel loads its chunks so), ``n >= 1`` pipelines it
-    through shared memory as ``stages`` does. Built after the twentieth run's last GPU call:
-    CPU-tested, not timed."""
+    through shared memory as ``stages`` does. H200, one call (``block_v=64, stages=2``; None ->
+    0 -> 1), batch 128 / 256 / 512: flush 219.9 -> 207.3 -> 209.1 / 412.8 -> 403.0 -> 400.8 /
+    790.2 -> 785.6 -> 770.0 us, steady staggered 100.9 -> 98.4 -> 101.4 / 178.0 -> 176.0 ->
+    182.1 / 330.9 -> 330.1 -> 342.9 us (1: the rolled loop's non-flush programs take 2-9 us
+    more); 0 is the ops' default (``launch.default_variant``)."""
 
     block_v: int | None = None
     fold_chunk: int | None = None

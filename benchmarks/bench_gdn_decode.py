@@ -49,7 +49,7 @@ from _delta_layer import (DTYPES, Cursors, Layer, fla_fn, replay_fn, steady_mean
                           window_cycle)
 from _delta_variants import derive_variants, run_variants  # noqa: E402
 from _spread import spread, spread_lines  # noqa: E402
-from _timing import (WARMUP_ROUNDS, L2Flusher, capture_graph, copy_bandwidth_gbps, device_info, median,  # noqa: E402
+from _timing import (WARMUP_ROUNDS, L2Flusher, SameSizeCopy, capture_graph, copy_bandwidth_gbps, device_info, median,  # noqa: E402
                      time_replays)
 
 from trtllm_replayssm.ops.gdn import decode  # noqa: E402
@@ -60,15 +60,15 @@ BATCHES = (1, 32, 128, 256, 512)
 ROUNDS = 20
 
 
-def bench_batch(layer, batch, flusher, rounds, copy_bw, with_fla, sweep):
+def bench_batch(layer, batch, flusher, rounds, copy_bw, with_fla, sweep, same_copy=None):
     L = layer.window
     x = layer.tokens(batch)
     idx = torch.arange(batch, dtype=torch.int32, device="cuda")
     rows = []
 
     def row(mode, us, nbytes, **extra):
-        rows.append({"batch": batch, "mode": mode, "us": us, "GBps": nbytes / (us * 1e-6) / 1e9 if nbytes else None,
-                     **extra})
+        rows.append({"batch": batch, "mode": mode, "us": us, "bytes": nbytes,
+                     "GBps": nbytes / (us * 1e-6) / 1e9 if nbytes else None, **extra})
         return us
 
     def timed(fn, before=None):
@@ -126,6 +126,7 @@ def bench_batch(layer, batch, flusher, rounds, copy_bw, with_fla, sweep):
     torch.cuda.empty_cache()
     for r in rows:
         r["pct_copy"] = 100 * r["GBps"] / copy_bw if r["GBps"] else None
+        r["pct_same_copy"] = 100 * r["GBps"] / same_copy(r["bytes"]) if r["GBps"] and same_copy else None
     return rows
 
 
@@ -158,11 +159,12 @@ def with_ratios(rows, repeat=0):
 
 
 def print_table(rows, kind):
-    head = "| batch | mode | us | GB/s | % copy | x vs fla | x vs standard |"
-    print(f"\n{kind.upper()} decode\n{head}\n|---|---|---|---|---|---|---|")
+    head = "| batch | mode | us | GB/s | % copy | % same-size copy | x vs fla | x vs standard |"
+    print(f"\n{kind.upper()} decode\n{head}\n|---|---|---|---|---|---|---|---|")
     for r in rows:
         vs_fla = f"{r['x_fla']:.2f}" if r["x_fla"] is not None else "-"
-        print(f"| {r['batch']} | {r['mode']} | {r['us']:.1f} | {r['GBps']:.0f} | {r['pct_copy']:.0f}% | {vs_fla} "
+        same = f"{r['pct_same_copy']:.0f}%" if r.get("pct_same_copy") is not None else "-"
+        print(f"| {r['batch']} | {r['mode']} | {r['us']:.1f} | {r['GBps']:.0f} | {r['pct_copy']:.0f}% | {same} | {vs_fla} "
               f"| {r['x_standard']:.2f} |")
 
 
@@ -212,14 +214,17 @@ def main(kind="gdn", argv=None):
     copy_bw = copy_bandwidth_gbps()
     print(f"{info}  copy bandwidth {copy_bw:.0f} GB/s")
     flusher = L2Flusher()
+    same_copy = SameSizeCopy(flusher, args.rounds)
     rows = []
     for batch in args.batches:
         for repeat in range(args.repeats):
-            timed = bench_batch(layer, batch, flusher, args.rounds, copy_bw, not args.no_fla, batch in args.sweep)
+            timed = bench_batch(layer, batch, flusher, args.rounds, copy_bw, not args.no_fla, batch in args.sweep,
+                                same_copy)
             rows += with_ratios(timed, repeat)
     print_table(rows, kind)
     out = {"kind": kind, "dims": args.dims, "dtype": args.dtype, "window": args.window, "device": info,
-           "copy_GBps": copy_bw, "rows": rows}
+           "copy_GBps": copy_bw, "same_size_copy_GBps": {f"{mib} MiB": gbps for mib, gbps in same_copy.cache.items()},
+           "rows": rows}
     if args.repeats > 1:
         out["spread"] = spread(rows, ("batch", "mode"), SPREAD_KEYS)
         print(spread_lines(out["spread"], ("batch", "mode"), SPREAD_KEYS))

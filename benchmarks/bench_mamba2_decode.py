@@ -33,7 +33,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _derive import parse_fields  # noqa: E402
 from _spread import spread, spread_lines  # noqa: E402
-from _timing import L2Flusher, capture_graph, copy_bandwidths_gbps, device_info, median, time_replays  # noqa: E402
+from _timing import L2Flusher, SameSizeCopy, capture_graph, copy_bandwidths_gbps, device_info, median, time_replays  # noqa: E402
 
 from trtllm_replayssm.config import ReplaySSMConfig  # noqa: E402
 from trtllm_replayssm.ops.mamba2 import Mamba2ReplayState, decode  # noqa: E402
@@ -114,18 +114,19 @@ def time_replay(dims, batch, dtype, flush, rounds, stagger, config=None):
     return [median([t[i] for t in times]) for i in range(WINDOW)]
 
 
-def bench(dims_name, batch, dtype, flush, rounds, copy_gbps, configs=None):
+def bench(dims_name, batch, dtype, flush, rounds, copy_gbps, configs=None, same_copy=None):
     dims = DIMS[dims_name]
     std_cfg, rep_cfg = _pick(configs, batch, dims[1]) if configs else (None, None)
     std_us = time_standard(dims, batch, dtype, flush, rounds, std_cfg)
     phases = time_replay(dims, batch, dtype, flush, rounds, False, rep_cfg)
     mixed = time_replay(dims, batch, dtype, flush, rounds, True, rep_cfg)
-    return record(dims_name, batch, dtype, std_us, phases, mixed, copy_gbps, std_cfg, rep_cfg)
+    return record(dims_name, batch, dtype, std_us, phases, mixed, copy_gbps, std_cfg, rep_cfg, same_copy)
 
 
-def record(dims_name, batch, dtype, std_us, phases, mixed, copy_gbps, std_cfg=None, rep_cfg=None):
+def record(dims_name, batch, dtype, std_us, phases, mixed, copy_gbps, std_cfg=None, rep_cfg=None, same_copy=None):
     """Times of one standard step and of a window's 16 replay phases (in phase and staggered)
-    as a result record: microseconds, GB/s, % of copy, speedups."""
+    as a result record: microseconds, GB/s, % of copy (and of a copy of each step's own size,
+    ``same_copy``: a ``_timing.SameSizeCopy``, where given), speedups."""
     heads, head_dim, d_state, groups = dims = DIMS[dims_name]
     act = torch.tensor([], dtype=dtype).element_size()
     s_bytes = _state_bytes(batch, heads, head_dim, d_state)
@@ -157,6 +158,9 @@ def record(dims_name, batch, dtype, std_us, phases, mixed, copy_gbps, std_cfg=No
     rec["standard_pct_copy"] = 100 * rec["standard_gbps"] / copy_gbps
     rec["nonflush_pct_copy"] = 100 * rec["nonflush_gbps"] / copy_gbps
     rec["flush_pct_copy"] = 100 * rec["flush_gbps"] / copy_gbps
+    if same_copy is not None:
+        for step, nbytes in (("standard", std_bytes), ("nonflush", nonflush_bytes), ("flush", flush_bytes)):
+            rec[f"{step}_pct_same_copy"] = 100 * rec[f"{step}_gbps"] / same_copy(nbytes)
     rec["speedup_amortized"] = std_us / amortized_us
     rec["speedup_mixed"] = std_us / mixed_us
     rec["speedup_nonflush"] = std_us / nonflush_us
@@ -166,7 +170,7 @@ def record(dims_name, batch, dtype, std_us, phases, mixed, copy_gbps, std_cfg=No
 
 HEADER = (
     f"{'dims':<15}{'batch':>6} | {'std us':>9}{'%copy':>7} | {'nonfl us':>9}{'%copy':>7} | {'flush us':>9}"
-    f"{'/std':>6} | {'amort us':>9}{'x std':>7} | {'mixed us':>9}{'x std':>7}"
+    f"{'/std':>6} | {'amort us':>9}{'x std':>7} | {'mixed us':>9}{'x std':>7} | {'nonfl %same-size copy':>22}"
 )
 
 
@@ -175,6 +179,7 @@ def row(r):
         f"{r['dims']:<15}{r['batch']:>6} | {r['standard_us']:>9.1f}{r['standard_pct_copy']:>6.1f}% | "
         f"{r['nonflush_us']:>9.1f}{r['nonflush_pct_copy']:>6.1f}% | {r['flush_us']:>9.1f}{r['flush_over_standard']:>6.2f} | "
         f"{r['amortized_us']:>9.1f}{r['speedup_amortized']:>7.2f} | {r['mixed_us']:>9.1f}{r['speedup_mixed']:>7.2f}"
+        + (f" | {r['nonflush_pct_same_copy']:>21.1f}%" if "nonflush_pct_same_copy" in r else "")
     )
 
 
@@ -535,15 +540,17 @@ def main(argv=None):
         result["tuned"] = {b: [str(c) for c in cfgs] for b, cfgs in configs.items()}
     if not args.sweep:
         print(HEADER, flush=True)
+        same_copy = SameSizeCopy(flush, args.rounds)
         records = []
         for name in args.dims:
             for batch in args.batches:
                 for repeat in range(args.repeats):
-                    rec = bench(name, batch, dtype, flush, args.rounds, copy_gbps, configs)
+                    rec = bench(name, batch, dtype, flush, args.rounds, copy_gbps, configs, same_copy)
                     rec["repeat"] = repeat
                     records.append(rec)
                     print(row(rec), flush=True)
         result["results"] = records
+        result["same_size_copy_gbps"] = {f"{mib} MiB": gbps for mib, gbps in same_copy.cache.items()}
         if args.repeats > 1:
             result["spread"] = spread(records, ("dims", "batch"), SPREAD_KEYS)
             print(spread_lines(result["spread"], ("dims", "batch"), SPREAD_KEYS), flush=True)

@@ -219,7 +219,7 @@ def main(argv=None):
     p.add_argument("--rounds", type=int, default=15)
     p.add_argument("--fused", nargs="*", default=None, metavar="FIELDS",
                    help="also time the one-launch step (ops/gdn/decode_fused.py): FusedVariant's field defaults "
-                        "(32 rows, the tile whole: not the ops' default, which is 'block_v=64, stages=2, flush_stages=0' and "
+                        "(32 rows, the tile whole: not the ops' default, which is 'block_v=64, stages=3, flush_stages=0' and "
                         "the 'replay default' row from launch.FUSED_FROM), or one row per 'field=value, ...' "
                         "of FusedVariant given ('' for the field defaults)")
     p.add_argument("--accuracy", action="store_true", help="checkpoint errors after 3 windows against float64")

@@ -7,11 +7,11 @@ launch (``--refold`` for the delta rules' refolding flush, else the cached ``u``
         python3 benchmarks/ncu_flush_step.py --kind kda --batch 256
 
 Gated DeltaNet's one-launch step (its kernel ``_fused_step_kernel``) with ``--fused "block_v=64,
-stages=2, flush_stages=0"`` (fields of ``FusedVariant``), and the paper's public GDN kernel at every row's
+stages=3, flush_stages=0"`` (fields of ``FusedVariant``), and the paper's public GDN kernel at every row's
 ``write_pos = L - 1`` with ``--paper-root CHECKOUT`` (``--paper-config BV,WARPS,STAGES,NK``)::
 
     ncu --clock-control none -k regex:fused --launch-skip 1 -c 1 --set full \\
-        python3 benchmarks/ncu_flush_step.py --kind gdn --fused "block_v=64, stages=2, flush_stages=0"
+        python3 benchmarks/ncu_flush_step.py --kind gdn --fused "block_v=64, stages=3, flush_stages=0"
 """
 
 from __future__ import annotations

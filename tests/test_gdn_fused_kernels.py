@@ -101,8 +101,10 @@ def test_fused_refuses_what_it_does_not_serve(per_channel, refold, error):
     FusedVariant(), FusedVariant(block_v=16, fold_chunk=64), FusedVariant(block_v=64, num_warps=2),
     FusedVariant(stages=3), FusedVariant(block_v=64, stages=2), FusedVariant(block_v=128, stages=2, num_warps=2),
     FusedVariant(block_v=64, stages=2, precision="tf32x2"), FusedVariant(block_v=64, stages=2, flush_stages=0),
+    FusedVariant(block_v=64, stages=3, flush_stages=0), FusedVariant(block_v=64, stages=4, flush_stages=0),
 ], ids=["default", "bv16-kc64", "bv64-w2", "chunk-loop", "chunk-loop-bv64", "chunk-loop-bv128-w2",
-        "chunk-loop-bv64-tf32x2", "chunk-loop-bv64-flush-unrolled"])
+        "chunk-loop-bv64-tf32x2", "chunk-loop-bv64-flush-unrolled", "chunk-loop-bv64-s3-flush-unrolled",
+        "chunk-loop-bv64-s4-flush-unrolled"])
 @pytest.mark.parametrize("dtype", ["bf16", "fp32"])
 def test_fused_kernel_gpu(dtype, variant, monkeypatch):
     """Model dims through the public op against float64: 52 steps at L=16, batch 64, a padded row."""

@@ -221,8 +221,8 @@ def test_default_variant_by_batch_kind_and_fold():
     # 16-entry ring fit; KDA, a refold, d_v 96 or a wider ring keep the staged step
     from trtllm_replayssm.ops.gdn.decode_fused import FusedVariant
 
-    assert decode.default_variant(decode.FUSED_FROM, False, False, 128) == FusedVariant(block_v=64, stages=2, flush_stages=0)
-    assert decode.default_variant(4096, False, False, 64, 16) == FusedVariant(block_v=64, stages=2, flush_stages=0)
+    assert decode.default_variant(decode.FUSED_FROM, False, False, 128) == FusedVariant(block_v=64, stages=3, flush_stages=0)
+    assert decode.default_variant(4096, False, False, 64, 16) == FusedVariant(block_v=64, stages=3, flush_stages=0)
     for args in ((decode.FUSED_FROM - 1, False, False, 128), (512, True, False, 128), (512, False, True, 128),
                  (512, False, False, 96), (512, False, False, 128, 20)):
         assert isinstance(decode.default_variant(*args), StagedVariant), args

@@ -1,6 +1,6 @@
 """The one-launch ReplaySSM step of Gated DeltaNet for a flush that folds the cached ``u``
 (``refold=False``): ``variant="fused"`` / a :class:`FusedVariant` of ``decode.delta_replay_step``,
-and with ``FusedVariant(block_v=64, stages=2, flush_stages=0)`` the ops' default for that step from
+and with ``FusedVariant(block_v=64, stages=3, flush_stages=0)`` the ops' default for that step from
 batch ``decode.FUSED_FROM`` (128) (benchmarks/NOTES_delta.md, sixteenth, eighteenth, twentieth and
 twenty-first runs).
 
@@ -83,7 +83,11 @@ class FusedVariant:
     0 -> 1), batch 128 / 256 / 512: flush 219.9 -> 207.3 -> 209.1 / 412.8 -> 403.0 -> 400.8 /
     790.2 -> 785.6 -> 770.0 us, steady staggered 100.9 -> 98.4 -> 101.4 / 178.0 -> 176.0 ->
     182.1 / 330.9 -> 330.1 -> 342.9 us (1: the rolled loop's non-flush programs take 2-9 us
-    more); 0 is the ops' default (``launch.default_variant``)."""
+    more). With 0, the third stage (``stages=3``) that had lost with the rolled re-read gains:
+    batch 128 / 256 amortized 95.3 -> 93.1 / 174.8 -> 170.6 us, steady staggered 98.6 -> 97.1 /
+    175.9 -> 172.0 us, non-flush 87.8 -> 85.5 / 159.6 -> 155.3 us (sm_90: 255 registers, no
+    spills, 16.5 KB of shared memory); ``stages=3, flush_stages=0`` is the ops' default
+    (``launch.default_variant``)."""
 
     block_v: int | None = None
     fold_chunk: int | None = None

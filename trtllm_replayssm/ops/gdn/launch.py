@@ -79,11 +79,13 @@ def default_variant(batch: int, per_channel: bool, refold: bool, d_v: int, capac
       with a ring of at most 16 entries (``capacity``; a wider ring's ``[32, d_k]`` terms spill)
       and ``d_v`` a multiple of 64: the one-launch step
       (:class:`~trtllm_replayssm.ops.gdn.decode_fused.FusedVariant`, 64-row programs, the tile
-      walked in 32-column chunks through a 2-stage pipeline, the fold in three bf16 passes, a
+      walked in 32-column chunks through a 3-stage pipeline, the fold in three bf16 passes, a
       flush row's re-read unrolled into registers):
       batch 256 amortized 181.9 -> 174.5 us, steady staggered 179.8 -> 177.5 us (see
-      :data:`FUSED_FROM`); the unrolled re-read then flush 412.8 -> 403.0 us, steady staggered
-      178.0 -> 176.0 us (128: 219.9 -> 207.3, 100.9 -> 98.4 us);
+      :data:`FUSED_FROM`; 2 stages then); the unrolled re-read then flush 412.8 -> 403.0 us,
+      steady staggered 178.0 -> 176.0 us (128: 219.9 -> 207.3, 100.9 -> 98.4 us), which left the
+      registers and shared memory for a third stage: amortized 174.8 -> 170.6 us, steady
+      staggered 175.9 -> 172.0 us (128: 95.3 -> 93.1, 98.6 -> 97.1 us);
     - otherwise (``d_v`` not a multiple of 32 from batch 33) the row-wise kernel.
     """
     if batch < WRITE_THROUGH_BELOW:
@@ -91,7 +93,7 @@ def default_variant(batch: int, per_channel: bool, refold: bool, d_v: int, capac
     if batch >= FUSED_FROM and not per_channel and not refold and d_v % 64 == 0 and capacity <= 16:
         from .decode_fused import FusedVariant
 
-        return FusedVariant(block_v=64, stages=2, flush_stages=0)
+        return FusedVariant(block_v=64, stages=3, flush_stages=0)
     if d_v % 32 == 0:
         from .decode_staged import StagedVariant
 

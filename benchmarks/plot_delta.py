@@ -30,7 +30,7 @@ def plain_rows(rows: list[dict]) -> list[dict]:
     """A plain run's rows (``{"batch", "mode", "us", "pct_copy"}``, one per kernel and step) in the
     ``--variants`` shape: one row per (batch, kernel) with ``amortized_us``, ``nonflush_us``,
     ``nonflush_pct_copy`` and ``staggered_us`` (the steady-state row where present); baselines
-    keep their mode with ``amortized_us``."""
+    keep their mode with ``amortized_us``; ``--sweep``'s forced-``BV`` rows are left out."""
     steps: dict[tuple[int, str], dict[str, dict]] = {}
     out = []
     for r in rows:
@@ -38,7 +38,9 @@ def plain_rows(rows: list[dict]) -> list[dict]:
             out.append({"batch": r["batch"], "mode": r["mode"], "amortized_us": r["us"]})
             continue
         kernel, _, step = r["mode"].rpartition(" ")
-        if step in PLAIN_STEPS and kernel:
+        # "--sweep"'s rows ("replay BV=16 ...") force a tile height at one or two batches: a
+        # tuning probe, not a kernel the ops launch, so not a line of the plot.
+        if step in PLAIN_STEPS and kernel and " BV=" not in kernel:
             steps.setdefault((r["batch"], kernel), {})[step] = r
     for (batch, kernel), by_step in steps.items():
         if "amortized" not in by_step or "non-flush" not in by_step:

@@ -99,6 +99,8 @@ def test_delta_plot_reads_plain_runs(tmp_path):
             if not (kernel == "replay refold" and step == "steady"):
                 rows.append({"batch": 256, "mode": f"{kernel} {step}", "us": us * scale, "pct_copy": pct})
     rows.append({"batch": 1, "mode": "replay non-flush", "us": 6.7, "pct_copy": 15.0})  # no amortized row: dropped
+    for step in ("non-flush", "flush", "amortized"):  # a --sweep row (forced BV): not a kernel line
+        rows.append({"batch": 256, "mode": f"replay BV=16 {step}", "us": 300.0, "pct_copy": 50.0})
     src = tmp_path / "gdn.json"
     src.write_text(json.dumps({"kind": "gdn", "dtype": "bf16", "window": 16, "device": {"gpu": "test GPU"},
                                "rows": rows}))
@@ -119,6 +121,7 @@ def test_delta_plot_reads_a_recorded_plain_run():
     _, timed = mod.load_rows([_BENCHMARKS / "results" / "gdn_2026-12-02_h200_plain_twentieth.json"])
     replay = {r["batch"]: r for r in timed if r["mode"] == "replay"}
     assert sorted(replay) == [1, 128, 256, 512]
+    assert {r["mode"] for r in timed} == {"replay", "replay refold"}  # no --sweep rows
     assert replay[256]["x_fla"] == pytest.approx(261.3 / 174.3, rel=2e-3)  # RESULTS.md: 1.50x
     assert replay[256]["x_fla_staggered"] == pytest.approx(261.3 / 177.4, rel=2e-3)  # steady state: 1.47x
 

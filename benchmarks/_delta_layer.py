@@ -91,6 +91,19 @@ def steady_start(state, window: int) -> None:
     state.flush_at.copy_(torch.tensor([cfg.first_flush_at(s) for s in range(slots)], dtype=torch.int32))
 
 
+class WritePos:
+    """Before each replay of the paper's GDN kernel (outside the timed region): every row's
+    ``write_pos`` set to ``value`` (one ring length for all, or a tensor per row), then L2
+    flushed; :class:`AdvanceWritePos` moves them instead, as consecutive steps do."""
+
+    def __init__(self, write_pos, value, flush):
+        self.write_pos, self.value, self.flush = write_pos, value, flush
+
+    def __call__(self):
+        self.write_pos.copy_(self.value)
+        self.flush()
+
+
 class AdvanceWritePos:
     """Before each replay of a kernel whose caller keeps the ring positions (the paper's GDN
     kernel: ``write_pos`` per row, a flush at ``window - 1``): every row one token on, as its

@@ -36,7 +36,8 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from _delta_layer import AdvanceWritePos, Cursors, Layer, fla_fn, steady_mean, steady_start, window_cycle  # noqa: E402
+from _delta_layer import (AdvanceWritePos, Cursors, Layer, WritePos, fla_fn, steady_mean, steady_start,  # noqa: E402
+                          window_cycle)
 from _derive import label, parse_fields  # noqa: E402
 from _paper_code import load_paper_function  # noqa: E402
 from _timing import (WARMUP_ROUNDS, L2Flusher, capture_graph, copy_bandwidth_gbps, device_info, median,  # noqa: E402
@@ -85,17 +86,6 @@ class PaperStep:
                     self.d, self.k, self.g, self.out, self.idx, self.write_pos, use_qk_l2norm_in_kernel=True,
                     block_v=bv, num_warps=nw, num_stages=ns, nk=nk)
         return self.out
-
-
-class WritePos:
-    """Before each replay (untimed): flush L2, set the paper's write positions."""
-
-    def __init__(self, write_pos, value, flush):
-        self.write_pos, self.value, self.flush = write_pos, value, flush
-
-    def __call__(self):
-        self.write_pos.copy_(self.value)
-        self.flush()
 
 
 def phases(graph, batch, before, cycle, rounds, steady=None):

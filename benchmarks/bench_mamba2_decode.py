@@ -301,7 +301,7 @@ def short(cfg) -> str:
               if cfg.flush_persistent else f"h{cfg.flush_heads}") +
              (f" r{'|'.join(map(str, cfg.flush_max_registers)) if isinstance(cfg.flush_max_registers, tuple) else cfg.flush_max_registers}"
               if cfg.flush_max_registers else "") +
-             (" side" if cfg.flush_stream else "") +
+             (" side" if cfg.flush_stream else "") + (f" s{cfg.flush_stages}" if cfg.flush_stages != 1 else "") +
              (f" l2 {cfg.flush_l2_prefetch}" + (f"+{cfg.flush_l2_ahead}" if cfg.flush_l2_ahead != 1 else "")
               if cfg.flush_l2_prefetch != "none" else "")) if cfg.flush_launch else "")
     if cfg.kernel == "write_through":

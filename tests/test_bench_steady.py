@@ -11,7 +11,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
 
-from _delta_layer import AdvanceWritePos, steady_mean, steady_start  # noqa: E402
+from _delta_layer import AdvanceWritePos, WritePos, steady_mean, steady_start  # noqa: E402
 
 from trtllm_replayssm.config import ReplaySSMConfig  # noqa: E402
 from trtllm_replayssm.ops.gdn import reference as gdn_ref  # noqa: E402
@@ -48,6 +48,18 @@ def test_paper_ring_positions_advance_and_wrap():
     for _ in range(15):
         advance()
     assert write_pos.tolist() == [0, 14, 15, 7] and len(calls) == 16
+
+
+def test_paper_ring_positions_set_per_replay():
+    """One offset: every replay starts from the same positions (a ring length, or one per row)."""
+    calls = []
+    write_pos = torch.tensor([3, 9, 0], dtype=torch.int32)
+    set_all = WritePos(write_pos, 15, lambda: calls.append(1))
+    set_all()
+    set_all()
+    assert write_pos.tolist() == [15, 15, 15] and calls == [1, 1]
+    WritePos(write_pos, torch.tensor([0, 5, 10], dtype=torch.int32), lambda: calls.append(1))()
+    assert write_pos.tolist() == [0, 5, 10] and len(calls) == 3
 
 
 def test_steady_mean_is_the_mean_of_position_medians():

@@ -4,6 +4,7 @@ bytes (``bench_gdn_decode.py``, ``_delta_variants.py``, ``profile_delta_step.py`
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import torch
@@ -131,11 +132,22 @@ def window_cycle(variant, refold: bool, L: int) -> list[int]:
     return list(range(1 if folds_first(variant, refold, L) else 0, L))
 
 
-def replay_fn(layer, state, x, idx, refold=True, block_v=None):
+def replay_fn(layer, state, x, idx, refold=True, block_v=None, variant=None):
+    """One replay step of the ops' default launch (``variant=None``), or of ``variant``."""
     return lambda: decode.delta_replay_step(
         state.checkpoint, state.ring_k, state.ring_v, state.ring_beta, state.ring_g, state.ring_u,
         state.committed, state.flush_at, state.window, **x, A_log=layer.A_log, dt_bias=layer.dt_bias,
-        state_indices=idx, pad_slot_id=-1, scale=None, refold=refold, block_v=block_v)
+        state_indices=idx, pad_slot_id=-1, scale=None, refold=refold, block_v=block_v, variant=variant)
+
+
+def default_with(layer, batch: int, refold: bool, fields: dict):
+    """The ops' default launch at ``batch`` (``decode.default_variant``) with ``fields`` replaced,
+    or ``None`` where that default is not a dataclass with those fields (the write-through step,
+    the row-wise kernel, another launch kind)."""
+    variant = decode.default_variant(batch, layer.per_channel, refold, layer.d_v, layer.window)
+    if not dataclasses.is_dataclass(variant) or not set(fields) <= {f.name for f in dataclasses.fields(variant)}:
+        return None
+    return dataclasses.replace(variant, **fields)
 
 
 def fla_fn(layer, batch, x):

@@ -36,6 +36,7 @@ non-flush, flush, amortized and staggered steps beside fla and the standard kern
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -45,9 +46,10 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from _delta_layer import (DTYPES, Cursors, Layer, fla_fn, replay_fn, steady_mean, steady_start,  # noqa: E402
+from _delta_layer import (DTYPES, Cursors, Layer, default_with, fla_fn, replay_fn, steady_mean, steady_start,  # noqa: E402
                           window_cycle)
 from _delta_variants import derive_variants, run_variants  # noqa: E402
+from _derive import label, parse_fields  # noqa: E402
 from _spread import spread, spread_lines  # noqa: E402
 from _timing import (WARMUP_ROUNDS, L2Flusher, SameSizeCopy, capture_graph, copy_bandwidth_gbps, device_info, median,  # noqa: E402
                      time_replays)
@@ -60,7 +62,7 @@ BATCHES = (1, 32, 128, 256, 512)
 ROUNDS = 20
 
 
-def bench_batch(layer, batch, flusher, rounds, copy_bw, with_fla, sweep, same_copy=None):
+def bench_batch(layer, batch, flusher, rounds, copy_bw, with_fla, sweep, same_copy=None, with_fields=()):
     L = layer.window
     x = layer.tokens(batch)
     idx = torch.arange(batch, dtype=torch.int32, device="cuda")
@@ -87,12 +89,17 @@ def bench_batch(layer, batch, flusher, rounds, copy_bw, with_fla, sweep, same_co
 
     state = layer.state(batch)
     default = default_refold(layer.per_channel, batch)
-    variants = [(None, "replay", default)] + ([(bv, f"replay BV={bv}", default) for bv in (8, 16, 32)] if sweep else [])
-    variants.append((None, "replay fold u" if default else "replay refold", not default))
-    for block_v, name, refold in variants:
-        graph = capture_graph(replay_fn(layer, state, x, idx, refold=refold, block_v=block_v))
+    # (block_v, variant, row name, refold); block_v and variant None: the ops' default launch
+    variants = [(None, None, "replay", default)]
+    variants += [(bv, None, f"replay BV={bv}", default) for bv in (8, 16, 32)] if sweep else []
+    for fields in with_fields:  # --default-with, where this batch's default has those fields
+        variant = default_with(layer, batch, default, fields)
+        variants += [(None, variant, f"replay {label(fields)}", default)] if variant is not None else []
+    variants.append((None, None, "replay fold u" if default else "replay refold", not default))
+    for block_v, variant, name, refold in variants:
+        graph = capture_graph(replay_fn(layer, state, x, idx, refold=refold, block_v=block_v, variant=variant))
         # A write-through step (the default at small batches) keeps every slot at c = 0.
-        launched = (decode.default_variant(batch, layer.per_channel, refold, layer.d_v, layer.window)
+        launched = (variant or decode.default_variant(batch, layer.per_channel, refold, layer.d_v, layer.window)
                     if block_v is None else None)
         through = launched == "write_through"
         cycle = window_cycle(launched, refold, L)
@@ -110,8 +117,8 @@ def bench_batch(layer, batch, flusher, rounds, copy_bw, with_fla, sweep, same_co
             (nonflush_bytes * (len(cycle) - 1) + flush_bytes) / len(cycle), per_phase_us=per_phase, cycle=cycle)
         if block_v is None:
             stagger = (cycle[0] + torch.arange(batch, device="cuda", dtype=torch.int32) % len(cycle)) * (not through)
-            t = time_replays([capture_graph(replay_fn(layer, state, x, idx, refold=refold))], rounds=rounds,
-                             flush=Cursors(state, [stagger], flusher))
+            t = time_replays([capture_graph(replay_fn(layer, state, x, idx, refold=refold, variant=variant))],
+                             rounds=rounds, flush=Cursors(state, [stagger], flusher))
             st_bytes = sum(layer.step_bytes(1, c, c == L - 1 or through, fold_u=not refold or c != L - 1)
                            * int((stagger == c).sum())
                            for c in range(L))
@@ -188,11 +195,27 @@ def main(kind="gdn", argv=None):
                         "--batches (default 1 128 256), --rounds (default 10)")
     p.add_argument("--derive", nargs="+", default=[], metavar="SPEC",
                    help="--variants: also time 'BASE: field=value, ...' (a VARIANTS entry with fields replaced)")
+    p.add_argument("--default-with", nargs="+", default=[], metavar="FIELDS",
+                   help="plain runs: also time the ops' default launch at each batch with these 'field=value, ...' "
+                        "replaced (a row 'replay <fields>'; skipped at batches whose default has no such fields, "
+                        "e.g. 'block_v=64, read_stages=3' for the staged step)")
     p.add_argument("--compile-workers", type=int, default=8,
                    help="--variants: processes compiling the kernels before the run (0: compile as they come)")
     args = p.parse_args(argv)
     if args.derive and args.variants is None:
         p.error("--derive: only with --variants (it adds variants to that run)")
+    if args.default_with and args.variants is not None:
+        p.error("--default-with: only in plain runs (without --variants; --derive adds variants there)")
+    from trtllm_replayssm.ops.gdn.decode_fused import FusedVariant
+    from trtllm_replayssm.ops.gdn.decode_staged import StagedVariant
+
+    with_fields = []  # --default-with
+    for spec in args.default_with:
+        keys = {item.partition("=")[0].strip() for item in spec.split(",") if item.strip()}
+        cls = next((c for c in (StagedVariant, FusedVariant) if keys <= {f.name for f in dataclasses.fields(c)}), None)
+        if cls is None or not keys:
+            p.error(f"--default-with: {spec!r} is not 'field=value, ...' of StagedVariant or of FusedVariant")
+        with_fields.append(parse_fields(spec, cls))
     if args.repeats < 1:
         p.error(f"--repeats: expected >= 1, got {args.repeats}")
     dtype = DTYPES[args.dtype]
@@ -219,7 +242,7 @@ def main(kind="gdn", argv=None):
     for batch in args.batches:
         for repeat in range(args.repeats):
             timed = bench_batch(layer, batch, flusher, args.rounds, copy_bw, not args.no_fla, batch in args.sweep,
-                                same_copy)
+                                same_copy, with_fields)
             rows += with_ratios(timed, repeat)
     print_table(rows, kind)
     out = {"kind": kind, "dims": args.dims, "dtype": args.dtype, "window": args.window, "device": info,

@@ -64,3 +64,49 @@ def test_derive_without_variants_is_an_error(capsys):
     with pytest.raises(SystemExit):
         bench_mamba2_decode.main(["--derive", "ring_warps=1"])
     assert "--derive: only with --variants" in capsys.readouterr().err
+
+
+def test_default_with_replaces_fields_of_the_ops_default(capsys):
+    """``bench_gdn_decode.py --default-with``: the ops' default launch at each batch with fields
+    replaced, none where that batch's default is another kind of launch or lacks the fields."""
+    import _delta_layer
+
+    from trtllm_replayssm.ops.gdn import decode
+    from trtllm_replayssm.ops.gdn.decode_fused import FusedVariant
+
+    class KDA:
+        per_channel, d_v, window = True, 128, 16
+
+    class GDN:
+        per_channel, d_v, window = False, 128, 16
+
+    got = _delta_layer.default_with(KDA, 256, False, {"block_v": 64, "read_stages": 3})
+    assert got == dataclasses.replace(decode.default_variant(256, True, False, 128, 16), block_v=64, read_stages=3)
+    assert _delta_layer.default_with(KDA, 1, False, {"block_v": 64}) is None  # write-through there
+    assert _delta_layer.default_with(GDN, 256, False, {"read_stages": 3}) is None  # one-launch: no such field
+    assert _delta_layer.default_with(GDN, 256, False, {"stages": 2}) == FusedVariant(block_v=64, stages=2,
+                                                                                       flush_stages=0)
+    with pytest.raises(SystemExit):
+        bench_gdn_decode.main("kda", ["--default-with", "bogus=1"])
+    assert "--default-with: 'bogus=1' is not 'field=value, ...' of StagedVariant or of FusedVariant" in (
+        capsys.readouterr().err)
+
+
+def test_default_with_reaches_each_batch(monkeypatch):
+    """The CLI hands ``--default-with``'s fields to every batch's timing (an early version let
+    ``--derive``'s list shadow them, so the rows never appeared); the GPU timing itself is
+    replaced by a recorder here."""
+    seen = []
+    monkeypatch.setattr(bench_gdn_decode, "Layer", lambda *a, **k: None)
+    monkeypatch.setattr(bench_gdn_decode, "device_info", lambda: {})
+    monkeypatch.setattr(bench_gdn_decode, "copy_bandwidth_gbps", lambda: 1.0)
+    monkeypatch.setattr(bench_gdn_decode, "L2Flusher", lambda: None)
+    monkeypatch.setattr(bench_gdn_decode, "SameSizeCopy", lambda *a: type("C", (), {"cache": {}})())
+    monkeypatch.setattr(bench_gdn_decode, "print_table", lambda rows, kind: None)
+    monkeypatch.setattr(bench_gdn_decode, "bench_batch",
+                        lambda layer, batch, *a: seen.append((batch, a[-1])) or [
+                            {"batch": batch, "mode": "standard", "us": 1.0}])
+    bench_gdn_decode.main("kda", ["--batches", "128", "256", "--default-with", "block_v=32, read_stages=2",
+                                  "stages=3"])
+    want = [{"block_v": 32, "read_stages": 2}, {"stages": 3}]
+    assert seen == [(128, want), (256, want)]

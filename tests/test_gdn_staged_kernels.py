@@ -152,6 +152,26 @@ def test_flush_reread_cpu(dtype, reread, d_k, launch):
         assert flushes >= 2 * 3 and worst_c < 1e-5, (stagger, flushes, worst_c)
 
 
+@pytest.mark.parametrize("refold", [False, True], ids=["fold-u", "refold"])
+@pytest.mark.parametrize("read_stages,block_v,d_k", [(1, 16, 64), (2, 32, 64), (3, 16, 16)],
+                         ids=["s1-bv16-2-chunks", "s2-bv32-2-chunks", "s3-bv16-1-chunk"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.float32], ids=["fp16", "fp32"])
+@pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
+def test_read_stages_cpu(per_channel, dtype, read_stages, block_v, d_k, refold):
+    """``read_stages``: the stream launch walks its tile in 32-column chunks (capped at ``d_k``)
+    through a pipeline, the products summed in-thread; outputs and checkpoints against float64
+    at every step over 3+ windows, staggered phases and a padded row. (fp16: the tile-whole
+    form's checkpoint error is 3e-5 here as well; checked to fail with ``S k_t`` replaced by
+    ``S q_t`` in the chunk sums.)"""
+    base = decode.default_variant(256, per_channel, refold, 32, 32)
+    variant = dataclasses.replace(base, block_v=block_v, read_stages=read_stages)
+    layer = Layer(per_channel, 4, 2, d_k, 32, dtype=dtype, seed=17)
+    worst_o, worst_c, flushes = drive(layer, 4, slots=6, steps=3 * 4 + 2, window=4, refold=refold, variant=variant)
+    fp32 = dtype == torch.float32
+    assert flushes >= 3 * 3 and worst_c < (1e-5 if fp32 else 1e-4) and worst_o < (2e-5 if fp32 else 2e-3), (
+        flushes, worst_c, worst_o)
+
+
 @pytest.mark.parametrize("halves", [True, False], ids=["halves", "whole"])
 @pytest.mark.parametrize("window", [4, 7, 12], ids=["cap4", "cap7", "cap12"])
 @pytest.mark.parametrize("refold", [False, True], ids=["fold-u", "refold"])
@@ -207,7 +227,10 @@ def test_staged_launch_constexprs():
     refolding = staged_launch(decode.default_variant(256, False, True, 128), *dims, per_channel=False, refold=True, **kw)
     assert refolding.flush_list and refolding.flush["PREFETCH"] == 1 and not refolding.flush["DOT"]
     assert refolding.common["REFOLD"] and refolding.ring["RAW_QK"] and refolding.stream == dict(
-        BV=8, FLUSH_HERE=False, PDL=False)
+        BV=8, FLUSH_HERE=False, PDL=False, READ_STAGES=0, KC=32)
+    chunked = dataclasses.replace(decode.default_variant(256, True, True, 128), block_v=64, read_stages=3)
+    assert staged_launch(chunked, *dims, per_channel=True, refold=True, **kw).stream == dict(
+        BV=64, FLUSH_HERE=False, PDL=False, READ_STAGES=3, KC=32)
     # GDN's staged cached-u default at 256 (with a ring wider than the one-launch step takes)
     folding = staged_launch(decode.default_variant(256, False, False, 128, 32), *dims, per_channel=False,
                             refold=False, **kw)
@@ -268,6 +291,8 @@ STAGED_BAD_OPTIONS = [
     (dict(flush_launch=True, fold="u", fold_first=True), "^fold_first: only with flush_dot"),
     (dict(flush_launch=True, flush_dot=True, flush_reread=24), "^flush_reread: expected 0, or a power of two"),
     (dict(flush_launch=True, flush_reread=32), "^flush_reread: expected 0, or a power of two >= 16 with flush_dot"),
+    (dict(read_stages=2), "^read_stages: only with flush_launch=True"),
+    (dict(flush_launch=True, read_stages=-1), "^read_stages: expected an int >= 0"),
 ]
 
 
@@ -346,6 +371,19 @@ def test_staged_defaults_flush_tf32x2_gpu(per_channel, dtype, monkeypatch):
     every activation dtype, against float64."""
     dims = (32, 32, 128, 128) if per_channel else GPU_DIMS[0]
     variant = dataclasses.replace(decode.default_variant(256, per_channel, False, dims[3], 32), flush_precision="tf32x2")
+    check_variant_gpu(per_channel, dims, dtype, 64, variant, monkeypatch, refold=False)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("read_stages,block_v", [(2, 32), (3, 64)], ids=["s2-bv32", "s3-bv64"])
+@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
+@pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
+def test_read_stages_gpu(per_channel, dtype, read_stages, block_v, monkeypatch):
+    """The staged defaults (KDA's, GDN's with a ring the one-launch step does not take) with the
+    stream launch's tile walked in chunks (``read_stages``), model dims, batch 64, against float64."""
+    dims = (32, 32, 128, 128) if per_channel else GPU_DIMS[0]
+    variant = dataclasses.replace(decode.default_variant(256, per_channel, False, dims[3], 32), block_v=block_v,
+                                  read_stages=read_stages)
     check_variant_gpu(per_channel, dims, dtype, 64, variant, monkeypatch, refold=False)
 
 

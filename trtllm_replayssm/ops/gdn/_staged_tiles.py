@@ -116,6 +116,44 @@ def _tile_read(S, U, c, b_v, b_beta, p_w, p_q, p_rk, o_k, o_c, K: tl.constexpr, 
     else:
         Sq = tl.sum(S * tl.load(p_w + o_k)[None, :], axis=1)
         Sk = tl.sum(S * tl.load(p_w + K + o_k)[None, :], axis=1)
+    return _ring_terms(Sq, Sk, kq, U, b_v, b_beta, p_w, o_c, K, BC, RING)
+
+
+@triton.jit
+def _tile_read_chunks(p_s, U, c, b_v, b_beta, p_w, p_q, p_rk, o_c, K: tl.constexpr, BC: tl.constexpr,
+                      BV: tl.constexpr, KC: tl.constexpr, STAGES: tl.constexpr, RAW_QK: tl.constexpr):
+    """:func:`_tile_read` with the checkpoint tile read from ``p_s`` (``[BV]`` row pointers) in
+    ``KC``-column chunks through a ``STAGES``-deep software pipeline rather than whole: the
+    products with ``q`` and ``k`` summed four columns at a time inside each thread, reduced across
+    lanes once after the loop (the form of the one-launch step's chunk loop, ``decode_fused.py``).
+    The same terms in another fp32 order."""
+    kq = tl.load(p_w + 2 * K + 2 * BC + 1)
+    o_kc = tl.arange(0, KC)
+    P_q = tl.zeros([BV, KC // 4], dtype=tl.float32)
+    P_k = tl.zeros([BV, KC // 4], dtype=tl.float32)
+    for j in tl.range(0, K // KC, num_stages=STAGES):
+        cols = j * KC + o_kc
+        Sj = tl.load(p_s + cols[None, :]).to(tl.float32)
+        if RAW_QK:
+            qj = tl.load(p_q + cols).to(tl.float32)
+            kj = tl.load(p_rk + c * K + cols).to(tl.float32)
+        else:
+            qj = tl.load(p_w + cols)
+            kj = tl.load(p_w + K + cols)
+        P_q += tl.sum(tl.reshape(Sj * qj[None, :], [BV, KC // 4, 4]), axis=2)
+        P_k += tl.sum(tl.reshape(Sj * kj[None, :], [BV, KC // 4, 4]), axis=2)
+    Sq = tl.sum(P_q, axis=1)
+    Sk = tl.sum(P_k, axis=1)
+    if RAW_QK:
+        Sq = Sq * tl.load(p_w + 2 * K + 2 * BC + 2)
+        Sk = Sk * tl.load(p_w + 2 * K + 2 * BC + 3)
+    return _ring_terms(Sq, Sk, kq, U, b_v, b_beta, p_w, o_c, K, BC, True)
+
+
+@triton.jit
+def _ring_terms(Sq, Sk, kq, U, b_v, b_beta, p_w, o_c, K: tl.constexpr, BC: tl.constexpr, RING: tl.constexpr):
+    """``(u_t, o_t)`` from a tile's row sums ``S (e^{D_t} q)`` and ``S (e^{D_t} k)``, the ring's
+    ``u`` tile and the coefficient line at ``p_w`` (``kq``: its ``k_t . q_t`` term)."""
     if RING:
         b_a = tl.load(p_w + 2 * K + o_c)
         b_bk = tl.load(p_w + 2 * K + BC + o_c)

@@ -114,6 +114,11 @@ class StagedVariant:
     ``pdl``: the stream launch is a programmatic dependent launch of the ring launch
     (``ops/_pdl.py``; sm_90+ compiled kernels, otherwise ignored): its programs are dispatched
     while the ring launch finishes and wait for it before their first load.
+    ``read_stages`` (with ``flush_launch``: the stream launch then reads and never folds): 0
+    loads a stream program's ``[block_v, d_k]`` tile whole; ``n >= 1`` walks it in 32-column
+    chunks through an ``n``-stage software pipeline after the ring's loads are issued, the
+    products summed in-thread (the one-launch step's chunk loop, ``decode_fused.py``), so that
+    taller tiles (64 rows) keep their loads in flight without holding the tile in registers.
     """
 
     block_v: int | None = None
@@ -143,6 +148,7 @@ class StagedVariant:
     fold_first: bool = False
     flush_reread: int = 0
     pdl: bool = False
+    read_stages: int = 0
 
     def __post_init__(self):
         if self.flush_precision not in _DOT_PRECISIONS:
@@ -189,6 +195,10 @@ class StagedVariant:
             raise ValueError(f"unroll: only with fold='wy', got fold={self.fold!r}")
         if self.stages < 1:
             raise ValueError(f"stages: expected >= 1, got {self.stages}")
+        if not isinstance(self.read_stages, int) or self.read_stages < 0:
+            raise ValueError(f"read_stages: expected an int >= 0, got {self.read_stages!r}")
+        if self.read_stages and not self.flush_launch:
+            raise ValueError("read_stages: only with flush_launch=True (the stream launch then folds nothing)")
         for name in ("max_registers", "ring_max_registers", "flush_max_registers"):
             r = getattr(self, name)
             if r is not None and not 24 <= r <= 255:
@@ -322,5 +332,7 @@ def staged_launch(variant: StagedVariant, rows: int, v_heads: int, k_heads: int,
         flush = dict(own, HEADS_PER_PROGRAM=heads, SPLIT=split)
     return StagedLaunch(
         block_v=bv, warps=warps, ring_warps=ring_warps, ring_programs=programs, width=width, ring=ring, common=common,
-        stream=dict(BV=bv, FLUSH_HERE=not variant.flush_launch, PDL=pdl), flush=flush, flush_list=flush_list,
+        stream=dict(BV=bv, FLUSH_HERE=not variant.flush_launch, PDL=pdl, READ_STAGES=variant.read_stages,
+                    KC=min(32, d_k)),
+        flush=flush, flush_list=flush_list,
         flush_block_v=flush_bv, flush_warps=flush_warps, flush_heads=heads, flush_split=split, flush_tiles=tiles)

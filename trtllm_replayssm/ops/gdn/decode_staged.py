@@ -63,8 +63,8 @@ import triton.language as tl
 from .._flush_list import flush_ranks, flush_row, launch_key, list_grid, note_resident
 from .._pdl import gdc_launch_dependents, gdc_wait, pdl_supported
 from .._side_stream import fork, join
-from ._staged_tiles import (_fold_keys, _tile_fold_u, _tile_fold_u_dot, _tile_fold_u_reread, _tile_read, _tile_refold,
-                            _tile_wy)
+from ._staged_tiles import (_fold_keys, _tile_fold_u, _tile_fold_u_dot, _tile_fold_u_reread, _tile_read,
+                            _tile_read_chunks, _tile_refold, _tile_wy)
 from ._staged_variant import (StagedLaunch, StagedVariant, flush_config, folds_first, item_tiles, ring_split,
                               scratch_width, staged_config, staged_launch, uses_flush_dot)
 from .decode import _load_gate, _load_qk, _program_ids, _strides
@@ -256,7 +256,8 @@ def _stream_kernel(
     HV: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, CAP: tl.constexpr,
     BC: tl.constexpr, W: tl.constexpr, PER_CHANNEL: tl.constexpr, REFOLD: tl.constexpr, WY: tl.constexpr,
     RAW_QK: tl.constexpr, FLUSH_HERE: tl.constexpr, STAGES: tl.constexpr, UNROLL: tl.constexpr,
-    HAS_INDICES: tl.constexpr, PDL: tl.constexpr, FOLD_FIRST: tl.constexpr = False,
+    HAS_INDICES: tl.constexpr, PDL: tl.constexpr, READ_STAGES: tl.constexpr, KC: tl.constexpr,
+    FOLD_FIRST: tl.constexpr = False,
 ):
     if PDL:
         # Launched as a programmatic dependent of the ring launch: everything below reads what
@@ -291,8 +292,8 @@ def _stream_kernel(
             tl.store(flush_at + slot, window)
         return
     sh = slot * HV + i_hv
-    p_s = checkpoint + sh * V * K + o_v[:, None] * K + o_k[None, :]
-    S = tl.load(p_s).to(tl.float32)
+    if READ_STAGES == 0:
+        S = tl.load(checkpoint + sh * V * K + o_v[:, None] * K + o_k[None, :]).to(tl.float32)
     p_w = scratch + (i_b * HV + i_hv) * W
     p_rk = ring_k + (slot * H + i_h) * CAP * K
     p_rv = ring_v + sh * CAP * V
@@ -303,7 +304,12 @@ def _stream_kernel(
     # Only the c live entries: c arrives with the slot (both read first), so this mask costs no
     # latency and the ring's stale tail (7% of the state's bytes at 8-row tiles) stays in DRAM.
     U = tl.load(p_ru + o_c[:, None] * V + o_v[None, :], mask=(o_c < c)[:, None], other=0.0)
-    b_u, b_o = _tile_read(S, U, c, b_v, b_beta, p_w, p_q, p_rk, o_k, o_c, K, BC, RAW_QK)
+    if READ_STAGES == 0:
+        b_u, b_o = _tile_read(S, U, c, b_v, b_beta, p_w, p_q, p_rk, o_k, o_c, K, BC, RAW_QK)
+    else:
+        # The ring's loads above are in flight while the chunk loop streams the tile.
+        b_u, b_o = _tile_read_chunks(checkpoint + sh * V * K + o_v[:, None] * K, U, c, b_v, b_beta, p_w, p_q, p_rk,
+                                     o_c, K, BC, BV, KC, READ_STAGES, RAW_QK)
     tl.store(p_o, b_o.to(out.dtype.element_ty))
     tl.store(p_ru + c * V + o_v, b_u)
     tl.store(p_rv + c * V + o_v, b_v.to(ring_v.dtype.element_ty))

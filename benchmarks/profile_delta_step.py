@@ -39,6 +39,9 @@ def main(argv=None):
                    help="profile flush steps instead (every row at ring length window - 1; the cursor "
                         "fill appears as its own kernel)")
     p.add_argument("--timeline", action="store_true", help="also trace graph replays kernel by kernel")
+    p.add_argument("--refold", choices=["default", "true", "false"], default="default",
+                   help="the flush's fold: the ops' default at --batch (refold=None), the raw ring's refold, or "
+                        "the cached u's fold; it also picks the 'default' entry's launch")
     args = p.parse_args(argv)
     args.variants += derive_variants(args.derive)
     dims = {"gdn": (32, 16, 128, 128), "kda": (32, 32, 128, 128)}[args.kind]
@@ -48,6 +51,9 @@ def main(argv=None):
     by_name = {name: variant for name, variant, _ in VARIANTS}
     what = "flush steps" if args.flush else f"non-flush steps over ring lengths 0..{args.steps - 1}"
     print(f"{args.kind} batch {args.batch}, dims {dims}, bf16, mean device us per step, {what}")
+    # One fold for the kernel times and the timeline; the ops' own (refold=None) picks the
+    # launch of the "default" entry (Gated DeltaNet's one-launch step folds the cached u).
+    refold = default_refold(args.kind == "kda", args.batch) if args.refold == "default" else args.refold == "true"
     for name in args.variants:
         variant = by_name[name]
         state = layer.state(args.batch)
@@ -55,7 +61,7 @@ def main(argv=None):
         def step():
             if args.flush:
                 state.committed.fill_(state.window - 1)
-            variant_step(layer, variant, state, x, idx)
+            variant_step(layer, variant, state, x, idx, refold=refold)
 
         step()  # compile
         state.committed.zero_()
@@ -67,8 +73,6 @@ def main(argv=None):
             print(f"    {kernel[:60]:<60} {us:8.1f} us")
         if args.timeline:
             state.committed.zero_()
-            # The ops' default fold (refold=None).
-            refold = default_refold(args.kind == "kda", args.batch)
             timeline(lambda: variant_step(layer, variant, state, x, idx, refold=refold), state.window)
 
 

@@ -12,7 +12,8 @@ fold of cached ``u`` (``X`` = ``u``, ``Y`` = decayed keys).
   Triton's pipeliner multi-buffers in shared memory (Hopper and later).
 
 Folds: ``fma`` (unrolled rank-1 FMAs), ``loop`` (rolled), ``tf32x3`` / ``tf32x2`` / ``bf16x3`` / ``ieee``
-(``tl.dot``); in Gluon (``_fold_gluon.py``): ``gluon bp...`` the tf32x2 fold with the tile in the
+(``tl.dot``), ``none`` (``a S`` alone, no window: the same tiles' load, scale, output and store,
+what a fold costs above them; checked against ``a S``); in Gluon (``_fold_gluon.py``): ``gluon bp...`` the tf32x2 fold with the tile in the
 MMA accumulator layout from load to store, ``gluon fma ...`` rank-1 fp32 FMAs with a register block
 of the tile per thread, ``gluon tma ...`` the tf32x2 fold with tiles streamed through shared
 memory by TMA (``STAGES`` in flight per program, folded in place, stored by TMA). ``delta chain ...`` / ``delta after ...``: the ``tl.dot`` fold with a
@@ -53,7 +54,9 @@ def _fold(S, head, rows_in_head, X_ptr, Y_ptr, a_ptr, HPG: tl.constexpr, P: tl.c
     x_base = X_ptr + head * J * P
     y_base = Y_ptr + (head // HPG) * J * N
     acc = tl.load(a_ptr + head) * S
-    if FOLD == "fma":
+    if FOLD == "none":
+        pass
+    elif FOLD == "fma":
         for j in tl.static_range(J):
             x_j = tl.load(x_base + j * P + rows_in_head)
             y_j = tl.load(y_base + j * N + offs_n).to(tl.float32)
@@ -161,6 +164,10 @@ def launches(S, X, Y, a, C, out, head_dim, hpg, sms):
     j = X.shape[1]
     common = dict(HPG=hpg, P=head_dim, N=n, J=j)
     out_ = {}
+    for bp, warps in ((16, 2), (32, 4)):  # the Nano and Nemotron-H flush tiles without a fold
+        out_[f"plain bp{bp} w{warps} none"] = (
+            lambda bp=bp, warps=warps: _fold_plain[(rows // bp,)](
+                S, X, Y, a, C, out, **common, BLOCK_P=bp, FOLD="none", num_warps=warps))
     for bp, warps in ((16, 2), (16, 4), (32, 4), (8, 1), (64, 4), (64, 8), (16, 8)):
         for fold in ("fma", "loop", "tf32x3", "tf32x2", "bf16x3", "ieee"):
             if (fold in ("tf32x3", "tf32x2", "bf16x3", "ieee") and bp < 16) or (bp == 64 or warps == 8) and fold != "tf32x3":
@@ -242,8 +249,9 @@ def main(argv=None):
     C = torch.randn(nh // hpg, d_state, device="cuda").to(torch.bfloat16)
     out = torch.empty(rows, device="cuda")
     Yg = Y.double().repeat_interleave(hpg, dim=0)
-    ref = (a.double()[:, None, None] * S0.double().view(nh, head_dim, d_state)
-           + torch.einsum("hjp,hjn->hpn", X.double(), Yg)).view(rows, d_state)
+    scaled = a.double()[:, None, None] * S0.double().view(nh, head_dim, d_state)
+    ref = (scaled + torch.einsum("hjp,hjn->hpn", X.double(), Yg)).view(rows, d_state)
+    scaled = scaled.view(rows, d_state)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     copy = max(copy_bandwidths_gbps().values())
     flush = L2Flusher()
@@ -260,7 +268,8 @@ def main(argv=None):
             S.copy_(S0)
             fn()
             torch.cuda.synchronize()
-            err = float(((S.double() - ref).abs().max() / ref.abs().max()))
+            want = scaled if name.endswith(" none") else ref
+            err = float(((S.double() - want).abs().max() / want.abs().max()))
             us = median([t[0] for t in time_replays(capture_graph(fn), rounds=args.rounds, flush=flush)])
             gbps = nbytes / (us * 1e-6) / 1e9
             print(f"{name:<34}{us:>9.1f}{gbps:>8.0f}{100 * gbps / copy:>7.1f}%  "

@@ -10,6 +10,7 @@ and ``d_v`` offsets; ``p_*`` pointers to the (row, head)'s ring entries and scra
 import triton
 import triton.language as tl
 
+from .._chunk_sums import chunk_partials
 from .._tf32 import dot_tf32x3_split_b, fp32_dot, tf32_split
 from .decode import _delta_update, _ring_entry, _tile_refold_raw
 
@@ -123,9 +124,9 @@ def _tile_read(S, U, c, b_v, b_beta, p_w, p_q, p_rk, o_k, o_c, K: tl.constexpr, 
 def _tile_read_chunks(p_s, U, c, b_v, b_beta, p_w, p_q, p_rk, o_c, K: tl.constexpr, BC: tl.constexpr,
                       BV: tl.constexpr, KC: tl.constexpr, STAGES: tl.constexpr, RAW_QK: tl.constexpr):
     """:func:`_tile_read` with the checkpoint tile read from ``p_s`` (``[BV]`` row pointers) in
-    ``KC``-column chunks through a ``STAGES``-deep software pipeline rather than whole: the
-    products with ``q`` and ``k`` summed four columns at a time inside each thread, reduced across
-    lanes once after the loop (the form of the one-launch step's chunk loop, ``decode_fused.py``).
+    ``KC``-column chunks through a ``STAGES``-deep software pipeline rather than whole, the
+    products with ``q`` and ``k`` summed in-thread per chunk (``ops/_chunk_sums.py``; the
+    one-launch step's chunk loop, ``decode_fused.py``).
     The same terms in another fp32 order."""
     kq = tl.load(p_w + 2 * K + 2 * BC + 1)
     o_kc = tl.arange(0, KC)
@@ -140,8 +141,8 @@ def _tile_read_chunks(p_s, U, c, b_v, b_beta, p_w, p_q, p_rk, o_c, K: tl.constex
         else:
             qj = tl.load(p_w + cols)
             kj = tl.load(p_w + K + cols)
-        P_q += tl.sum(tl.reshape(Sj * qj[None, :], [BV, KC // 4, 4]), axis=2)
-        P_k += tl.sum(tl.reshape(Sj * kj[None, :], [BV, KC // 4, 4]), axis=2)
+        P_q += chunk_partials(Sj, qj, BV, KC)
+        P_k += chunk_partials(Sj, kj, BV, KC)
     Sq = tl.sum(P_q, axis=1)
     Sk = tl.sum(P_k, axis=1)
     if RAW_QK:

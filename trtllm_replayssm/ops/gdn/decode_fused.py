@@ -46,6 +46,7 @@ import triton
 import triton.language as tl
 
 from .._arrivals import replay_cursors
+from .._chunk_sums import chunk_partials
 from .._tf32 import fp32_dot
 from .decode import _append_gate_key, _arrivals, _load_gate, _load_qk, _program_ids, _strides
 
@@ -193,8 +194,7 @@ def _fused_step_kernel(
         # from L1 and scaled as _load_qk scales the whole vectors, element for element).
         raw_q = tl.load(q + i_b * stride_q + i_h * stride_qh + o_k).to(tl.float32)
         q_norm = tl.sqrt(tl.sum(raw_q * raw_q) + 1e-6)
-        # The chunk's blocked layout holds four consecutive columns per thread: summed there,
-        # the shuffles across lanes are paid once after the loop.
+        # Summed in-thread per chunk, across lanes once after the loop (ops/_chunk_sums.py).
         P_k = tl.zeros([BV, KC // 4], dtype=tl.float32)
         P_q = tl.zeros([BV, KC // 4], dtype=tl.float32)
         for j in tl.range(0, K // KC, num_stages=STAGES):
@@ -202,8 +202,8 @@ def _fused_step_kernel(
             Sj = tl.load(p_s + cols[None, :])
             qj = tl.load(q + i_b * stride_q + i_h * stride_qh + cols).to(tl.float32) / q_norm * scale
             kj = (tl.load(p_k + cols).to(tl.float32) / k_norm).to(ring_k.dtype.element_ty).to(tl.float32)
-            P_k += tl.sum(tl.reshape(Sj * kj[None, :], [BV, KC // 4, 4]), axis=2)
-            P_q += tl.sum(tl.reshape(Sj * qj[None, :], [BV, KC // 4, 4]), axis=2)
+            P_k += chunk_partials(Sj, kj, BV, KC)
+            P_q += chunk_partials(Sj, qj, BV, KC)
         S_k = tl.sum(P_k, axis=1)
         S_q = tl.sum(P_q, axis=1)
     D_t = tl.sum(gr) + b_g

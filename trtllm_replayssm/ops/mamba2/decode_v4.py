@@ -39,6 +39,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from .._chunk_sums import chunk_partials
 from .._tf32 import fp32_dot
 from .decode import (_append_dt_B, _arrivals, _common, _fold_unrolled, _move_cursors, _program_ids, _slot_of,
                      _softplus_clamp, _state_strides)
@@ -172,7 +173,7 @@ def _cols_tile(ck_base, rx_base, rB_base, x_row, z_row, y_row, C_row, B_row, fir
         Sj = tl.load(ck_base + offs_p[:, None] * s_ck_p + cols[None, :], mask=rows[:, None] & (cols < N)[None, :],
                      other=0.0).to(tl.float32)
         Cj = tl.load(C_row + cols, mask=cols < N, other=0.0).to(tl.float32)
-        sums += tl.sum(tl.reshape(Sj * Cj[None, :], [BLOCK_P, KC // 4, 4]), axis=2)
+        sums += chunk_partials(Sj, Cj, BLOCK_P, KC)
     x = xb.to(tl.float32)
     xr = tl.where(in_ring[None, :], rx.to(tl.float32), 0.0)
     y = gamma * tl.sum(sums, axis=1) + tl.sum(xr * coef[None, :], axis=1) + coef_now * x

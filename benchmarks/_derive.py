@@ -37,3 +37,13 @@ def parse_fields(text: str, cls) -> dict:
 
 def label(fields: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in fields.items())
+
+
+def parse_fields_of(text: str, classes) -> tuple[type, dict]:
+    """``(cls, fields)``: ``text`` parsed as :func:`parse_fields` of the first dataclass of
+    ``classes`` that has every key it names (``SystemExit`` naming them all where none has)."""
+    keys = {item.partition("=")[0].strip() for item in text.split(",") if item.strip()}
+    for cls in classes:
+        if keys and keys <= {f.name for f in dataclasses.fields(cls)}:
+            return cls, parse_fields(text, cls)
+    raise SystemExit(f"--derive: {text!r} is not field=value of {' or of '.join(c.__name__ for c in classes)}")

@@ -144,11 +144,7 @@ def copy_bandwidths_gbps(nbytes: int = 2 << 30, rounds: int = 20, device: str = 
     ``torch.Tensor.copy_`` and of a plain Triton streaming copy (16-byte accesses)."""
     src = torch.empty(nbytes // 4, dtype=torch.float32, device=device).uniform_()
     dst = torch.empty_like(src)
-    block = 8192
-    kernels = {
-        "torch_copy": lambda: dst.copy_(src),
-        "triton_copy": lambda: _copy_kernel[(triton.cdiv(src.numel(), block),)](src, dst, src.numel(), BLOCK=block, num_warps=8),
-    }
+    kernels = {"torch_copy": lambda: dst.copy_(src), "triton_copy": lambda: _triton_copy(src, dst)}
     out = {}
     for name, fn in kernels.items():
         graph = capture_graph(fn)
@@ -177,9 +173,7 @@ class SameSizeCopy:
         if mib not in self.cache:
             src = torch.empty(mib << 18, dtype=torch.float32, device=self.device).uniform_()
             dst = torch.empty_like(src)
-            block = 8192
-            graph = capture_graph(lambda: _copy_kernel[(triton.cdiv(src.numel(), block),)](
-                src, dst, src.numel(), BLOCK=block, num_warps=8))
+            graph = capture_graph(lambda: _triton_copy(src, dst))
             time_replays(graph, rounds=WARMUP_ROUNDS, flush=self.flush)
             us = median([t[0] for t in time_replays(graph, rounds=self.rounds, flush=self.flush)])
             self.cache[mib] = 2 * (mib << 20) / (us * 1e-6) / 1e9
@@ -190,6 +184,11 @@ def copy_bandwidth_gbps(nbytes: int = 2 << 30, rounds: int = 20, device: str = "
     """The copy ceiling a memory-bound decode step is reported against (``% of copy``): the
     faster of the copies of :func:`copy_bandwidths_gbps`."""
     return max(copy_bandwidths_gbps(nbytes, rounds, device).values())
+
+
+def _triton_copy(src: torch.Tensor, dst: torch.Tensor, block: int = 8192) -> None:
+    """``dst.copy_(src)`` as a plain Triton streaming copy (16-byte accesses, 8 warps)."""
+    _copy_kernel[(triton.cdiv(src.numel(), block),)](src, dst, src.numel(), BLOCK=block, num_warps=8)
 
 
 @triton.jit

@@ -36,7 +36,6 @@ non-flush, flush, amortized and staggered steps beside fla and the standard kern
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import sys
@@ -49,7 +48,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from _delta_layer import (DTYPES, Cursors, Layer, default_with, fla_fn, replay_fn, steady_mean, steady_start,  # noqa: E402
                           window_cycle)
 from _delta_variants import derive_variants, run_variants  # noqa: E402
-from _derive import label, parse_fields  # noqa: E402
+from _derive import label, parse_fields_of  # noqa: E402
 from _spread import spread, spread_lines  # noqa: E402
 from _timing import (WARMUP_ROUNDS, L2Flusher, SameSizeCopy, capture_graph, copy_bandwidth_gbps, device_info, median,  # noqa: E402
                      time_replays)
@@ -211,11 +210,10 @@ def main(kind="gdn", argv=None):
 
     with_fields = []  # --default-with
     for spec in args.default_with:
-        keys = {item.partition("=")[0].strip() for item in spec.split(",") if item.strip()}
-        cls = next((c for c in (StagedVariant, FusedVariant) if keys <= {f.name for f in dataclasses.fields(c)}), None)
-        if cls is None or not keys:
+        try:
+            with_fields.append(parse_fields_of(spec, (StagedVariant, FusedVariant))[1])
+        except SystemExit:
             p.error(f"--default-with: {spec!r} is not 'field=value, ...' of StagedVariant or of FusedVariant")
-        with_fields.append(parse_fields(spec, cls))
     if args.repeats < 1:
         p.error(f"--repeats: expected >= 1, got {args.repeats}")
     dtype = DTYPES[args.dtype]

@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 import _delta_variants  # noqa: E402
 import bench_gdn_decode  # noqa: E402
-from _derive import field_value, parse_fields  # noqa: E402
+from _derive import field_value, parse_fields, parse_fields_of  # noqa: E402
 
 from trtllm_replayssm.ops.gdn.decode_staged import StagedVariant  # noqa: E402
 from trtllm_replayssm.ops.mamba2 import decode as mamba2_decode  # noqa: E402
@@ -110,3 +110,14 @@ def test_default_with_reaches_each_batch(monkeypatch):
                                   "stages=3"])
     want = [{"block_v": 32, "read_stages": 2}, {"stages": 3}]
     assert seen == [(128, want), (256, want)]
+
+
+def test_parse_fields_of_picks_the_class_with_every_key():
+    from trtllm_replayssm.ops.gdn.decode_fused import FusedVariant
+
+    classes = (StagedVariant, FusedVariant)
+    assert parse_fields_of("read_stages=2, block_v=32", classes) == (StagedVariant, {"read_stages": 2, "block_v": 32})
+    assert parse_fields_of("stages=3, flush_stages=0", classes) == (FusedVariant, {"stages": 3, "flush_stages": 0})
+    for bad in ("read_stages=2, flush_stages=0", "", "bogus=1"):
+        with pytest.raises(SystemExit, match="is not field=value of StagedVariant or of FusedVariant"):
+            parse_fields_of(bad, classes)

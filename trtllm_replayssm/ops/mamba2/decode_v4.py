@@ -25,8 +25,10 @@ memory (``num_stages``); ``"cols"`` gives each program one ``[block_p, d_state]`
 it in 32-column chunks through a ``num_stages`` pipeline with the ring's loads in flight, the
 chunk products summed in-thread, a flush row reading its chunks again (L2 hits) to fold each with
 a ``tl.dot`` fold (the form with which Gated DeltaNet's one-launch step overtook its staged step,
-``ops/gdn/decode_fused.py``; built after the twentieth run's last GPU call: CPU-tested, untimed;
-at Nemotron-H dims, 64-row programs of one warp compile to 240 registers on sm_90, no spills). ``p_split`` programs share one head's rows: 1 for large batches
+``ops/gdn/decode_fused.py``; at Nemotron-H dims, 64-row programs of one warp compile to 240
+registers on sm_90, no spills; on an H200 it lost to the staged step, non-flush 282.9-306.0
+against 275.7-278.9 us and flush 665-765 against 613-616 us at batch 256: NOTES_mamba2.md,
+twenty-first run). ``p_split`` programs share one head's rows: 1 for large batches
 (fewer, longer programs), 2-4 at batch 1 to fill the SMs. ``split_flush`` serves the non-flush
 rows (and appends every row's token) in one launch and folds the flush rows in a second, each
 compiled with only its own path: the fold's registers and shared memory then no longer lower

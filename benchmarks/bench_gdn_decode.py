@@ -48,20 +48,21 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from _delta_layer import (DTYPES, Cursors, Layer, default_with, fla_fn, replay_fn, steady_mean, steady_start,  # noqa: E402
                           window_cycle)
 from _delta_variants import derive_variants, run_variants  # noqa: E402
-from _derive import label, parse_fields_of  # noqa: E402
+from _derive import label, parse_fields, parse_fields_of  # noqa: E402
 from _spread import spread, spread_lines  # noqa: E402
 from _timing import (WARMUP_ROUNDS, L2Flusher, SameSizeCopy, capture_graph, copy_bandwidth_gbps, device_info, median,  # noqa: E402
                      time_replays)
 
 from trtllm_replayssm.ops.gdn import decode  # noqa: E402
 from trtllm_replayssm.ops.gdn._wrappers import default_refold  # noqa: E402
+from trtllm_replayssm.ops.gdn.decode_fused import FusedVariant  # noqa: E402
 
 
 BATCHES = (1, 32, 128, 256, 512)
 ROUNDS = 20
 
 
-def bench_batch(layer, batch, flusher, rounds, copy_bw, with_fla, sweep, same_copy=None, with_fields=()):
+def bench_batch(layer, batch, flusher, rounds, copy_bw, with_fla, sweep, same_copy=None, with_fields=(), fused=()):
     L = layer.window
     x = layer.tokens(batch)
     idx = torch.arange(batch, dtype=torch.int32, device="cuda")
@@ -94,6 +95,8 @@ def bench_batch(layer, batch, flusher, rounds, copy_bw, with_fla, sweep, same_co
     for fields in with_fields:  # --default-with, where this batch's default has those fields
         variant = default_with(layer, batch, default, fields)
         variants += [(None, variant, f"replay {label(fields)}", default)] if variant is not None else []
+    for fields in fused:  # --fused: the one-launch step, which folds the cached u
+        variants.append((None, FusedVariant(**fields), f"replay fused {label(fields)}".rstrip(), False))
     variants.append((None, None, "replay fold u" if default else "replay refold", not default))
     for block_v, variant, name, refold in variants:
         graph = capture_graph(replay_fn(layer, state, x, idx, refold=refold, block_v=block_v, variant=variant))
@@ -198,15 +201,26 @@ def main(kind="gdn", argv=None):
                    help="plain runs: also time the ops' default launch at each batch with these 'field=value, ...' "
                         "replaced (a row 'replay <fields>'; skipped at batches whose default has no such fields, "
                         "e.g. 'block_v=64, read_stages=3' for the staged step)")
+    p.add_argument("--fused", nargs="+", default=[], metavar="FIELDS",
+                   help="plain runs: also time the one-launch step FusedVariant(field=value, ...) at each batch "
+                        "(refold=False; a row 'replay fused <fields>'; '' for its defaults), e.g. "
+                        "'block_v=64, stages=2' for KDA, whose default is the staged step")
     p.add_argument("--compile-workers", type=int, default=8,
                    help="--variants: processes compiling the kernels before the run (0: compile as they come)")
     args = p.parse_args(argv)
     if args.derive and args.variants is None:
         p.error("--derive: only with --variants (it adds variants to that run)")
-    if args.default_with and args.variants is not None:
-        p.error("--default-with: only in plain runs (without --variants; --derive adds variants there)")
-    from trtllm_replayssm.ops.gdn.decode_fused import FusedVariant
+    if (args.default_with or args.fused) and args.variants is not None:
+        p.error("--default-with / --fused: only in plain runs (without --variants; --derive adds variants there)")
     from trtllm_replayssm.ops.gdn.decode_staged import StagedVariant
+
+    fused = []  # --fused
+    for spec in args.fused:
+        try:
+            fused.append(parse_fields(spec, FusedVariant) if spec.strip() else {})
+            FusedVariant(**fused[-1])
+        except (SystemExit, ValueError) as err:
+            p.error(f"--fused: {spec!r} is not 'field=value, ...' of FusedVariant ({err})")
 
     with_fields = []  # --default-with
     for spec in args.default_with:
@@ -240,7 +254,7 @@ def main(kind="gdn", argv=None):
     for batch in args.batches:
         for repeat in range(args.repeats):
             timed = bench_batch(layer, batch, flusher, args.rounds, copy_bw, not args.no_fla, batch in args.sweep,
-                                same_copy, with_fields)
+                                same_copy, with_fields, fused)
             rows += with_ratios(timed, repeat)
     print_table(rows, kind)
     out = {"kind": kind, "dims": args.dims, "dtype": args.dtype, "window": args.window, "device": info,

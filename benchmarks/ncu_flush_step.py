@@ -27,7 +27,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 WINDOW = 16
 
 
-def mamba2_step(batch: int):
+def mamba2_step(batch: int, standard: bool = False):
+    """The all-flush replay step, or with ``standard`` the standard step on the same checkpoint
+    (the kernel whose memory throughput the flush launch is measured against)."""
     from trtllm_replayssm.config import ReplaySSMConfig
     from trtllm_replayssm.ops.mamba2 import Mamba2ReplayState, decode
 
@@ -49,12 +51,15 @@ def mamba2_step(batch: int):
     D, dt_bias = torch.randn(heads, device="cuda", generator=gen), torch.randn(heads, device="cuda", generator=gen)
     idx = torch.arange(batch, dtype=torch.int32, device="cuda")
 
+    def standard_step():
+        decode.standard_step(st.checkpoint, x, dt, A, B, C, D, z, dt_bias, True, None, None, idx, -1)
+
     def step():
         st.committed.fill_(WINDOW - 1)
         st.flush_at.fill_(WINDOW)
         decode.replay_step(st.checkpoint, st.ring_x, st.ring_dt, st.ring_B, st.committed, st.flush_at, st.window,
                            x, dt, A, B, C, D, z, dt_bias, True, None, None, idx, -1)
-    return step
+    return standard_step if standard else step
 
 
 def delta_step(kind: str, batch: int, refold: bool, variant=None):
@@ -95,6 +100,8 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--kind", default="mamba2", choices=["mamba2", "gdn", "kda"])
     p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--standard", action="store_true",
+                   help="mamba2: the standard step (_standard_step_kernel) on the same checkpoint instead")
     p.add_argument("--refold", action="store_true", help="delta rules: the refolding flush")
     p.add_argument("--fused", metavar="FIELDS", help='gdn: the one-launch step, FusedVariant fields ("" for defaults)')
     p.add_argument("--paper-root", help="gdn: time the paper's kernel from this checkout instead")
@@ -104,10 +111,12 @@ def main(argv=None):
         p.error(f"--batch: expected >= 1, got {args.batch}")
     if (args.fused is not None or args.paper_root) and args.kind != "gdn":
         p.error(f"--fused / --paper-root: Gated DeltaNet only (--kind gdn), got --kind {args.kind}")
+    if args.standard and args.kind != "mamba2":
+        p.error(f"--standard: Mamba-2 only (--kind mamba2), got --kind {args.kind}")
     if args.paper_root:
         step = paper_step(args.paper_root, tuple(int(v) for v in args.paper_config.split(",")), args.batch)
     elif args.kind == "mamba2":
-        step = mamba2_step(args.batch)
+        step = mamba2_step(args.batch, args.standard)
     else:
         variant = None
         if args.fused is not None:

@@ -104,12 +104,24 @@ def test_default_with_reaches_each_batch(monkeypatch):
     monkeypatch.setattr(bench_gdn_decode, "SameSizeCopy", lambda *a: type("C", (), {"cache": {}})())
     monkeypatch.setattr(bench_gdn_decode, "print_table", lambda rows, kind: None)
     monkeypatch.setattr(bench_gdn_decode, "bench_batch",
-                        lambda layer, batch, *a: seen.append((batch, a[-1])) or [
+                        lambda layer, batch, *a: seen.append((batch, a[-2], a[-1])) or [
                             {"batch": batch, "mode": "standard", "us": 1.0}])
     bench_gdn_decode.main("kda", ["--batches", "128", "256", "--default-with", "block_v=32, read_stages=2",
-                                  "stages=3"])
+                                  "stages=3", "--fused", "block_v=64, stages=2", ""])
     want = [{"block_v": 32, "read_stages": 2}, {"stages": 3}]
-    assert seen == [(128, want), (256, want)]
+    fused = [{"block_v": 64, "stages": 2}, {}]
+    assert seen == [(128, want, fused), (256, want, fused)]
+
+
+@pytest.mark.parametrize("spec,error", [
+    ("read_stages=2", "--fused: 'read_stages=2' is not 'field=value, ...' of FusedVariant"),
+    ("stages=-1", "--fused: 'stages=-1' is not 'field=value, ...' of FusedVariant (FusedVariant.stages: expected"),
+])
+def test_fused_rows_reject_bad_fields(spec, error, capsys):
+    """``--fused``: fields of ``FusedVariant`` only, checked before anything runs."""
+    with pytest.raises(SystemExit):
+        bench_gdn_decode.main("kda", ["--fused", spec])
+    assert error in capsys.readouterr().err
 
 
 def test_parse_fields_of_picks_the_class_with_every_key():

@@ -17,6 +17,7 @@ from ncu_flush_step import main  # noqa: E402
     (["--kind", "mamba2", "--fused", ""], "--fused / --paper-root: Gated DeltaNet only (--kind gdn), got --kind mamba2"),
     (["--kind", "kda", "--paper-root", "somewhere"], "--fused / --paper-root: Gated DeltaNet only"),
     (["--kind", "gdn", "--batch", "0"], "--batch: expected >= 1, got 0"),
+    (["--kind", "kda", "--standard"], "--standard: Mamba-2 only (--kind mamba2), got --kind kda"),
 ])
 def test_bad_arguments_are_named(argv, message, capsys):
     with pytest.raises(SystemExit) as err:

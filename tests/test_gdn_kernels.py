@@ -211,12 +211,19 @@ def test_default_variant_by_batch_kind_and_fold():
         # the flush launch under the stream launch on a side stream
         assert refolding.flush_stream and fold_u.flush_stream
         for big in (fold_u, refolding):
-            # one-warp ring and stream programs (their reductions over d_k stay inside a warp), 8-row tiles
+            # one-warp ring and stream programs (their reductions over d_k stay inside a warp), 8-row
+            # tiles read whole, except KDA's cached-u step from KDA_READ_STAGES_FROM: 32-row tiles in
+            # pipelined 32-column chunks
             assert big.flush_launch and (big.ring_warps, big.num_warps) == (1, 1)
-            assert big.block_v == 8 and big.raw_qk == (not per_channel)
+            chunked = per_channel and big is fold_u
+            assert (big.block_v, big.read_stages) == ((32, 2) if chunked else (8, 0))
+            assert big.raw_qk == (not per_channel)
             assert big.ring_halves == per_channel  # KDA's ring terms over two halves of the ring
         for refold in (False, True):
             assert decode.default_variant(256, per_channel, refold, 48) is None  # d_v not a multiple of 32
+    below = decode.default_variant(decode.KDA_READ_STAGES_FROM - 1, True, False, 128)
+    assert (below.block_v, below.read_stages) == (8, 0)
+    assert decode.default_variant(decode.KDA_READ_STAGES_FROM, True, False, 128) == fold_u
     # From FUSED_FROM, GDN's cached-u step is the one-launch step where its 64-row programs and a
     # 16-entry ring fit; KDA, a refold, d_v 96 or a wider ring keep the staged step
     from trtllm_replayssm.ops.gdn.decode_fused import FusedVariant

@@ -531,36 +531,6 @@ def test_replay_step_cuda_graph_equals_eager():
         assert torch.equal(t, getattr(graph, name)), name
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("mode,ahead", [("lines", 1), ("bulk", 1), ("lines", 2), ("bulk", 3)])
-@pytest.mark.parametrize("dims", [(16, 64, 128, 2), (12, 80, 128, 2), (8, 64, 64, 1), (6, 80, 80, 3)])
-def test_flush_l2_prefetch_changes_nothing_gpu(dims, mode, ahead):
-    # An L2 prefetch moves no data the kernel computes with: outputs and state bit for bit those
-    # of the same launch without it, over 3 windows of staggered flushes, and within 1e-5 of
-    # float64. head_dim 80 takes 16-row flush tiles, as the default does.
-    rows = 16 if dims[1] % 32 else 32
-    base = dict(block_p=16, num_warps=2, kernel="staged", fold="tf32x2", flush_launch=True, flush_stream=True,
-                flush_max_registers=(128, 96), flush_heads=4, flush_block_p=rows, flush_warps=2 if rows == 16 else 4)
-
-    def recorded(cfg, ys):
-        launch = _kernel_replay(cfg)
-
-        def run(*args):
-            ys.append(launch(*args).clone())
-            return ys[-1]
-        return run
-
-    ys_plain, ys_fetched = [], []
-    plain, _ = check_replay(dims, torch.bfloat16, 64, 8, 26, "cuda", stagger=True,
-                            run=recorded(decode.LaunchConfig(**base), ys_plain))
-    fetched, _ = check_replay(dims, torch.bfloat16, 64, 8, 26, "cuda", stagger=True, run=recorded(
-        decode.LaunchConfig(**base, flush_l2_prefetch=mode, flush_l2_ahead=ahead), ys_fetched))
-    assert len(ys_plain) == len(ys_fetched) == 26
-    assert all(torch.equal(a, b) for a, b in zip(ys_plain, ys_fetched))
-    for name, t in plain.tensors().items():
-        assert torch.equal(t, getattr(fetched, name)), name
-
-
 SIDE_STREAM_GRAPH_CONFIGS = [
     # the flush launch on a side stream (fork / join captured as graph edges)
     dict(fold="tf32x3", flush_max_registers=128),

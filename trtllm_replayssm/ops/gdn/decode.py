@@ -43,11 +43,12 @@ import triton
 import triton.language as tl
 
 from .._arrivals import arrival_counters, replay_cursors, write_through_cursors
-from .launch import (FUSED_FROM, REREAD_FROM, WRITE_THROUGH_BELOW, default_variant, launch_config, replay_config,
-                     write_through_config)
+from .launch import (FUSED_FROM, KDA_READ_STAGES_FROM, REREAD_FROM, WRITE_THROUGH_BELOW, default_variant, launch_config,
+                     replay_config, write_through_config)
 
-__all__ = ["FUSED_FROM", "REPLAY_VARIANT", "REREAD_FROM", "WRITE_THROUGH_BELOW", "default_variant",
-           "delta_standard_step", "delta_replay_step", "launch_config", "replay_config", "write_through_config"]
+__all__ = ["FUSED_FROM", "KDA_READ_STAGES_FROM", "REPLAY_VARIANT", "REREAD_FROM", "WRITE_THROUGH_BELOW",
+           "default_variant", "delta_standard_step", "delta_replay_step", "launch_config", "replay_config",
+           "write_through_config"]
 
 #: The ReplaySSM kernel the ops launch: None for :func:`default_variant`'s measured choice per
 #: call (batch, kind, flush kind), "rowwise" for :func:`_replay_step_kernel` (row-wise refold),

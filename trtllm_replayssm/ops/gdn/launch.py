@@ -5,8 +5,8 @@ batches where that choice changes. The kernels are in ``decode*.py``."""
 
 from __future__ import annotations
 
-__all__ = ["FUSED_FROM", "REREAD_FROM", "WRITE_THROUGH_BELOW", "default_variant", "launch_config", "replay_config",
-           "write_through_config"]
+__all__ = ["FUSED_FROM", "KDA_READ_STAGES_FROM", "REREAD_FROM", "WRITE_THROUGH_BELOW", "default_variant",
+           "launch_config", "replay_config", "write_through_config"]
 
 #: Gated DeltaNet's cached-``u`` flush reads its tile again for the fold from this batch
 #: (``StagedVariant.flush_reread``; see :func:`default_variant`). On an H200 the held tile led at
@@ -27,6 +27,16 @@ REREAD_FROM = 160
 #: step's side-stream flush launch takes them first. With two TF32 passes for its fold it had
 #: trailed the staged step's staggered steps at 128 and 256 by 2-5%.
 FUSED_FROM = 128
+
+#: KDA's cached-``u`` step streams its checkpoint in 32-row tiles walked in 32-column chunks
+#: through a 2-stage pipeline from this batch (``StagedVariant(block_v=32, read_stages=2)``, the
+#: one-launch step's chunk loop in the staged stream launch). On an H200 (Kimi-Linear-like dims,
+#: bf16, twenty-second run; amortized / steady staggered us against the 8-row tiles): batch 128
+#: 111.1-111.3 / 110.1-110.5 against 112.0-112.1 / 110.9-111.1 (two calls), 256 203.7 / 203.6-203.8
+#: against 208.6-209.1 / 204.8-205.1 (the aligned flush 555 -> 505 us: a quarter of the stream
+#: programs beside the flush launch), 512 386.1 / 386.6 against 396.1 / 388.7; at 64 it trailed
+#: (64.1 / 63.1 against 63.6 / 61.7). Three stages: within 1 us at 256 and 512, slower staggered.
+KDA_READ_STAGES_FROM = 128
 
 #: Batches below this take the write-through step when no variant is named (on an H200 it led
 #: the staged step at batch 32 and trailed it at 40).
@@ -139,8 +149,10 @@ def default_variant(batch: int, per_channel: bool, refold: bool, d_v: int, capac
         # 185.7 / 724.7 / 219.4 us. (With the tiles unrolled the kernel took 50.5 KB of shared
         # memory, over the 48 KB a block gets without opting in, and the stream launch beside it
         # ran 172 us instead of 148: non-flush 206.6 us.)
-        return StagedVariant(**stream, flush_stream=True, flush_dot=True, flush_persistent=3, flush_block_v=32,
-                             flush_warps=4, flush_item_tiles=4, fold_first=True)
+        # From KDA_READ_STAGES_FROM the stream launch reads 32-row tiles in pipelined chunks.
+        read = dict(block_v=32, read_stages=2) if batch >= KDA_READ_STAGES_FROM else {}
+        return StagedVariant(**{**stream, **read}, flush_stream=True, flush_dot=True, flush_persistent=3,
+                             flush_block_v=32, flush_warps=4, flush_item_tiles=4, fold_first=True)
     return None
 
 

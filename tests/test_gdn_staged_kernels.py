@@ -375,15 +375,17 @@ def test_staged_defaults_flush_tf32x2_gpu(per_channel, dtype, monkeypatch):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("read_stages,block_v", [(2, 32), (3, 64)], ids=["s2-bv32", "s3-bv64"])
+@pytest.mark.parametrize("read_stages,block_v,warps", [(2, 32, 1), (3, 64, 1), (2, 32, 2), (2, 64, 2)],
+                         ids=["s2-bv32", "s3-bv64", "s2-bv32-w2", "s2-bv64-w2"])
 @pytest.mark.parametrize("dtype", ["bf16", "fp32"])
 @pytest.mark.parametrize("per_channel", [False, True], ids=["gdn", "kda"])
-def test_read_stages_gpu(per_channel, dtype, read_stages, block_v, monkeypatch):
+def test_read_stages_gpu(per_channel, dtype, read_stages, block_v, warps, monkeypatch):
     """The staged defaults (KDA's, GDN's with a ring the one-launch step does not take) with the
-    stream launch's tile walked in chunks (``read_stages``), model dims, batch 64, against float64."""
+    stream launch's tile walked in chunks (``read_stages``; one or two warps), model dims, batch
+    64, against float64."""
     dims = (32, 32, 128, 128) if per_channel else GPU_DIMS[0]
     variant = dataclasses.replace(decode.default_variant(256, per_channel, False, dims[3], 32), block_v=block_v,
-                                  read_stages=read_stages)
+                                  read_stages=read_stages, num_warps=warps)
     check_variant_gpu(per_channel, dims, dtype, 64, variant, monkeypatch, refold=False)
 
 

@@ -119,6 +119,9 @@ class StagedVariant:
     chunks through an ``n``-stage software pipeline after the ring's loads are issued, the
     products summed in-thread (the one-launch step's chunk loop, ``decode_fused.py``), so that
     taller tiles (64 rows) keep their loads in flight without holding the tile in registers.
+    KDA's cached-``u`` default from ``launch.KDA_READ_STAGES_FROM`` (32 rows, 2 stages, one warp;
+    on an H200 two warps, 64 rows and 3 stages were slower, and GDN's staged step at batch 64
+    slower with it).
     """
 
     block_v: int | None = None

@@ -96,6 +96,9 @@ def default_variant(batch: int, per_channel: bool, refold: bool, d_v: int, capac
       steady staggered 178.0 -> 176.0 us (128: 219.9 -> 207.3, 100.9 -> 98.4 us), which left the
       registers and shared memory for a third stage: amortized 174.8 -> 170.6 us, steady
       staggered 175.9 -> 172.0 us (128: 95.3 -> 93.1, 98.6 -> 97.1 us);
+    - from batch :data:`KDA_READ_STAGES_FROM` (128), KDA's cached-``u`` step: the staged stream
+      launch reads 32-row tiles in 32-column chunks through a 2-stage pipeline
+      (``read_stages=2``): batch 256 amortized 208.6 -> 203.7 us, 512 396.1 -> 386.1 us;
     - otherwise (``d_v`` not a multiple of 32 from batch 33) the row-wise kernel.
     """
     if batch < WRITE_THROUGH_BELOW:

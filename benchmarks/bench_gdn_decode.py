@@ -202,9 +202,9 @@ def main(kind="gdn", argv=None):
                         "replaced (a row 'replay <fields>'; skipped at batches whose default has no such fields, "
                         "e.g. 'block_v=64, read_stages=3' for the staged step)")
     p.add_argument("--fused", nargs="+", default=[], metavar="FIELDS",
-                   help="plain runs: also time the one-launch step FusedVariant(field=value, ...) at each batch "
-                        "(refold=False; a row 'replay fused <fields>'; '' for its defaults), e.g. "
-                        "'block_v=64, stages=2' for KDA, whose default is the staged step")
+                   help="plain runs, Gated DeltaNet: also time the one-launch step FusedVariant(field=value, ...) "
+                        "at each batch (refold=False; a row 'replay fused <fields>'; '' for its defaults), e.g. "
+                        "'block_v=64, stages=2' at batch 64, where the default is the staged step")
     p.add_argument("--compile-workers", type=int, default=8,
                    help="--variants: processes compiling the kernels before the run (0: compile as they come)")
     args = p.parse_args(argv)
@@ -214,6 +214,8 @@ def main(kind="gdn", argv=None):
         p.error("--default-with / --fused: only in plain runs (without --variants; --derive adds variants there)")
     from trtllm_replayssm.ops.gdn.decode_staged import StagedVariant
 
+    if args.fused and kind == "kda":
+        p.error("--fused: Gated DeltaNet only (the one-launch step does not serve KDA's per-channel decays)")
     fused = []  # --fused
     for spec in args.fused:
         try:

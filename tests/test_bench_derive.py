@@ -106,21 +106,23 @@ def test_default_with_reaches_each_batch(monkeypatch):
     monkeypatch.setattr(bench_gdn_decode, "bench_batch",
                         lambda layer, batch, *a: seen.append((batch, a[-2], a[-1])) or [
                             {"batch": batch, "mode": "standard", "us": 1.0}])
-    bench_gdn_decode.main("kda", ["--batches", "128", "256", "--default-with", "block_v=32, read_stages=2",
+    bench_gdn_decode.main("gdn", ["--batches", "128", "256", "--default-with", "block_v=32, read_stages=2",
                                   "stages=3", "--fused", "block_v=64, stages=2", ""])
     want = [{"block_v": 32, "read_stages": 2}, {"stages": 3}]
     fused = [{"block_v": 64, "stages": 2}, {}]
     assert seen == [(128, want, fused), (256, want, fused)]
 
 
-@pytest.mark.parametrize("spec,error", [
-    ("read_stages=2", "--fused: 'read_stages=2' is not 'field=value, ...' of FusedVariant"),
-    ("stages=-1", "--fused: 'stages=-1' is not 'field=value, ...' of FusedVariant (FusedVariant.stages: expected"),
+@pytest.mark.parametrize("kind,spec,error", [
+    ("gdn", "read_stages=2", "--fused: 'read_stages=2' is not 'field=value, ...' of FusedVariant"),
+    ("gdn", "stages=-1", "--fused: 'stages=-1' is not 'field=value, ...' of FusedVariant (FusedVariant.stages: "
+                         "expected"),
+    ("kda", "stages=2", "--fused: Gated DeltaNet only"),
 ])
-def test_fused_rows_reject_bad_fields(spec, error, capsys):
-    """``--fused``: fields of ``FusedVariant`` only, checked before anything runs."""
+def test_fused_rows_reject_bad_fields(kind, spec, error, capsys):
+    """``--fused``: fields of ``FusedVariant`` only, Gated DeltaNet only, checked before anything runs."""
     with pytest.raises(SystemExit):
-        bench_gdn_decode.main("kda", ["--fused", spec])
+        bench_gdn_decode.main(kind, ["--fused", spec])
     assert error in capsys.readouterr().err
 
 

@@ -219,7 +219,7 @@ def main(kind="gdn", argv=None):
     fused = []  # --fused
     for spec in args.fused:
         try:
-            fused.append(parse_fields(spec, FusedVariant) if spec.strip() else {})
+            fused.append(parse_fields(spec, FusedVariant))  # '' parses to {}: the field defaults
             FusedVariant(**fused[-1])
         except (SystemExit, ValueError) as err:
             p.error(f"--fused: {spec!r} is not 'field=value, ...' of FusedVariant ({err})")

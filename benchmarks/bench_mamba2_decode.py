@@ -87,7 +87,8 @@ def time_standard(dims, batch, dtype, flush, rounds, config=None):
     # Replayed first, untimed, as the delta-rule benchmarks do their baselines (a process's first
     # timing ran slow on the H200: _timing.WARMUP_ROUNDS). Without it the variants mode (10
     # rounds) read this step at 579-584 us where a plain run (30 rounds) read 537.8 us in the
-    # same call; whether the warm-up is the whole difference is for the next GPU run to show.
+    # same call; with it, 532.2-532.7 us, the plain runs' figure on that kind of H200
+    # (NOTES_mamba2.md, twenty-second run).
     time_replays(graph, rounds=WARMUP_ROUNDS, flush=flush)
     times = time_replays(graph, rounds=rounds, flush=flush)
     del state

@@ -62,7 +62,7 @@ def mamba2_step(batch: int, standard: bool = False):
     return standard_step if standard else step
 
 
-def delta_step(kind: str, batch: int, refold: bool, variant=None):
+def delta_step(kind: str, batch: int, refold: bool, variant=None, committed: int | None = None):
     from _delta_layer import Layer
     from trtllm_replayssm.ops.gdn import decode
 
@@ -72,13 +72,27 @@ def delta_step(kind: str, batch: int, refold: bool, variant=None):
     idx = torch.arange(batch, dtype=torch.int32, device="cuda")
 
     def step():
-        st.committed.fill_(WINDOW - 1)
+        st.committed.fill_(WINDOW - 1 if committed is None else committed)
         st.flush_at.fill_(WINDOW)
         decode.delta_replay_step(st.checkpoint, st.ring_k, st.ring_v, st.ring_beta, st.ring_g, st.ring_u,
                                  st.committed, st.flush_at, st.window, **x, A_log=layer.A_log,
                                  dt_bias=layer.dt_bias, state_indices=idx, pad_slot_id=-1, scale=None, refold=refold,
                                  variant=variant)
     return step
+
+
+def staged_variant(kind: str, batch: int, refold: bool, fields: str):
+    """The ops' default :class:`StagedVariant` at ``batch`` with ``fields`` replaced."""
+    import dataclasses
+
+    from _derive import parse_fields
+    from trtllm_replayssm.ops.gdn import decode
+    from trtllm_replayssm.ops.gdn.decode_staged import StagedVariant
+
+    default = decode.default_variant(batch, kind == "kda", refold, 128)
+    if not isinstance(default, StagedVariant):
+        raise SystemExit(f"--staged: the default at batch {batch} is {default!r}, not a StagedVariant")
+    return dataclasses.replace(default, **parse_fields(fields, StagedVariant))
 
 
 def paper_step(root: str, cfg: tuple[int, ...], batch: int):
@@ -104,6 +118,11 @@ def main(argv=None):
                    help="mamba2: the standard step (_standard_step_kernel) on the same checkpoint instead")
     p.add_argument("--refold", action="store_true", help="delta rules: the refolding flush")
     p.add_argument("--fused", metavar="FIELDS", help='gdn: the one-launch step, FusedVariant fields ("" for defaults)')
+    p.add_argument("--committed", type=int, metavar="C",
+                   help="delta rules: every slot at ring length C < L - 1, a non-flush step (its ring launch: "
+                        "-k regex:_ring_kernel)")
+    p.add_argument("--staged", metavar="FIELDS",
+                   help='delta rules: the default StagedVariant with these fields replaced ("ring_fast_exp=true")')
     p.add_argument("--paper-root", help="gdn: time the paper's kernel from this checkout instead")
     p.add_argument("--paper-config", default="64,1,3,2", help="the paper kernel's BV,WARPS,STAGES,NK")
     args = p.parse_args(argv)
@@ -111,6 +130,12 @@ def main(argv=None):
         p.error(f"--batch: expected >= 1, got {args.batch}")
     if (args.fused is not None or args.paper_root) and args.kind != "gdn":
         p.error(f"--fused / --paper-root: Gated DeltaNet only (--kind gdn), got --kind {args.kind}")
+    if (args.committed is not None or args.staged is not None) and args.kind == "mamba2":
+        p.error("--committed / --staged: the delta rules only (--kind gdn or kda)")
+    if args.committed is not None and not 0 <= args.committed < WINDOW - 1:
+        p.error(f"--committed: expected 0 <= C < {WINDOW - 1} (a non-flush step), got {args.committed}")
+    if args.staged is not None and args.fused is not None:
+        p.error("--staged: not with --fused (one launch kind per run)")
     if args.standard and args.kind != "mamba2":
         p.error(f"--standard: Mamba-2 only (--kind mamba2), got --kind {args.kind}")
     if args.paper_root:
@@ -123,7 +148,9 @@ def main(argv=None):
             from bench_gdn_paper import fused_variant
 
             variant = fused_variant(args.fused)[1]
-        step = delta_step(args.kind, args.batch, args.refold, variant)
+        elif args.staged is not None:
+            variant = staged_variant(args.kind, args.batch, args.refold, args.staged)
+        step = delta_step(args.kind, args.batch, args.refold, variant, args.committed)
     for _ in range(2):
         step()
         torch.cuda.synchronize()

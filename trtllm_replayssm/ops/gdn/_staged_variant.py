@@ -122,6 +122,13 @@ class StagedVariant:
     KDA's cached-``u`` default from ``launch.KDA_READ_STAGES_FROM`` (32 rows, 2 stages, one warp;
     on an H200 two warps, 64 rows and 3 stages were slower, and GDN's staged step at batch 64
     slower with it).
+
+    ``ring_fast_exp`` (KDA): the ring launch's decayed keys take their exponentials as
+    ``ex2.approx.ftz.f32`` (``ops/_fast_exp.py``: two instructions instead of five; ``e^x`` below
+    ``2^-126`` returns 0); off the GPU ``tl.exp``. ``ring_token_first``: a ring program loads the
+    token's ``q``, ``k`` and gate inputs beside the slot and normalises them while the cursor
+    load is in flight, so that its chain before the ring's loads is the slot and the cursor
+    (the same arithmetic, bit for bit).
     """
 
     block_v: int | None = None
@@ -152,6 +159,8 @@ class StagedVariant:
     flush_reread: int = 0
     pdl: bool = False
     read_stages: int = 0
+    ring_fast_exp: bool = False
+    ring_token_first: bool = False
 
     def __post_init__(self):
         if self.flush_precision not in _DOT_PRECISIONS:
@@ -198,6 +207,9 @@ class StagedVariant:
             raise ValueError(f"unroll: only with fold='wy', got fold={self.fold!r}")
         if self.stages < 1:
             raise ValueError(f"stages: expected >= 1, got {self.stages}")
+        for name in ("ring_fast_exp", "ring_token_first"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name}: expected a bool, got {getattr(self, name)!r}")
         if not isinstance(self.read_stages, int) or self.read_stages < 0:
             raise ValueError(f"read_stages: expected an int >= 0, got {self.read_stages!r}")
         if self.read_stages and not self.flush_launch:
@@ -317,7 +329,8 @@ def staged_launch(variant: StagedVariant, rows: int, v_heads: int, k_heads: int,
     ring = dict(HV=v_heads, H=k_heads, K=d_k, CAP=capacity, BC=bc, W=width, PER_CHANNEL=per_channel, REFOLD=do_refold,
                 WY=wy, RAW_QK=raw_qk, HAS_BIAS=has_bias, HAS_INDICES=has_indices, SPLIT=programs,
                 RING_PREFETCH=variant.ring_prefetch, PDL=pdl, RING_HALVES=variant.ring_halves and per_channel and not wy,
-                FOLD_FIRST=fold_first)
+                FOLD_FIRST=fold_first, FAST_EXP=variant.ring_fast_exp and per_channel,
+                TOKEN_FIRST=variant.ring_token_first)
     common = dict(HV=v_heads, H=k_heads, K=d_k, V=d_v, CAP=capacity, BC=bc, W=width, PER_CHANNEL=per_channel,
                   REFOLD=do_refold, WY=wy, RAW_QK=raw_qk, STAGES=variant.stages, UNROLL=variant.unroll,
                   HAS_INDICES=has_indices, FOLD_FIRST=fold_first)

@@ -73,6 +73,13 @@ def _load_qk(q, k, i_b, i_h, o_k, scale, stride_q, stride_qh, stride_k, stride_k
     ``k``'s norm (a chunk of the raw ``k`` divided by it carries the bits of the whole vector's)."""
     b_q = tl.load(q + i_b * stride_q + i_h * stride_qh + o_k).to(tl.float32)
     b_k = tl.load(k + i_b * stride_k + i_h * stride_kh + o_k).to(tl.float32)
+    return _normalise_qk(b_q, b_k, scale, RING_K)
+
+
+@triton.jit
+def _normalise_qk(b_q, b_k, scale, RING_K: tl.constexpr):
+    """:func:`_load_qk` on the raw fp32 ``q``, ``k`` (a kernel that loads them early, before
+    the values it waits on, normalises them later)."""
     b_q = b_q / tl.sqrt(tl.sum(b_q * b_q) + 1e-6) * scale
     k_norm = tl.sqrt(tl.sum(b_k * b_k) + 1e-6)
     # The ring keeps k (and v) in the activation dtype; every use goes through that rounding so
@@ -85,7 +92,15 @@ def _load_qk(q, k, i_b, i_h, o_k, scale, stride_q, stride_qh, stride_k, stride_k
 def _load_gate(a, b, A_log, dt_bias, i_b, i_hv, o_k, stride_a, stride_b, K: tl.constexpr,
                PER_CHANNEL: tl.constexpr, HAS_BIAS: tl.constexpr):
     """Log-decay (``[K]`` per channel, else a scalar) and beta of value head ``i_hv``."""
-    A = tl.exp(tl.load(A_log + i_hv).to(tl.float32))
+    A_raw, b_a, b_b = _gate_inputs(a, b, A_log, dt_bias, i_b, i_hv, o_k, stride_a, stride_b, K, PER_CHANNEL, HAS_BIAS)
+    return _gate_of(A_raw, b_a, b_b)
+
+
+@triton.jit
+def _gate_inputs(a, b, A_log, dt_bias, i_b, i_hv, o_k, stride_a, stride_b, K: tl.constexpr,
+                 PER_CHANNEL: tl.constexpr, HAS_BIAS: tl.constexpr):
+    """What :func:`_load_gate` loads: ``(A_log, a + dt_bias, b)`` of value head ``i_hv`` in fp32."""
+    A_raw = tl.load(A_log + i_hv).to(tl.float32)
     if PER_CHANNEL:
         b_a = tl.load(a + i_b * stride_a + i_hv * K + o_k).to(tl.float32)
         if HAS_BIAS:
@@ -94,9 +109,14 @@ def _load_gate(a, b, A_log, dt_bias, i_b, i_hv, o_k, stride_a, stride_b, K: tl.c
         b_a = tl.load(a + i_b * stride_a + i_hv).to(tl.float32)
         if HAS_BIAS:
             b_a += tl.load(dt_bias + i_hv).to(tl.float32)
-    b_g = -A * _softplus(b_a)
-    b_beta = tl.sigmoid(tl.load(b + i_b * stride_b + i_hv).to(tl.float32))
-    return b_g, b_beta
+    return A_raw, b_a, tl.load(b + i_b * stride_b + i_hv).to(tl.float32)
+
+
+@triton.jit
+def _gate_of(A_raw, b_a, b_b):
+    """``(g, beta)`` from :func:`_gate_inputs`."""
+    A = tl.exp(A_raw)
+    return -A * _softplus(b_a), tl.sigmoid(b_b)
 
 
 @triton.jit

@@ -60,6 +60,7 @@ import torch
 import triton
 import triton.language as tl
 
+from .._fast_exp import exp_ftz, fast_exp_supported
 from .._flush_list import flush_ranks, flush_row, launch_key, list_grid, note_resident
 from .._pdl import gdc_launch_dependents, gdc_wait, pdl_supported
 from .._side_stream import fork, join
@@ -67,7 +68,7 @@ from ._staged_tiles import (_fold_keys, _tile_fold_u, _tile_fold_u_dot, _tile_fo
                             _tile_read_chunks, _tile_refold, _tile_wy)
 from ._staged_variant import (StagedLaunch, StagedVariant, flush_config, folds_first, item_tiles, ring_split,
                               scratch_width, staged_config, staged_launch, uses_flush_dot)
-from .decode import _load_gate, _load_qk, _program_ids, _strides
+from .decode import _gate_inputs, _gate_of, _load_gate, _load_qk, _normalise_qk, _program_ids, _strides
 from .decode_chunked import _coupling, _unit_lower_inverse
 
 __all__ = ["StagedLaunch", "StagedVariant", "delta_replay_staged_step", "flush_config", "folds_first", "item_tiles",
@@ -75,12 +76,14 @@ __all__ = ["StagedLaunch", "StagedVariant", "delta_replay_staged_step", "flush_c
 
 
 @triton.jit
-def _ring_terms_halves(p_rk, p_rg, c, b_q, b_k, b_g, o_k, K: tl.constexpr, BC: tl.constexpr):
+def _ring_terms_halves(p_rk, p_rg, c, b_q, b_k, b_g, o_k, K: tl.constexpr, BC: tl.constexpr,
+                       FAST_EXP: tl.constexpr = False):
     """KDA's ring terms over ``[BC / 2, d_k]`` halves of the ring, the later half only when the
     window reaches it (``c > BC / 2``): fewer registers live at once than the whole ``[BC, d_k]``
     tile (168 on sm_90 at one warp, 12 programs per SM) and no exponentials for empty entries.
     The log-decay from entry ``j`` to the token is a suffix sum, so the later half goes first and
-    passes on only its column totals. Returns ``(D_t [d_k], b_a, b_bk per half [BC / 2])``."""
+    passes on only its column totals. ``FAST_EXP``: the exponentials as ``ops/_fast_exp.py``'s.
+    Returns ``(D_t [d_k], b_a, b_bk per half [BC / 2])``."""
     HALF: tl.constexpr = BC // 2
     o_h = tl.arange(0, HALF)
     if c > HALF:
@@ -89,7 +92,7 @@ def _ring_terms_halves(p_rk, p_rg, c, b_q, b_k, b_g, o_k, K: tl.constexpr, BC: t
         G_hi = tl.load(p_rg + offs, mask=m_hi[:, None], other=0.0)
         s_hi = tl.sum(G_hi, axis=0)
         Kd = tl.load(p_rk + offs, mask=m_hi[:, None], other=0.0).to(tl.float32)
-        Kd = Kd * tl.exp((s_hi + b_g)[None, :] - tl.cumsum(G_hi, axis=0))
+        Kd = Kd * exp_ftz((s_hi + b_g)[None, :] - tl.cumsum(G_hi, axis=0), FAST_EXP)
         a_hi = tl.sum(Kd * b_q[None, :], axis=1)
         bk_hi = tl.sum(Kd * b_k[None, :], axis=1)
     else:
@@ -101,7 +104,7 @@ def _ring_terms_halves(p_rk, p_rg, c, b_q, b_k, b_g, o_k, K: tl.constexpr, BC: t
     G_lo = tl.load(p_rg + offs, mask=m_lo[:, None], other=0.0)
     D_t = tl.sum(G_lo, axis=0) + s_hi + b_g
     Kd = tl.load(p_rk + offs, mask=m_lo[:, None], other=0.0).to(tl.float32)
-    Kd = Kd * tl.exp(D_t[None, :] - tl.cumsum(G_lo, axis=0))
+    Kd = Kd * exp_ftz(D_t[None, :] - tl.cumsum(G_lo, axis=0), FAST_EXP)
     return D_t, tl.sum(Kd * b_q[None, :], axis=1), a_hi, tl.sum(Kd * b_k[None, :], axis=1), bk_hi
 
 
@@ -113,7 +116,8 @@ def _ring_kernel(
     HV: tl.constexpr, H: tl.constexpr, K: tl.constexpr, CAP: tl.constexpr, BC: tl.constexpr, W: tl.constexpr,
     PER_CHANNEL: tl.constexpr, REFOLD: tl.constexpr, WY: tl.constexpr, RAW_QK: tl.constexpr, HAS_BIAS: tl.constexpr,
     HAS_INDICES: tl.constexpr, SPLIT: tl.constexpr, RING_PREFETCH: tl.constexpr, PDL: tl.constexpr,
-    RING_HALVES: tl.constexpr = False, FOLD_FIRST: tl.constexpr = False,
+    RING_HALVES: tl.constexpr = False, FOLD_FIRST: tl.constexpr = False, FAST_EXP: tl.constexpr = False,
+    TOKEN_FIRST: tl.constexpr = False,
 ):
     if PDL:
         # The stream launch may be dispatched now; its programs wait for this launch to end.
@@ -126,6 +130,13 @@ def _ring_kernel(
     slot = i_b.to(tl.int64)
     if HAS_INDICES:
         slot = tl.load(state_indices + i_b).to(tl.int64)
+    if TOKEN_FIRST:
+        # The token's q, k and first gate inputs load beside the slot, and are normalised while
+        # the cursor load is in flight: the chain before the ring's loads is slot, cursor.
+        raw_q = tl.load(q + i_b * stride_q + i_h * stride_qh + o_k).to(tl.float32)
+        raw_k = tl.load(k + i_b * stride_k + i_h * stride_kh + o_k).to(tl.float32)
+        A_raw0, b_a0, b_b0 = _gate_inputs(a, b, A_log, dt_bias, i_b, i_h * G + i_s * GP, o_k, stride_a, stride_b,
+                                          K, PER_CHANNEL, HAS_BIAS)
     if slot == pad_slot_id:
         # Every row's flag is written: the list flush launch numbers the flush rows from them.
         if (i_h == 0) & (i_s == 0):
@@ -134,6 +145,9 @@ def _ring_kernel(
         return
     c = tl.load(committed + slot)
     flush = c + 1 >= tl.load(flush_at + slot)
+    if TOKEN_FIRST:
+        b_q, b_k, _ = _normalise_qk(raw_q, raw_k, scale, ring_k.dtype.element_ty)
+        b_g0, b_beta0 = _gate_of(A_raw0, b_a0, b_b0)
     # pos: where the token goes, and the ring entries its terms read (those before it). A
     # fold-first flush row starts the next window with the token (the flush launch folds entries
     # 0..c-1 first).
@@ -162,15 +176,20 @@ def _ring_kernel(
     # q and k belong to the key head: normalised once, and with a scalar decay their products
     # with the ring's keys are the same for every value head of the program (each scales them
     # by its own decays).
-    b_q, b_k, _ = _load_qk(q, k, i_b, i_h, o_k, scale, stride_q, stride_qh, stride_k, stride_kh,
-                        ring_k.dtype.element_ty)
+    if not TOKEN_FIRST:
+        b_q, b_k, _ = _load_qk(q, k, i_b, i_h, o_k, scale, stride_q, stride_qh, stride_k, stride_kh,
+                               ring_k.dtype.element_ty)
     b_kq = tl.sum(b_k * b_q)
     if not PER_CHANNEL:
         kr_q = tl.sum(Kr * b_q[None, :], axis=1)
         kr_k = tl.sum(Kr * b_k[None, :], axis=1)
     for gg in tl.static_range(GP):
         i_hv = i_h * G + i_s * GP + gg
-        b_g, b_beta = _load_gate(a, b, A_log, dt_bias, i_b, i_hv, o_k, stride_a, stride_b, K, PER_CHANNEL, HAS_BIAS)
+        if TOKEN_FIRST and gg == 0:
+            b_g, b_beta = b_g0, b_beta0
+        else:
+            b_g, b_beta = _load_gate(a, b, A_log, dt_bias, i_b, i_hv, o_k, stride_a, stride_b, K, PER_CHANNEL,
+                                     HAS_BIAS)
         sh = slot * HV + i_hv
         p_w = scratch + (i_b * HV + i_hv) * W
         if flush & REFOLD:
@@ -192,13 +211,13 @@ def _ring_kernel(
         else:
             if PER_CHANNEL and RING_HALVES:
                 D_t, b_a_lo, b_a_hi, b_bk_lo, b_bk_hi = _ring_terms_halves(
-                    p_rk, ring_g + sh * CAP * K, pos, b_q, b_k, b_g, o_k, K, BC)
+                    p_rk, ring_g + sh * CAP * K, pos, b_q, b_k, b_g, o_k, K, BC, FAST_EXP)
             elif PER_CHANNEL:
                 p_rg = ring_g + sh * CAP * K
                 b_G = tl.load(p_rg + o_c[:, None] * K + o_k[None, :], mask=m_load[:, None], other=0.0)
                 b_G = tl.where(m_prev[:, None], b_G, 0.0)
                 D_t = tl.sum(b_G, axis=0) + b_g
-                Kd = Kr * tl.exp(D_t[None, :] - tl.cumsum(b_G, axis=0))
+                Kd = Kr * exp_ftz(D_t[None, :] - tl.cumsum(b_G, axis=0), FAST_EXP)
                 b_a = tl.sum(Kd * b_q[None, :], axis=1)
                 b_bk = tl.sum(Kd * b_k[None, :], axis=1)
             else:
@@ -476,7 +495,8 @@ def delta_replay_staged_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, ring
     _ring_kernel[(batch * H * launch.ring_programs,)](
         q, k, a, b, A_log, A_log if dt_bias is None else dt_bias, ring_k, ring_beta, ring_g, committed, flush_at,
         state_indices, pad_slot_id, scale, scratch, row_info, sq, sqh, sk, skh, sa, sb,
-        **launch.ring, num_warps=launch.ring_warps, maxnreg=variant.ring_max_registers,
+        **dict(launch.ring, FAST_EXP=launch.ring["FAST_EXP"] and fast_exp_supported(q.device)),
+        num_warps=launch.ring_warps, maxnreg=variant.ring_max_registers,
     )
 
     def flush_rows():

@@ -112,7 +112,13 @@ def default_variant(batch: int, per_channel: bool, refold: bool, d_v: int, capac
 
         # 8-row stream tiles, both kinds: 64 registers, so 32 one-warp programs per SM (16-row
         # tiles take 122-123 and halve that; the KDA stream launch 169.4 -> 146.8 us at batch 256).
-        stream = dict(block_v=8, num_warps=1, ring_warps=1, raw_qk=not per_channel, flush_launch=True)
+        # The ring programs load the token beside the slot (ring_token_first) and KDA's take their
+        # decayed keys' exponentials as ex2.approx.ftz (ring_fast_exp): KDA ring launch 25.2 ->
+        # 22.9 us under Nsight Compute at batch 256 (ring length 8); non-flush 181.8 -> 180.4 /
+        # 100.2 -> 99.2 us, amortized 203.4 -> 201.9 / 110.9 -> 109.9 us at 256 / 128; GDN at 64
+        # 54.4 -> 54.1 / 59.3 -> 59.0 us (twenty-third run).
+        stream = dict(block_v=8, num_warps=1, ring_warps=1, raw_qk=not per_channel, flush_launch=True,
+                      ring_token_first=True, ring_fast_exp=per_channel)
         if per_channel:
             # KDA's ring terms over two halves of the ring (the later one only once the window
             # reaches it): ring launch 168 -> 96 registers on sm_90; batch 256 non-flush 192.5 ->

@@ -110,9 +110,12 @@ def derive_variants(specs):
     names = []
     for spec in specs:
         base, sep, sets = spec.partition(":")
-        if not sep or base.strip() not in by_name or by_name[base.strip()][0] == "rowwise":
+        if not sep or base.strip() not in by_name or not dataclasses.is_dataclass(by_name[base.strip()][0]):
+            # "default" and "rowwise" name no dataclass: the ops' default with fields replaced is
+            # the benchmarks' --default-with.
             raise SystemExit(f"--derive: expected 'BASE: field=value, ...' with BASE a staged or chunked variant "
-                             f"name, got {spec!r}")
+                             f"name (for the ops' default: bench_gdn_decode.py / bench_kda_decode.py "
+                             f"--default-with), got {spec!r}")
         variant, batches = by_name[base.strip()]
         fields = parse_fields(sets, type(variant))
         name = f"{base.strip()} + {label(fields)}"

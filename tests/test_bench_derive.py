@@ -51,6 +51,9 @@ def test_gdn_derive_appends_a_named_variant(monkeypatch):
     for bad in ("rowwise: block_v=8", "no such variant: block_v=8", f"{base} block_v=8"):
         with pytest.raises(SystemExit, match="--derive"):
             _delta_variants.derive_variants([bad])
+    # "default" names the ops' choice, not a dataclass: a named refusal pointing at --default-with
+    with pytest.raises(SystemExit, match="--derive: .*--default-with"):
+        _delta_variants.derive_variants(["default: ring_token_first=true"])
 
 
 def test_derive_without_variants_is_an_error(capsys):

@@ -71,9 +71,15 @@ def _softplus(x):
 def _load_qk(q, k, i_b, i_h, o_k, scale, stride_q, stride_qh, stride_k, stride_kh, RING_K: tl.constexpr):
     """Normalised ``q`` and ``k`` of key head ``i_h`` (``k`` rounded as the ring stores it), and
     ``k``'s norm (a chunk of the raw ``k`` divided by it carries the bits of the whole vector's)."""
-    b_q = tl.load(q + i_b * stride_q + i_h * stride_qh + o_k).to(tl.float32)
-    b_k = tl.load(k + i_b * stride_k + i_h * stride_kh + o_k).to(tl.float32)
+    b_q, b_k = _qk_inputs(q, k, i_b, i_h, o_k, stride_q, stride_qh, stride_k, stride_kh)
     return _normalise_qk(b_q, b_k, scale, RING_K)
+
+
+@triton.jit
+def _qk_inputs(q, k, i_b, i_h, o_k, stride_q, stride_qh, stride_k, stride_kh):
+    """What :func:`_load_qk` loads: the raw ``q``, ``k`` of key head ``i_h`` in fp32."""
+    return (tl.load(q + i_b * stride_q + i_h * stride_qh + o_k).to(tl.float32),
+            tl.load(k + i_b * stride_k + i_h * stride_kh + o_k).to(tl.float32))
 
 
 @triton.jit

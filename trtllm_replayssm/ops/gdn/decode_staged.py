@@ -68,7 +68,8 @@ from ._staged_tiles import (_fold_keys, _tile_fold_u, _tile_fold_u_dot, _tile_fo
                             _tile_read_chunks, _tile_refold, _tile_wy)
 from ._staged_variant import (StagedLaunch, StagedVariant, flush_config, folds_first, item_tiles, ring_split,
                               scratch_width, staged_config, staged_launch, uses_flush_dot)
-from .decode import _gate_inputs, _gate_of, _load_gate, _load_qk, _normalise_qk, _program_ids, _strides
+from .decode import (_gate_inputs, _gate_of, _load_gate, _load_qk, _normalise_qk, _program_ids, _qk_inputs,
+                     _strides)
 from .decode_chunked import _coupling, _unit_lower_inverse
 
 __all__ = ["StagedLaunch", "StagedVariant", "delta_replay_staged_step", "flush_config", "folds_first", "item_tiles",
@@ -133,8 +134,7 @@ def _ring_kernel(
     if TOKEN_FIRST:
         # The token's q, k and first gate inputs load beside the slot, and are normalised while
         # the cursor load is in flight: the chain before the ring's loads is slot, cursor.
-        raw_q = tl.load(q + i_b * stride_q + i_h * stride_qh + o_k).to(tl.float32)
-        raw_k = tl.load(k + i_b * stride_k + i_h * stride_kh + o_k).to(tl.float32)
+        raw_q, raw_k = _qk_inputs(q, k, i_b, i_h, o_k, stride_q, stride_qh, stride_k, stride_kh)
         A_raw0, b_a0, b_b0 = _gate_inputs(a, b, A_log, dt_bias, i_b, i_h * G + i_s * GP, o_k, stride_a, stride_b,
                                           K, PER_CHANNEL, HAS_BIAS)
     if slot == pad_slot_id:

@@ -50,6 +50,8 @@ for sm in json.loads(sys.argv[2]):
 print(json.dumps(out))
 '''
 TARGETS = [90, 100, 103]
+#: Bytes a batch-256 default kernel may spill: (defaults, launch) -> bytes.
+ALLOWED_SPILL = {("kda refold=False", "flush"): 8}
 
 
 @pytest.fixture(scope="module")
@@ -84,8 +86,10 @@ def test_batch256_defaults_do_not_spill(resources, sm, what):
     # The launches the ops make at batch 256 with their default refold (GDN and KDA fold the
     # cached u; the refolding flushes are the refold=True paths). GDN's is the staged step where
     # the one-launch step does not serve (a ring wider than 16 entries, d_v not a multiple of 64).
+    # KDA's flush list kernel is held to 128 registers for a fourth program per SM and spills 8 B
+    # there (timed that way on the H200: 7% off the flush, NOTES_delta.md twenty-fourth run).
     for name, (_, spilled, _) in resources[f"{sm} {what}"].items():
-        assert spilled == 0, (sm, what, name)
+        assert spilled <= ALLOWED_SPILL.get((what, name), 0), (sm, what, name, spilled)
 
 
 @pytest.mark.parametrize("sm", [100, 103])

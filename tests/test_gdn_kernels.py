@@ -200,7 +200,9 @@ def test_default_variant_by_batch_kind_and_fold():
         # GDN: 16-row one-warp tiles, the product in three bf16 passes; KDA: a head's four 32-row
         # four-warp tiles per item, tf32x3, folding first
         assert (fold_u.flush_warps, fold_u.flush_block_v, fold_u.flush_persistent, fold_u.flush_precision,
-                fold_u.flush_item_tiles) == ((4, 32, 3, "tf32x3", 4) if per_channel else (1, 16, 8, "bf16x3", 1))
+                fold_u.flush_item_tiles) == ((4, 32, 4, "tf32x3", 4) if per_channel else (1, 16, 8, "bf16x3", 1))
+        # KDA's list kernel held to 128 registers: 4 programs per SM instead of 3
+        assert fold_u.flush_max_registers == (128 if per_channel else None)
         assert fold_u.fold_first == per_channel
         refolding = decode.default_variant(256, per_channel, True, 128)
         assert isinstance(refolding, StagedVariant) and not refolding.flush_dot and refolding.fold == "refold"

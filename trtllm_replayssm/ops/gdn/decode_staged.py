@@ -171,7 +171,10 @@ def _ring_kernel(
         Kr = tl.where(m_prev[:, None], Kr, 0.0)
     if RAW_QK:
         # The stream programs scale the raw q by this (normalisation, softmax scale, e^{D_t}).
-        q_raw = tl.load(q + i_b * stride_q + i_h * stride_qh + o_k).to(tl.float32)
+        if TOKEN_FIRST:
+            q_raw = raw_q
+        else:
+            q_raw = tl.load(q + i_b * stride_q + i_h * stride_qh + o_k).to(tl.float32)
         q_norm = scale / tl.sqrt(tl.sum(q_raw * q_raw) + 1e-6)
     # q and k belong to the key head: normalised once, and with a scalar decay their products
     # with the ring's keys are the same for every value head of the program (each scales them

@@ -160,8 +160,13 @@ def default_variant(batch: int, per_channel: bool, refold: bool, d_v: int, capac
         # ran 172 us instead of 148: non-flush 206.6 us.)
         # From KDA_READ_STAGES_FROM the stream launch reads 32-row tiles in pipelined chunks.
         read = dict(block_v=32, read_stages=2) if batch >= KDA_READ_STAGES_FROM else {}
-        return StagedVariant(**{**stream, **read}, flush_stream=True, flush_dot=True, flush_persistent=3,
-                             flush_block_v=32, flush_warps=4, flush_item_tiles=4, fold_first=True)
+        # Held to 128 registers the list kernel fits 4 programs per SM instead of 3 (166 registers
+        # uncapped; 8 B spilled at batch 256, 32 at 1024): one call, flush / amortized us, 64 141.8
+        # -> 130.2 / 63.3 -> 62.3, 128 260.0 -> 245.3 / 110.1 -> 109.5, 256 504.0 -> 468.3 / 202.1
+        # -> 200.1, 512 984.2 -> 932.4 / 383.5 -> 380.4 (twenty-fourth run).
+        return StagedVariant(**{**stream, **read}, flush_stream=True, flush_dot=True, flush_persistent=4,
+                             flush_max_registers=128, flush_block_v=32, flush_warps=4, flush_item_tiles=4,
+                             fold_first=True)
     return None
 
 

@@ -150,8 +150,9 @@ def default_variant(batch: int, per_channel: bool, refold: bool, d_v: int, capac
         # KDA's per-channel decays keep tf32x3; the flush folds first (fold_first: the window's
         # entries alone, the token then reads the new checkpoint as entry 0 of the next window,
         # so no S k_t reduction stands between a tile's load and its store). A list item is a
-        # whole head in four 32-row tiles (4 warps; 3 per SM when this was timed), the decayed keys Kd [CAP, d_k] and
-        # their TF32 split made once for them, beside the stream launch. Batch 256, graph replays
+        # whole head in four 32-row tiles (4 warps; 3 per SM when this was timed), the decayed
+        # keys Kd [CAP, d_k] and their TF32 split made once for them, beside the stream launch.
+        # Batch 256, graph replays
         # through the cycle (profile_delta_step.py --timeline): non-flush 181.7 us, flush 559.2
         # us, amortized over 15 tokens 206.9 us, against two tiles per item 182.4 / 662.2 /
         # 214.4 us and the eager fold of two 16-row tiles (2 warps) after the stream launch

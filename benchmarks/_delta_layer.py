@@ -150,6 +150,17 @@ def default_with(layer, batch: int, refold: bool, fields: dict):
     return dataclasses.replace(variant, **fields)
 
 
+def staged_with(layer, batch: int, fields: dict):
+    """The staged step the ops would launch at ``batch`` (refold=False) if the one-launch step
+    did not serve there, with ``fields`` replaced: ``decode.default_variant`` for a ring wider
+    than 16 entries, which the one-launch step does not take (``None`` where that default is not
+    a staged step, e.g. the write-through step at small batches)."""
+    from trtllm_replayssm.ops.gdn.decode_staged import StagedVariant
+
+    variant = decode.default_variant(batch, layer.per_channel, False, layer.d_v, layer.window + 1)
+    return dataclasses.replace(variant, **fields) if isinstance(variant, StagedVariant) else None
+
+
 def fla_fn(layer, batch, x):
     """fla's standard decode step over the same state bytes (its own buffers, same layout)."""
     h0 = torch.randn(batch, layer.HV, layer.d_v, layer.d_k, device="cuda") * 0.05

@@ -39,14 +39,15 @@ import argparse
 import json
 import os
 import sys
+import types
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from _delta_layer import (DTYPES, Cursors, Layer, default_with, fla_fn, replay_fn, steady_mean, steady_start,  # noqa: E402
-                          window_cycle)
+from _delta_layer import (DTYPES, Cursors, Layer, default_with, fla_fn, replay_fn, staged_with,  # noqa: E402
+                          steady_mean, steady_start, window_cycle)
 from _delta_variants import derive_variants, run_variants  # noqa: E402
 from _derive import label, parse_fields, parse_fields_of  # noqa: E402
 from _spread import spread, spread_lines  # noqa: E402
@@ -62,7 +63,8 @@ BATCHES = (1, 32, 128, 256, 512)
 ROUNDS = 20
 
 
-def bench_batch(layer, batch, flusher, rounds, copy_bw, with_fla, sweep, same_copy=None, with_fields=(), fused=()):
+def bench_batch(layer, batch, flusher, rounds, copy_bw, with_fla, sweep, same_copy=None, with_fields=(), fused=(),
+                staged=()):
     L = layer.window
     x = layer.tokens(batch)
     idx = torch.arange(batch, dtype=torch.int32, device="cuda")
@@ -97,6 +99,9 @@ def bench_batch(layer, batch, flusher, rounds, copy_bw, with_fla, sweep, same_co
         variants += [(None, variant, f"replay {label(fields)}", default)] if variant is not None else []
     for fields in fused:  # --fused: the one-launch step, which folds the cached u
         variants.append((None, FusedVariant(**fields), f"replay fused {label(fields)}".rstrip(), False))
+    for fields in staged:  # --staged: the staged step where the one-launch step is the default
+        variant = staged_with(layer, batch, fields)
+        variants += [(None, variant, f"replay staged {label(fields)}".rstrip(), False)] if variant is not None else []
     variants.append((None, None, "replay fold u" if default else "replay refold", not default))
     for block_v, variant, name, refold in variants:
         graph = capture_graph(replay_fn(layer, state, x, idx, refold=refold, block_v=block_v, variant=variant))
@@ -205,13 +210,19 @@ def main(kind="gdn", argv=None):
                    help="plain runs, Gated DeltaNet: also time the one-launch step FusedVariant(field=value, ...) "
                         "at each batch (refold=False; a row 'replay fused <fields>'; '' for its defaults), e.g. "
                         "'block_v=64, stages=2' at batch 64, where the default is the staged step")
+    p.add_argument("--staged", nargs="+", default=[], metavar="FIELDS",
+                   help="plain runs, Gated DeltaNet: also time the staged step the ops take below the one-launch "
+                        "step's batches, with these StagedVariant 'field=value, ...' replaced, at each batch "
+                        "(refold=False; a row 'replay staged <fields>'; '' as it is), e.g. 'block_v=32, "
+                        "read_stages=2' at batch 128")
     p.add_argument("--compile-workers", type=int, default=8,
                    help="--variants: processes compiling the kernels before the run (0: compile as they come)")
     args = p.parse_args(argv)
     if args.derive and args.variants is None:
         p.error("--derive: only with --variants (it adds variants to that run)")
-    if (args.default_with or args.fused) and args.variants is not None:
-        p.error("--default-with / --fused: only in plain runs (without --variants; --derive adds variants there)")
+    if (args.default_with or args.fused or args.staged) and args.variants is not None:
+        p.error("--default-with / --fused / --staged: only in plain runs (without --variants; --derive adds "
+                "variants there)")
     from trtllm_replayssm.ops.gdn.decode_staged import StagedVariant
 
     if args.fused and kind == "kda":
@@ -223,6 +234,18 @@ def main(kind="gdn", argv=None):
             FusedVariant(**fused[-1])
         except (SystemExit, ValueError) as err:
             p.error(f"--fused: {spec!r} is not 'field=value, ...' of FusedVariant ({err})")
+
+    if args.staged and kind == "kda":
+        p.error("--staged: Gated DeltaNet only (KDA's default is the staged step: --default-with)")
+    staged = []  # --staged
+    for spec in args.staged:
+        try:
+            staged.append(parse_fields(spec, StagedVariant))
+            # checked on the staged step the ops take at batch 256
+            staged_with(types.SimpleNamespace(per_channel=False, d_v=args.dims[3], window=args.window), 256,
+                        staged[-1])
+        except (SystemExit, ValueError) as err:
+            p.error(f"--staged: {spec!r} is not 'field=value, ...' of StagedVariant ({err})")
 
     with_fields = []  # --default-with
     for spec in args.default_with:
@@ -256,7 +279,7 @@ def main(kind="gdn", argv=None):
     for batch in args.batches:
         for repeat in range(args.repeats):
             timed = bench_batch(layer, batch, flusher, args.rounds, copy_bw, not args.no_fla, batch in args.sweep,
-                                same_copy, with_fields, fused)
+                                same_copy, with_fields, fused, staged)
             rows += with_ratios(timed, repeat)
     print_table(rows, kind)
     out = {"kind": kind, "dims": args.dims, "dtype": args.dtype, "window": args.window, "device": info,

@@ -107,13 +107,14 @@ def test_default_with_reaches_each_batch(monkeypatch):
     monkeypatch.setattr(bench_gdn_decode, "SameSizeCopy", lambda *a: type("C", (), {"cache": {}})())
     monkeypatch.setattr(bench_gdn_decode, "print_table", lambda rows, kind: None)
     monkeypatch.setattr(bench_gdn_decode, "bench_batch",
-                        lambda layer, batch, *a: seen.append((batch, a[-2], a[-1])) or [
+                        lambda layer, batch, *a: seen.append((batch, a[-3], a[-2], a[-1])) or [
                             {"batch": batch, "mode": "standard", "us": 1.0}])
     bench_gdn_decode.main("gdn", ["--batches", "128", "256", "--default-with", "block_v=32, read_stages=2",
-                                  "stages=3", "--fused", "block_v=64, stages=2", ""])
+                                  "stages=3", "--fused", "block_v=64, stages=2", "", "--staged", "read_stages=2"])
     want = [{"block_v": 32, "read_stages": 2}, {"stages": 3}]
     fused = [{"block_v": 64, "stages": 2}, {}]
-    assert seen == [(128, want, fused), (256, want, fused)]
+    staged = [{"read_stages": 2}]
+    assert seen == [(128, want, fused, staged), (256, want, fused, staged)]
 
 
 @pytest.mark.parametrize("kind,spec,error", [
@@ -138,3 +139,35 @@ def test_parse_fields_of_picks_the_class_with_every_key():
     for bad in ("read_stages=2, flush_stages=0", "", "bogus=1"):
         with pytest.raises(SystemExit, match="is not field=value of StagedVariant or of FusedVariant"):
             parse_fields_of(bad, classes)
+
+
+@pytest.mark.parametrize("kind,spec,error", [
+    ("gdn", "stages=2, fold_chunk=16", "--staged: 'stages=2, fold_chunk=16' is not 'field=value, ...' of StagedVariant"),
+    ("gdn", "read_stages=-1", "--staged: 'read_stages=-1' is not 'field=value, ...' of StagedVariant"),
+    ("kda", "read_stages=2", "--staged: Gated DeltaNet only"),
+])
+def test_staged_rows_reject_bad_fields(kind, spec, error, capsys):
+    """``--staged``: fields of ``StagedVariant`` that its default accepts, Gated DeltaNet only,
+    checked before anything runs."""
+    with pytest.raises(SystemExit):
+        bench_gdn_decode.main(kind, ["--staged", spec])
+    assert error in capsys.readouterr().err
+
+
+def test_staged_with_is_the_staged_default_where_the_one_launch_step_serves():
+    """At 128-256 the ops take the one-launch step; ``staged_with`` gives the staged step they
+    take below it (its list flush, the re-read fold from batch 160) with the fields replaced."""
+    import types
+
+    from _delta_layer import staged_with
+
+    from trtllm_replayssm.ops.gdn import decode
+    from trtllm_replayssm.ops.gdn.decode_fused import FusedVariant
+
+    gdn = types.SimpleNamespace(per_channel=False, d_v=128, window=16)
+    assert isinstance(decode.default_variant(256, False, False, 128, 16), FusedVariant)
+    at_256 = staged_with(gdn, 256, {"block_v": 32, "read_stages": 2})
+    assert isinstance(at_256, StagedVariant) and (at_256.block_v, at_256.read_stages) == (32, 2)
+    assert dataclasses.replace(at_256, block_v=8, read_stages=0) == decode.default_variant(256, False, False, 128, 17)
+    assert at_256.flush_reread and not staged_with(gdn, 128, {}).flush_reread
+    assert staged_with(gdn, 4, {}) is None  # the write-through step

@@ -110,3 +110,14 @@ def test_blackwell_mamba2_flush_residency_matches_sm90(resources, sm):
     regs, _, smem = resources[f"{sm} mamba2"]["flush"]
     regs90, _, smem90 = resources["90 mamba2"]["flush"]
     assert programs_per_sm(regs, 4, smem) == programs_per_sm(regs90, 4, smem90) == 4
+
+
+@pytest.mark.parametrize("sm", TARGETS)
+def test_kda_flush_list_holds_four_programs_per_sm(resources, sm):
+    # KDA's fold-first flush list kernel is held to 128 registers so that 4 four-warp programs
+    # fit an SM (flush_persistent=4, chosen on sm_90); the cap and its shared memory leave that
+    # residency on Blackwell too.
+    from trtllm_replayssm.ops._flush_list import programs_per_sm
+
+    regs, _, smem = resources[f"{sm} kda refold=False"]["flush"]
+    assert regs <= 128 and programs_per_sm(regs, 4, smem) == 4, (sm, regs, smem)

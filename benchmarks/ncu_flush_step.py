@@ -82,17 +82,21 @@ def delta_step(kind: str, batch: int, refold: bool, variant=None, committed: int
 
 
 def staged_variant(kind: str, batch: int, refold: bool, fields: str):
-    """The ops' default :class:`StagedVariant` at ``batch`` with ``fields`` replaced."""
-    import dataclasses
+    """The ops' default :class:`StagedVariant` at ``batch`` with ``fields`` replaced (the
+    benchmarks' ``--default-with``, ``_delta_layer.default_with``, at the dims this script runs)."""
+    import types
 
+    from _delta_layer import default_with
     from _derive import parse_fields
     from trtllm_replayssm.ops.gdn import decode
     from trtllm_replayssm.ops.gdn.decode_staged import StagedVariant
 
-    default = decode.default_variant(batch, kind == "kda", refold, 128)
-    if not isinstance(default, StagedVariant):
+    dims = types.SimpleNamespace(per_channel=kind == "kda", d_v=128, window=WINDOW)
+    variant = default_with(dims, batch, refold, parse_fields(fields, StagedVariant))
+    if not isinstance(variant, StagedVariant):
+        default = decode.default_variant(batch, dims.per_channel, refold, dims.d_v, dims.window)
         raise SystemExit(f"--staged: the default at batch {batch} is {default!r}, not a StagedVariant")
-    return dataclasses.replace(default, **parse_fields(fields, StagedVariant))
+    return variant
 
 
 def paper_step(root: str, cfg: tuple[int, ...], batch: int):

@@ -94,8 +94,8 @@ def main(argv=None):
     from trtllm_replayssm.ops.gdn import decode_staged as ds
     from trtllm_replayssm.ops.gdn.decode_staged import StagedVariant
 
-    print(device_info(), f"copy bandwidth {copy_bandwidth_gbps():.0f} GB/s")
     bandwidth = copy_bandwidth_gbps()
+    print(device_info(), f"copy bandwidth {bandwidth:.0f} GB/s")
     flusher = L2Flusher()
     layer = Layer(args.kind, *DIMS[args.kind], torch.bfloat16, 16)
     print(f"{args.kind} {DIMS[args.kind]}, bf16, ring length {args.committed}, {args.rounds} rounds")

@@ -155,9 +155,9 @@ def default_variant(batch: int, per_channel: bool, refold: bool, d_v: int, capac
         # Batch 256, graph replays through the cycle (profile_delta_step.py --timeline): non-flush
         # 181.7 us, flush 559.2 us, amortized over 15 tokens 206.9 us, against two tiles per item
         # 182.4 / 662.2 / 214.4 us and the eager fold of two 16-row tiles (2 warps) after the
-        # stream launch 185.7 / 724.7 / 219.4 us. (With the tiles unrolled the kernel took 50.5 KB of shared
-        # memory, over the 48 KB a block gets without opting in, and the stream launch beside it
-        # ran 172 us instead of 148: non-flush 206.6 us.)
+        # stream launch 185.7 / 724.7 / 219.4 us. (With the tiles unrolled the kernel took 50.5 KB
+        # of shared memory, over the 48 KB a block gets without opting in, and the stream launch
+        # beside it ran 172 us instead of 148: non-flush 206.6 us.)
         # From KDA_READ_STAGES_FROM the stream launch reads 32-row tiles in pipelined chunks.
         read = dict(block_v=32, read_stages=2) if batch >= KDA_READ_STAGES_FROM else {}
         # Held to 128 registers the list kernel fits 4 programs per SM instead of 3 (166 registers

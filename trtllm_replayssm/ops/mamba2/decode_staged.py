@@ -64,6 +64,7 @@ from .._flush_list import LIST_MAX_BATCH, _sm_count, flush_ranks, flush_row, lau
 from .._prefetch import prefetch_l2, prefetch_mode
 from .._side_stream import fork, join
 from .._tf32 import fp32_dot
+from .decode_flush_cuda import flush_rows_cuda, unsupported
 from .decode import _common, _mixer_gate, _mixer_output, _program_ids, _slot_of, _softplus_clamp, _state_strides
 
 __all__ = ["flush_heads_per_program", "flush_register_cap", "replay_step_staged"]
@@ -509,6 +510,12 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
                       AHEAD=cfg.flush_l2_ahead)
 
     def flush_rows():
+        if cuda_flush:
+            flush_rows_cuda(checkpoint, ring_x, ring_B, coef, info, x, B, C, D_ if flags["HAS_D"] else None,
+                            z_ if flags["HAS_Z"] else None, idx_ if flags["HAS_INDICES"] else None, y, batch,
+                            flush_strides, capacity, cfg.flush_cuda_blocks, cfg.flush_cuda_rows,
+                            cfg.flush_l2_prefetch != "none")
+            return
         listed = cfg.flush_persistent and batch <= LIST_MAX_BATCH
         items = (ROW_GRID if not listed else LIST_HEADS if cfg.flush_list_items == "heads" else LIST_TILES)
         consts = dict(row_consts, ITEMS=items, BLOCK_B=triton.next_power_of_2(batch) if listed else 1)
@@ -528,6 +535,8 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
         if items != ROW_GRID:
             note_resident(key, compiled, x.device)
 
+    cuda_flush = cfg.flush_launch and cfg.flush_impl == "cuda" and unsupported(
+        checkpoint, batch, dict(ring_x=ring_x, ring_B=ring_B, x=x, B=B, C=C, z=z)) is None
     # flush_stream: the flush launch first, on a side stream, so that it runs under the stream
     # launch (disjoint rows); joined before returning.
     side = fork(x.device) if cfg.flush_launch and cfg.flush_stream else None

@@ -11,7 +11,7 @@ import triton
 
 from .._prefetch import PREFETCH_MODES
 
-__all__ = ["DOT_FOLDS", "FOLDS", "KERNELS", "PIPELINES", "LaunchConfig", "launch_config"]
+__all__ = ["DOT_FOLDS", "FLUSH_IMPLS", "FOLDS", "KERNELS", "PIPELINES", "LaunchConfig", "launch_config"]
 
 #: Flush fold of the "v4" and "staged" kernels: unrolled rank-1 FMAs, a rolled loop, or an fp32
 #: ``tl.dot`` at this precision; "staged" also has the loop software-pipelined ("pipe").
@@ -26,6 +26,8 @@ KERNELS = ("v3", "v4", "staged", "write_through")
 #: Tile pipelining of the "v4" kernel (decode_v4.py); "cols": one tile per program walked in
 #: 32-column chunks (the delta rules' one-launch step's form).
 PIPELINES = ("regs", "range", "cols")
+#: Flush launches of the "staged" kernel with flush_launch: Triton's, or the CUDA C++ kernel.
+FLUSH_IMPLS = ("triton", "cuda")
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,12 @@ class LaunchConfig:
     # CUDA only).
     flush_l2_prefetch: str = "none"
     flush_l2_ahead: int = 1
+    # "cuda": the flush launch as the CUDA C++ kernel of decode_flush_cuda.py (NVRTC-compiled; a
+    # wave of blocks walking (flush row, head, tile) items), where it supports the step, else the
+    # Triton launch above; the flush_* tile, warp, register, list and prefetch fields are Triton's.
+    flush_impl: str = "triton"
+    flush_cuda_blocks: int = 4  # "cuda": blocks per SM its registers are bounded for (__launch_bounds__)
+    flush_cuda_rows: int | None = None  # "cuda": checkpoint rows per work item (None: decode_flush_cuda.tile_rows)
 
     def __post_init__(self):
         if self.kernel not in KERNELS:
@@ -109,6 +117,14 @@ class LaunchConfig:
                              f"got {self.flush_l2_prefetch!r}")
         if self.flush_l2_ahead < 1:
             raise ValueError(f"LaunchConfig.flush_l2_ahead: expected >= 1, got {self.flush_l2_ahead}")
+        if self.flush_impl not in FLUSH_IMPLS:
+            raise ValueError(f"LaunchConfig.flush_impl: expected one of {FLUSH_IMPLS}, got {self.flush_impl!r}")
+        if self.flush_impl != "triton" and not self.flush_launch:
+            raise ValueError(f"LaunchConfig.flush_impl: {self.flush_impl!r} needs flush_launch=True")
+        if not 1 <= self.flush_cuda_blocks <= 8:
+            raise ValueError(f"LaunchConfig.flush_cuda_blocks: expected 1 to 8, got {self.flush_cuda_blocks}")
+        if self.flush_cuda_rows is not None and self.flush_cuda_rows < 1:
+            raise ValueError(f"LaunchConfig.flush_cuda_rows: expected None or >= 1, got {self.flush_cuda_rows}")
         if self.flush_heads < 1:
             raise ValueError(f"LaunchConfig.flush_heads: expected >= 1, got {self.flush_heads}")
         caps = self.flush_max_registers if isinstance(self.flush_max_registers, tuple) else (

@@ -1,0 +1,198 @@
+"""The CUDA C++ flush launch of the staged Mamba-2 step (ops/mamba2/decode_flush_cuda.py,
+``flush_cuda.cu``, ``LaunchConfig(flush_impl="cuda")``).
+
+CPU: its launch choices (tile rows, defines, shared memory, which steps it serves), the
+configuration's checks, and, where an NVRTC library is installed (the ``nvidia-cuda-nvrtc`` wheel),
+that the kernel compiles for sm_90 / sm_100 / sm_103 and, assembled by Triton's ptxas, does not
+spill at the defaults. GPU (``gpu``): the steps against the float64 reference over dims, dtypes,
+batches, padded rows and staggered flush phases, 4 windows at Nemotron-H dims, and a captured
+step against eager calls.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from test_mamba2_kernels import _graph_vs_eager, _kernel_replay, allocate, check_replay
+from trtllm_replayssm.ops import _nvrtc
+from trtllm_replayssm.ops.mamba2 import decode
+from trtllm_replayssm.ops.mamba2 import decode_flush_cuda as fc
+
+CUDA_FLUSH = dict(block_p=16, num_warps=2, kernel="staged", fold="bf16x3", flush_launch=True, flush_stream=True,
+                  flush_impl="cuda")
+
+
+# -- CPU ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("head_dim,d_state,asked,want", [
+    (64, 128, None, 64), (80, 128, None, 40), (128, 128, None, 64), (256, 128, None, 64), (64, 64, None, 64),
+    (64, 128, 32, 32), (64, 128, 8, 8), (80, 64, None, 80), (80, 80, None, None), (64, 256, None, None)])
+def test_tile_rows(head_dim, d_state, asked, want):
+    assert fc.tile_rows(head_dim, d_state, asked) == want
+
+
+@pytest.mark.parametrize("asked", [12, 4, 128])
+def test_tile_rows_rejects(asked):
+    with pytest.raises(ValueError, match="flush_cuda_rows"):
+        fc.tile_rows(64, 128, asked)
+
+
+def test_defines_and_shared_memory():
+    d = fc.defines(128, 8, 64, 128, 16, torch.bfloat16, torch.bfloat16, torch.float32, torch.float32, True, False,
+                   torch.int64, (128, 64, 128), min_blocks=3)
+    assert d == dict(CK_P=128, RX_J=64, RB_J=128, P=64, N=128, CAP=16, HEADS=128, HPG=16, THREADS=256, TILE_P=64,
+                     MIN_BLOCKS=3, PREFETCH=0, X_KIND=1, BC_KIND=1, RING_KIND=0, D_KIND=0, HAS_D=1, HAS_Z=0, HAS_INDICES=1,
+                     IDX_64=1)
+    assert fc.defines(8, 2, 80, 128, 8, torch.float16, torch.float16, torch.float16, None, False, True, None,
+                      (128, 80, 128))["TILE_P"] == 40
+    # Two buffers of 17 entries of 64 weighted x and 128 B, C, x, z (fp32); 256 rows, ring lengths, slots.
+    assert fc.shared_bytes(256, 128, 16, 64) == 2 * 4 * (17 * (64 + 128) + 128 + 2 * 64) + 256 * (4 + 4 + 8)
+    with pytest.raises(ValueError, match="x: expected one of"):
+        fc.defines(8, 2, 64, 128, 16, torch.int8, torch.bfloat16, torch.bfloat16, None, False, False, None,
+                   (128, 64, 128))
+
+
+def test_unsupported_names_each_reason():
+    ck = torch.zeros(4, 2, 64, 128)
+    assert "float16" in fc.unsupported(ck.half(), 4)
+    assert "d_state 80" in fc.unsupported(torch.zeros(4, 2, 64, 80), 4)
+    assert "16-byte" in fc.unsupported(torch.zeros(4, 2, 64, 129)[..., :128], 4)
+    assert "batch 5000" in fc.unsupported(ck, 5000)
+    assert "CUDA device" in fc.unsupported(ck, 4)
+
+
+def test_launch_config_checks_cuda_flush_fields():
+    assert decode.LaunchConfig(**CUDA_FLUSH).flush_impl == "cuda"
+    for bad, match in [(dict(CUDA_FLUSH, flush_impl="cutlass"), "flush_impl: expected one of"),
+                       (dict(CUDA_FLUSH, flush_launch=False, flush_stream=False), "needs flush_launch=True"),
+                       (dict(CUDA_FLUSH, flush_cuda_blocks=0), "flush_cuda_blocks"),
+                       (dict(CUDA_FLUSH, flush_cuda_rows=0), "flush_cuda_rows")]:
+        with pytest.raises(ValueError, match=match):
+            decode.LaunchConfig(**bad)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter path; the GPU tests run the kernel")
+def test_cuda_flush_config_off_cuda_takes_the_triton_launch():
+    # Off CUDA the step keeps the Triton flush launch (the interpreter), exactly as without flush_impl.
+    run = _kernel_replay(decode.LaunchConfig(**dict(CUDA_FLUSH, fold="tf32x3")))
+    check_replay((2, 32, 16, 2), torch.float32, 3, 4, 10, "cpu", run=run, stagger=True)
+
+
+TRITON_BIN = None
+try:
+    import triton
+
+    TRITON_BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+except ImportError:
+    pass
+
+
+def _ptx(arch: int, defs: dict) -> str:
+    lib = _nvrtc.find_nvrtc()
+    prog = ctypes.c_void_p()
+    assert lib.nvrtcCreateProgram(ctypes.byref(prog), fc.source().encode(), b"flush_cuda.cu", 0, None, None) == 0
+    opts = [f"--gpu-architecture=compute_{arch}", "--std=c++17", "-default-device"]
+    opts += [f"-D{k}={v}" for k, v in defs.items()]
+    assert lib.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*[o.encode() for o in opts])) == 0
+    size = ctypes.c_size_t()
+    lib.nvrtcGetPTXSize(prog, ctypes.byref(size))
+    buf = ctypes.create_string_buffer(size.value)
+    lib.nvrtcGetPTX(prog, buf)
+    lib.nvrtcDestroyProgram(ctypes.byref(prog))
+    return buf.value.decode()
+
+
+NEEDS_NVRTC = pytest.mark.skipif(_nvrtc.find_nvrtc() is None, reason="no NVRTC library (nvidia-cuda-nvrtc wheel)")
+
+
+@NEEDS_NVRTC
+@pytest.mark.parametrize("sm", [90, 100, 103])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_kernel_compiles_for_hopper_and_blackwell(sm, dtype):
+    for heads, groups, head_dim, d_state in [(128, 8, 64, 128), (96, 8, 80, 128), (8, 2, 64, 64)]:
+        defs = fc.defines(heads, groups, head_dim, d_state, 16, dtype, dtype, dtype, torch.float32, True, True,
+                          torch.int32, (d_state, head_dim, d_state))
+        cubin = _nvrtc.compile_cubin(fc.source(), "mamba2_flush_rows", sm, tuple(sorted(
+            (k, str(v)) for k, v in defs.items())))
+        assert cubin[:4] == b"\x7fELF" and b"mamba2_flush_rows" in cubin
+
+
+def test_compile_reports_the_compiler_log():
+    if _nvrtc.find_nvrtc() is None:
+        with pytest.raises(_nvrtc.NvrtcError, match="no libnvrtc"):
+            _nvrtc.compile_cubin("int x;", "x.cu", 90)
+        return
+    with pytest.raises(_nvrtc.NvrtcError, match="undefined|identifier"):
+        _nvrtc.compile_cubin('extern "C" __global__ void k() { undefined_name(); }', "bad.cu", 90)
+
+
+@NEEDS_NVRTC
+@pytest.mark.skipif(TRITON_BIN is None or not (TRITON_BIN / "ptxas-blackwell").exists(),
+                    reason="Triton's ptxas is not installed")
+@pytest.mark.parametrize("sm", [90, 100, 103])
+def test_defaults_assemble_without_spills(sm, tmp_path):
+    # What the step compiles at the defaults for Nemotron-H and Nemotron-3-Nano, bf16: within the
+    # registers of flush_cuda_blocks blocks per SM and no spill (the PTX's version lowered to what
+    # Triton's ptxas reads: the kernel uses no newer instruction).
+    cfg = decode.LaunchConfig(**CUDA_FLUSH)
+    for heads, groups, head_dim in [(128, 8, 64), (96, 8, 80)]:
+        defs = fc.defines(heads, groups, head_dim, 128, 16, torch.bfloat16, torch.bfloat16, torch.bfloat16,
+                          torch.float32, True, True, torch.int32, (128, head_dim, 128), cfg.flush_cuda_blocks,
+                          cfg.flush_cuda_rows)
+        ptx = re.sub(r"^\.version \d+\.\d+", ".version 8.7", _ptx(sm, defs), flags=re.M)
+        path = tmp_path / f"flush_{sm}_{head_dim}.ptx"
+        path.write_text(ptx)
+        out = subprocess.run([str(TRITON_BIN / "ptxas-blackwell"), "-v", f"--gpu-name=sm_{sm}", str(path), "-o",
+                              str(path.with_suffix(".cubin"))], capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr[-2000:]
+        regs = int(re.search(r"Used (\d+) registers", out.stderr).group(1))
+        spills = int(re.search(r"(\d+) bytes spill stores", out.stderr).group(1))
+        assert regs * fc.THREADS * cfg.flush_cuda_blocks <= 65536 and spills == 0, (sm, head_dim, out.stderr)
+
+
+# -- GPU ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("params", [{}, dict(flush_cuda_rows=16, flush_cuda_blocks=6, flush_l2_prefetch="lines")],
+                         ids=["default", "rows16-prefetch"])
+@pytest.mark.parametrize("batch", [1, 3, 64])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+@pytest.mark.parametrize("dims", [(8, 64, 128, 2), (8, 80, 128, 8), (4, 128, 64, 1), (6, 256, 128, 3)])
+def test_cuda_flush_steps_gpu(dims, dtype, batch, params):
+    run = _kernel_replay(decode.LaunchConfig(**CUDA_FLUSH, **params))
+    check_replay(dims, dtype, batch, window=8, steps=26, device="cuda", run=run, stagger=True)
+    check_replay(dims, dtype, batch, window=4, steps=13, device="cuda", run=run, seed=1)
+
+
+@pytest.mark.gpu
+def test_cuda_flush_nemotron_dims_four_windows_gpu():
+    # The accuracy target: the fp32 checkpoint within 1e-5 of float64 over 4 windows at L=16.
+    run = _kernel_replay(decode.LaunchConfig(**dict(CUDA_FLUSH, flush_persistent=4, flush_list_items="heads",
+                                                    flush_heads=16)))
+    check_replay((128, 64, 128, 8), torch.bfloat16, 3, 16, 66, "cuda", run=run, ckpt_tol=1e-5)
+
+
+@pytest.mark.gpu
+def test_cuda_flush_falls_back_where_unsupported_gpu():
+    # d_state 80: the Triton flush launch serves the step.
+    run = _kernel_replay(decode.LaunchConfig(**CUDA_FLUSH))
+    check_replay((6, 80, 80, 3), torch.bfloat16, 3, 4, 13, "cuda", run=run)
+
+
+@pytest.mark.gpu
+def test_cuda_flush_cuda_graph_equals_eager_gpu():
+    dims = (16, 64, 128, 2)
+    gen = torch.Generator().manual_seed(8)
+    base, _ = allocate(6, *dims, 4, torch.bfloat16, "cuda", gen)
+    eager, graph = _graph_vs_eager(_kernel_replay(decode.LaunchConfig(**CUDA_FLUSH)), base.clone, 5, *dims,
+                                   torch.bfloat16)
+    for name, t in eager.tensors().items():
+        assert torch.equal(t, getattr(graph, name)), name

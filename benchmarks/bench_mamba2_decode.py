@@ -300,6 +300,10 @@ VARIANT_BATCHES = (256, 1, 128)  # most important first: the first pass compiles
 
 def short(cfg) -> str:
     """A LaunchConfig in a table column: the fields that differ from the defaults."""
+    if cfg.kernel == "staged" and cfg.flush_launch and cfg.flush_impl == "cuda":
+        # The CUDA flush launch reads only its own fields and flush_heads.
+        return (f"staged bp{cfg.block_p} w{cfg.num_warps} +flush cuda h{cfg.flush_heads} b{cfg.flush_cuda_blocks}"
+                + (f" rows{cfg.flush_cuda_rows}" if cfg.flush_cuda_rows else "") + (" side" if cfg.flush_stream else ""))
     if cfg.kernel == "staged":
         return f"staged bp{cfg.block_p} w{cfg.num_warps} {cfg.fold}" + (f" r{cfg.max_registers}" if cfg.max_registers else "") + (
             f" rw{cfg.ring_warps}" if cfg.ring_warps != 4 else "") + (" rows" if cfg.rows_fastest else "") + (

@@ -171,3 +171,12 @@ def test_staged_with_is_the_staged_default_where_the_one_launch_step_serves():
     assert dataclasses.replace(at_256, block_v=8, read_stages=0) == decode.default_variant(256, False, False, 128, 17)
     assert at_256.flush_reread and not staged_with(gdn, 128, {}).flush_reread
     assert staged_with(gdn, 4, {}) is None  # the write-through step
+
+
+def test_mamba2_variant_label_names_the_cuda_flush():
+    import bench_mamba2_decode
+
+    base = mamba2_decode.launch_config("replay", 64, 128, 256)
+    cuda = dataclasses.replace(base, flush_impl="cuda", flush_cuda_rows=2)
+    assert "+flush cuda h16 b4 rows2 side" in bench_mamba2_decode.short(cuda)
+    assert "cuda" not in bench_mamba2_decode.short(base)

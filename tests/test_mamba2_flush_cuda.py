@@ -32,31 +32,37 @@ CUDA_FLUSH = dict(block_p=16, num_warps=2, kernel="staged", fold="bf16x3", flush
 
 
 @pytest.mark.parametrize("head_dim,d_state,asked,want", [
-    (64, 128, None, 64), (80, 128, None, 40), (128, 128, None, 64), (256, 128, None, 64), (64, 64, None, 64),
-    (64, 128, 32, 32), (64, 128, 8, 8), (80, 64, None, 80), (80, 80, None, None), (64, 256, None, None)])
-def test_tile_rows(head_dim, d_state, asked, want):
-    assert fc.tile_rows(head_dim, d_state, asked) == want
+    (64, 128, None, 4), (80, 128, None, 4), (256, 128, None, 4), (64, 64, None, 8), (80, 64, None, 8),
+    (64, 128, 2, 2), (64, 128, 1, 1), (80, 80, None, None), (64, 256, None, None), (64, 32, None, 16)])
+def test_warp_rows(head_dim, d_state, asked, want):
+    assert fc.warp_rows(head_dim, d_state, asked) == want
 
 
-@pytest.mark.parametrize("asked", [12, 4, 128])
-def test_tile_rows_rejects(asked):
+@pytest.mark.parametrize("d_state,asked", [(128, 3), (128, 16), (64, 32), (64, 1)])
+def test_warp_rows_rejects(d_state, asked):
+    # Not a divisor of head_dim 64 (3), more than 8 instructions (16 rows at d_state 128, 32 at 64),
+    # or not a whole number of instructions (1 at d_state 64: two rows per instruction).
     with pytest.raises(ValueError, match="flush_cuda_rows"):
-        fc.tile_rows(64, 128, asked)
+        fc.warp_rows(64, d_state, asked)
 
 
 def test_defines_and_shared_memory():
     d = fc.defines(128, 8, 64, 128, 16, torch.bfloat16, torch.bfloat16, torch.float32, torch.float32, True, False,
-                   torch.int64, (128, 64, 128), min_blocks=3)
-    assert d == dict(CK_P=128, RX_J=64, RB_J=128, P=64, N=128, CAP=16, HEADS=128, HPG=16, THREADS=256, TILE_P=64,
-                     MIN_BLOCKS=3, PREFETCH=0, X_KIND=1, BC_KIND=1, RING_KIND=0, D_KIND=0, HAS_D=1, HAS_Z=0, HAS_INDICES=1,
-                     IDX_64=1)
-    assert fc.defines(8, 2, 80, 128, 8, torch.float16, torch.float16, torch.float16, None, False, True, None,
-                      (128, 80, 128))["TILE_P"] == 40
-    # Two buffers of 17 entries of 64 weighted x and 128 B, C, x, z (fp32); 256 rows, ring lengths, slots.
-    assert fc.shared_bytes(256, 128, 16, 64) == 2 * 4 * (17 * (64 + 128) + 128 + 2 * 64) + 256 * (4 + 4 + 8)
+                   torch.int64, (128, 64, 128), min_blocks=3, heads_per_item=16)
+    assert d == dict(CK_P=128, RX_J=64, RB_J=128, P=64, N=128, CAP=16, HEADS=128, HPG=16, HEADS_PER_ITEM=16,
+                     THREADS=256, PASSES=4, MIN_BLOCKS=3, X_KIND=1, BC_KIND=1, RING_KIND=0, D_KIND=0,
+                     HAS_D=1, HAS_Z=0, HAS_INDICES=1, IDX_64=1)
+    assert fc.defines(8, 2, 80, 64, 8, torch.float16, torch.float16, torch.float16, None, False, True, None,
+                      (64, 80, 64))["PASSES"] == 4  # 8 rows, two per instruction
+    # The group's 17 B rows and C, each of 8 warps' 17 x 4 weighted x with x and z (fp32); 256 rows,
+    # ring lengths and slots.
+    assert fc.shared_bytes(256, 128, 16, 4) == 4 * (17 * 128 + 128 + 8 * (17 * 4 + 2 * 4)) + 256 * (4 + 4 + 8)
     with pytest.raises(ValueError, match="x: expected one of"):
         fc.defines(8, 2, 64, 128, 16, torch.int8, torch.bfloat16, torch.bfloat16, None, False, False, None,
                    (128, 64, 128))
+    with pytest.raises(ValueError, match="heads_per_item"):
+        fc.defines(8, 2, 64, 128, 16, torch.bfloat16, torch.bfloat16, torch.bfloat16, None, False, False, None,
+                   (128, 64, 128), heads_per_item=3)
 
 
 def test_unsupported_names_each_reason():
@@ -145,8 +151,8 @@ def test_defaults_assemble_without_spills(sm, tmp_path):
     for heads, groups, head_dim in [(128, 8, 64), (96, 8, 80)]:
         defs = fc.defines(heads, groups, head_dim, 128, 16, torch.bfloat16, torch.bfloat16, torch.bfloat16,
                           torch.float32, True, True, torch.int32, (128, head_dim, 128), cfg.flush_cuda_blocks,
-                          cfg.flush_cuda_rows)
-        ptx = re.sub(r"^\.version \d+\.\d+", ".version 8.7", _ptx(sm, defs), flags=re.M)
+                          cfg.flush_cuda_rows, 16 if heads == 128 else 12)
+        ptx = re.sub(r"^\.version \d+\.\d+", ".version 8.8", _ptx(sm, defs), flags=re.M)
         path = tmp_path / f"flush_{sm}_{head_dim}.ptx"
         path.write_text(ptx)
         out = subprocess.run([str(TRITON_BIN / "ptxas-blackwell"), "-v", f"--gpu-name=sm_{sm}", str(path), "-o",
@@ -161,8 +167,8 @@ def test_defaults_assemble_without_spills(sm, tmp_path):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("params", [{}, dict(flush_cuda_rows=16, flush_cuda_blocks=6, flush_l2_prefetch="lines")],
-                         ids=["default", "rows16-prefetch"])
+@pytest.mark.parametrize("params", [{}, dict(flush_cuda_rows=8, flush_cuda_blocks=3, flush_heads=2)],
+                         ids=["default", "rows8-heads2"])
 @pytest.mark.parametrize("batch", [1, 3, 64])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize("dims", [(8, 64, 128, 2), (8, 80, 128, 8), (4, 128, 64, 1), (6, 256, 128, 3)])
@@ -178,6 +184,14 @@ def test_cuda_flush_nemotron_dims_four_windows_gpu():
     run = _kernel_replay(decode.LaunchConfig(**dict(CUDA_FLUSH, flush_persistent=4, flush_list_items="heads",
                                                     flush_heads=16)))
     check_replay((128, 64, 128, 8), torch.bfloat16, 3, 16, 66, "cuda", run=run, ckpt_tol=1e-5)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("impl", ["triton", "cuda"])
+def test_flush_ignores_unwritten_ring_entries_gpu(impl):
+    # Window 8 of a 16-entry ring, NaN in every entry until written: entries past c never reach a sum.
+    run = _kernel_replay(decode.LaunchConfig(**dict(CUDA_FLUSH, flush_impl=impl)))
+    check_replay((8, 64, 128, 2), torch.bfloat16, 3, 8, 26, "cuda", run=run, poison_ring=True)
 
 
 @pytest.mark.gpu

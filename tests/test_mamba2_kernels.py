@@ -57,7 +57,7 @@ def allocate(slots, heads, head_dim, d_state, groups, window, dtype, device, gen
 
 
 def check_replay(dims, dtype, batch, window, steps, device, pad=True, run=None, seed=0, y_tol=None, ckpt_tol=1e-5,
-                 stagger=False, write_through_from=None):
+                 stagger=False, write_through_from=None, poison_ring=False):
     """Run ``steps`` ReplaySSM steps with ``run`` (a kernel launcher) and the reference; compare
     outputs, checkpoints, cursors and the committed ring entries after every step. With
     ``stagger`` the slots' first flushes come at different steps (flush and non-flush rows
@@ -67,6 +67,11 @@ def check_replay(dims, dtype, batch, window, steps, device, pad=True, run=None, 
     gen = torch.Generator().manual_seed(seed)
     slots = batch + 2
     state, ref_state = allocate(slots, heads, head_dim, d_state, groups, window, dtype, device, gen, stagger)
+    if poison_ring:
+        # Ring entries a step does not own hold NaN until written: no kernel may read them into a sum.
+        for st in (state, ref_state):
+            st.ring_x.fill_(float("nan"))
+            st.ring_B.fill_(float("nan"))
     A, D, dt_bias = make_params(heads, "cpu", gen)
     idx = make_indices(batch, slots, pad and batch > 1, "cpu", gen)
     y_tol = y_tol or {torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 1.5e-2}[dtype]

@@ -1,20 +1,25 @@
 """The staged step's flush launch in CUDA C++ (``LaunchConfig(flush_impl="cuda")``).
 
-``flush_cuda.cu`` holds the kernel (``mamba2_flush_rows``) and why it exists: every Triton form of
-the flush launch measured within 2% of 89% of copy bandwidth on an H200 (``benchmarks/NOTES_mamba2.md``),
-held by the warps its fold's registers and shared memory leave in flight. The kernel is compiled at
-run time by NVRTC for the device's own architecture (``ops/_nvrtc.py``) and takes the place of
+``flush_cuda.cu`` holds the kernel (``mamba2_flush_rows``): built to test whether the Triton flush
+launch's ~89% of copy bandwidth on an H200 was Triton's code generation (its fold's registers and
+shared memory leave 16 warps per SM in flight). It was not: at 32 warps per SM with an exact fp32
+FMA fold this launch measures within 1% of the Triton launch at Nemotron-H dims and 2% faster at
+Nemotron-3-Nano dims (``benchmarks/NOTES_mamba2.md``, twenty-fifth run), so it stays an option,
+not the default; it is also the flush that engines without Triton can take. The kernel is compiled
+at run time by NVRTC for the device's own architecture (``ops/_nvrtc.py``) and takes the place of
 ``decode_staged._flush_kernel`` in a staged step with ``flush_launch``: same inputs (the ring
 launch's ``coef`` / ``info`` scratch), same outputs (the flush rows' checkpoint tiles and ``y``),
 the same place in the step (first, on the side stream with ``flush_stream``).
 
-Its work items are (flush row, head, ``TILE_P``-row tile), walked by a wave of blocks sized from
-the device's occupancy (:func:`wave_blocks`), so a step with no flush row costs one wave of blocks
-that find none, as the Triton list launches do.
+Its block items are (flush row, ``flush_heads`` heads of one group), walked by a wave of blocks
+sized from the device's occupancy (:func:`wave_blocks`), so a step with no flush row costs one
+wave of blocks that find none, as the Triton list launches do; a block loads the group's ring
+``B`` once and its warps walk their own warp items (one head's :func:`warp_rows` rows) without
+block-wide barriers.
 
 :func:`unsupported` says when a step keeps the Triton flush launch: a checkpoint that is not fp32
-or not 16-byte aligned rows, ``d_state`` other than 64 or 128, or a batch above
-``LIST_MAX_BATCH``.
+or not 16-byte aligned rows, ``d_state`` other than 64 or 128, rings or activations whose rows do
+not start on 16-byte boundaries, or a batch above ``LIST_MAX_BATCH``.
 """
 
 from __future__ import annotations
@@ -27,13 +32,14 @@ import torch
 
 from .._flush_list import LIST_MAX_BATCH
 
-__all__ = ["THREADS", "defines", "flush_rows_cuda", "rows_per_pass", "shared_bytes", "tile_rows", "unsupported",
+__all__ = ["THREADS", "defines", "flush_rows_cuda", "rows_per_instr", "shared_bytes", "unsupported", "warp_rows",
            "wave_blocks"]
 
-#: Threads per block: 8 warps, a thread holding ``tile_rows * d_state / THREADS`` checkpoint elements.
+#: Threads per block: 8 warps, each walking its own warp items.
 THREADS = 256
-#: At most this many float4s of the tile per thread (the registers of 4 blocks per SM).
-MAX_PASSES = 8
+#: Float4s of a warp item per thread by default (its checkpoint rows stay in registers; 4 keeps
+#: the kernel within 64 registers, 4 blocks per SM), and at most when asked (80 registers at 8).
+MAX_PASSES, ASKED_MAX_PASSES = 4, 8
 
 _KINDS = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 _P = ctypes.c_void_p
@@ -47,32 +53,29 @@ def source() -> str:
     return (Path(__file__).with_name("flush_cuda.cu")).read_text()
 
 
-def rows_per_pass(d_state: int) -> int | None:
-    """Checkpoint rows one pass of a block covers (a row is ``d_state / 4`` lanes of float4s, a
+def rows_per_instr(d_state: int) -> int | None:
+    """Checkpoint rows one warp instruction covers (a row is ``d_state / 4`` lanes of float4s, a
     power of two up to a warp); ``None`` for a ``d_state`` the kernel does not take."""
     lanes = d_state // 4
-    if d_state % 4 or lanes > 32 or 32 % lanes:
+    if d_state % 8 or lanes > 32 or 32 % lanes:
         return None
-    return THREADS // lanes
+    return 32 // lanes
 
 
-def tile_rows(head_dim: int, d_state: int, asked: int | None = None) -> int | None:
-    """Rows of a work item: ``asked`` (``LaunchConfig.flush_cuda_rows``; it must divide ``head_dim``
-    and be a multiple of :func:`rows_per_pass`), or the largest divisor of ``head_dim`` that is at
-    most :data:`MAX_PASSES` passes; ``None`` for a ``d_state`` the kernel does not take."""
-    per_pass = rows_per_pass(d_state)
-    if per_pass is None:
+def warp_rows(head_dim: int, d_state: int, asked: int | None = None) -> int | None:
+    """Checkpoint rows of a warp item: ``asked`` (``LaunchConfig.flush_cuda_rows``; it must divide
+    ``head_dim`` and be a multiple of :func:`rows_per_instr`, at most :data:`ASKED_MAX_PASSES`
+    instructions), or the most that divide ``head_dim`` in at most :data:`MAX_PASSES` instructions; ``None`` for a ``d_state`` the kernel does not take."""
+    per = rows_per_instr(d_state)
+    if per is None:
         return None
     if asked is not None:
-        if head_dim % asked or asked % per_pass:
+        if head_dim % asked or asked % per or asked // per > ASKED_MAX_PASSES:
             raise ValueError(f"LaunchConfig.flush_cuda_rows: expected a divisor of head_dim {head_dim} that is a "
-                             f"multiple of {per_pass} (rows per pass at d_state {d_state}), got {asked}")
+                             f"multiple of {per} (rows per warp instruction at d_state {d_state}) and at most "
+                             f"{ASKED_MAX_PASSES * per}, got {asked}")
         return asked
-    best = None
-    for rows in range(per_pass, head_dim + 1, per_pass):
-        if head_dim % rows == 0 and rows // per_pass <= MAX_PASSES:
-            best = rows
-    return best
+    return max((r for r in range(per, per * MAX_PASSES + 1, per) if head_dim % r == 0), default=None)
 
 
 def _chunked(t: torch.Tensor) -> bool:
@@ -88,7 +91,7 @@ def unsupported(checkpoint: torch.Tensor, batch: int, operands: dict | None = No
     if checkpoint.dtype != torch.float32:
         return f"the checkpoint is {checkpoint.dtype}, the CUDA flush folds fp32 checkpoints"
     _, _, head_dim, d_state = checkpoint.shape
-    if rows_per_pass(d_state) is None:
+    if warp_rows(head_dim, d_state) is None:
         return f"d_state {d_state}: the CUDA flush takes d_state 64 or 128"
     if checkpoint.stride(3) != 1 or any(s % 4 for s in checkpoint.stride()[:3]) or checkpoint.data_ptr() % 16:
         return "the checkpoint's rows are not contiguous 16-byte aligned fp32 rows"
@@ -106,41 +109,47 @@ def unsupported(checkpoint: torch.Tensor, batch: int, operands: dict | None = No
 
 def defines(heads: int, groups: int, head_dim: int, d_state: int, capacity: int, x_dtype, bc_dtype, ring_dtype,
             d_dtype, has_d: bool, has_z: bool, idx_dtype, row_strides: tuple[int, int, int],
-            min_blocks: int = 4, rows: int | None = None, prefetch: bool = False) -> dict:
+            min_blocks: int = 4, rows: int | None = None, heads_per_item: int = 1) -> dict:
     """The ``-D`` values ``flush_cuda.cu`` is compiled with (one compilation per distinct set);
     ``row_strides``: the checkpoint's, ``ring_x``'s and ``ring_B``'s row strides (elements);
-    ``min_blocks``, ``rows``: ``LaunchConfig.flush_cuda_blocks`` / ``flush_cuda_rows``; ``prefetch``:
-    each block asks the L2 for its next item's tile and ring ``x`` (``flush_l2_prefetch`` not "none")."""
-    rows = tile_rows(head_dim, d_state, rows)
+    ``min_blocks``, ``rows``: ``LaunchConfig.flush_cuda_blocks`` / ``flush_cuda_rows`` (rows of a
+    warp item); ``heads_per_item``: heads of one group per block item (a divisor of the group's)."""
+    rows = warp_rows(head_dim, d_state, rows)
     if rows is None:
         raise ValueError(f"d_state {d_state}: the CUDA flush takes d_state 64 or 128")
     for name, dt in (("x", x_dtype), ("B", bc_dtype), ("ring", ring_dtype)):
         if dt not in _KINDS:
             raise ValueError(f"{name}: expected one of {tuple(_KINDS)}, got {dt}")
+    if (heads // groups) % heads_per_item:
+        raise ValueError(f"heads_per_item: expected a divisor of the group's {heads // groups} heads, got "
+                         f"{heads_per_item}")
     ck_p, rx_j, rb_j = row_strides
-    return dict(CK_P=ck_p, RX_J=rx_j, RB_J=rb_j, P=head_dim, N=d_state, CAP=capacity, HEADS=heads, HPG=heads // groups, THREADS=THREADS,
-                TILE_P=rows, MIN_BLOCKS=min_blocks, X_KIND=_KINDS[x_dtype], BC_KIND=_KINDS[bc_dtype],
-                RING_KIND=_KINDS[ring_dtype], D_KIND=_KINDS.get(d_dtype, 0) if has_d else 0,
-                PREFETCH=int(prefetch), HAS_D=int(has_d), HAS_Z=int(has_z), HAS_INDICES=int(idx_dtype is not None),
-                IDX_64=int(idx_dtype == torch.int64))
+    return dict(CK_P=ck_p, RX_J=rx_j, RB_J=rb_j, P=head_dim, N=d_state, CAP=capacity, HEADS=heads,
+                HPG=heads // groups, HEADS_PER_ITEM=heads_per_item, THREADS=THREADS,
+                PASSES=rows // rows_per_instr(d_state), MIN_BLOCKS=min_blocks, X_KIND=_KINDS[x_dtype],
+                BC_KIND=_KINDS[bc_dtype], RING_KIND=_KINDS[ring_dtype],
+                D_KIND=_KINDS.get(d_dtype, 0) if has_d else 0, HAS_D=int(has_d),
+                HAS_Z=int(has_z), HAS_INDICES=int(idx_dtype is not None), IDX_64=int(idx_dtype == torch.int64))
 
 
 def shared_bytes(batch: int, d_state: int, capacity: int, rows: int) -> int:
-    """Dynamic shared memory of a block: two buffers of an item's operands (the weighted ring ``x``
-    and ``B`` with the token's entry, ``C``, ``x``, ``z``; fp32) and the batch's flush rows with their
-    ``c`` (int32) and slots (int64)."""
-    return 8 * ((capacity + 1) * (rows + d_state) + d_state + 2 * rows) + 16 * batch
+    """Dynamic shared memory of a block: the group's ring ``B`` with the token's ``B`` and ``C``,
+    each warp's weighted ``x`` (``capacity + 1`` entries of its ``rows``) with ``x`` and ``z``
+    (fp32), and the batch's flush rows with their ``c`` (int32) and slots (int64)."""
+    warps = THREADS // 32
+    return 4 * ((capacity + 1) * d_state + d_state + warps * ((capacity + 1) * rows + 2 * rows)) + 16 * batch
 
 
-def wave_blocks(kernel, batch: int, items_per_row: int, shared: int, device: torch.device) -> int:
-    """Blocks of the launch: as many as fit the device at once, at most one per item of a step in
-    which every row flushes (the grid is fixed for a CUDA graph, the flush rows are not)."""
+def wave_blocks(kernel, items: int, shared: int, device: torch.device) -> int:
+    """Blocks of the launch: as many as fit the device at once, at most one per block item of a
+    step in which every row flushes (``items``; the grid is fixed for a CUDA graph, the flush rows
+    are not)."""
     sms = torch.cuda.get_device_properties(device).multi_processor_count
-    return max(1, min(batch * items_per_row, kernel.blocks_per_sm(THREADS, shared) * sms))
+    return max(1, min(items, kernel.blocks_per_sm(THREADS, shared) * sms))
 
 
 def flush_rows_cuda(checkpoint, ring_x, ring_B, coef, info, x, B, C, D, z, idx, y, batch, strides, capacity,
-                    min_blocks: int = 4, rows: int | None = None, prefetch: bool = False):
+                    min_blocks: int = 4, rows: int | None = None, heads_per_item: int = 1):
     """Launch ``mamba2_flush_rows`` on the current stream.
 
     checkpoint ``[slots, heads, head_dim, d_state]`` fp32; ``ring_x`` ``[slots, heads, capacity,
@@ -149,24 +158,25 @@ def flush_rows_cuda(checkpoint, ring_x, ring_B, coef, info, x, B, C, D, z, idx, 
     launch; ``x`` / ``z`` / ``y`` ``[batch, heads, head_dim]``, ``B`` / ``C`` ``[batch, groups,
     d_state]``, ``D`` ``[heads]``, ``idx`` ``[batch]`` int32/int64 (each of ``D``, ``z``, ``idx`` may
     be ``None``); ``strides``: the staged step's 16 flush strides (``decode_staged``);
-    ``min_blocks`` / ``rows`` / ``prefetch``: as :func:`defines`. Writes the flush rows' tiles and ``y``."""
+    ``min_blocks`` / ``rows`` / ``heads_per_item``: as :func:`defines`. Writes the
+    flush rows' tiles and ``y``."""
     from .._nvrtc import load_kernel
 
     _, heads, head_dim, d_state = checkpoint.shape
     groups = B.shape[1]
-    rows = tile_rows(head_dim, d_state, rows)
+    rows = warp_rows(head_dim, d_state, rows)
     defs = defines(heads, groups, head_dim, d_state, capacity, x.dtype, B.dtype, ring_x.dtype,
                    None if D is None else D.dtype, D is not None, z is not None, None if idx is None else idx.dtype,
-                   (checkpoint.stride(2), ring_x.stride(2), ring_B.stride(2)), min_blocks, rows, prefetch)
+                   (checkpoint.stride(2), ring_x.stride(2), ring_B.stride(2)), min_blocks, rows, heads_per_item)
     kernel = load_kernel(source(), "mamba2_flush_rows", defs, SIGNATURE, x.device)
     shared = shared_bytes(batch, d_state, capacity, rows)
-    blocks = wave_blocks(kernel, batch, heads * (head_dim // rows), shared, x.device)
+    blocks = wave_blocks(kernel, batch * (heads // heads_per_item), shared, x.device)
     (s_ck_slot, s_ck_head, s_rx_slot, s_rx_head, s_rB_slot, s_rB_group, s_x_row, s_x_head, s_B_row, s_B_group,
      s_C_row, s_C_group, s_z_row, s_z_head, s_y_row, s_y_head) = strides
     anchor = checkpoint  # the pointer of an absent operand (never read: its HAS_ flag is 0)
     ptrs = [t.data_ptr() for t in (checkpoint, ring_x, ring_B, coef, info, x, B, C,
                                    D if D is not None else anchor, z if z is not None else anchor,
                                    idx if idx is not None else anchor, y)]
-    args = (*ptrs, batch, s_ck_slot, s_ck_head, s_rx_slot, s_rx_head, s_rB_slot, s_rB_group, s_x_row, s_x_head, s_B_row, s_B_group, s_C_row, s_C_group,
-            s_z_row, s_z_head, s_y_row, s_y_head)
+    args = (*ptrs, batch, s_ck_slot, s_ck_head, s_rx_slot, s_rx_head, s_rB_slot, s_rB_group, s_x_row,
+            s_x_head, s_B_row, s_B_group, s_C_row, s_C_group, s_z_row, s_z_head, s_y_row, s_y_head)
     kernel.launch(blocks, THREADS, shared, args, torch.cuda.current_stream(x.device).cuda_stream)

@@ -51,6 +51,7 @@ what a per-row program does (``"heads"``; both ``_flush_kernel``'s ``ITEMS``; th
 that find no item instead of ``batch x chunks`` early exits (``benchmarks/NOTES_mamba2.md``).
 Every flush program asks the L2 for its next tile before each tile's load
 (``flush_l2_prefetch``, ``ops/_prefetch.py``; the defaults from batch 128).
+``flush_impl="cuda"`` replaces the flush launch by its CUDA C++ twin (``decode_flush_cuda.py``).
 """
 
 from __future__ import annotations
@@ -513,8 +514,7 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
         if cuda_flush:
             flush_rows_cuda(checkpoint, ring_x, ring_B, coef, info, x, B, C, D_ if flags["HAS_D"] else None,
                             z_ if flags["HAS_Z"] else None, idx_ if flags["HAS_INDICES"] else None, y, batch,
-                            flush_strides, capacity, cfg.flush_cuda_blocks, cfg.flush_cuda_rows,
-                            cfg.flush_l2_prefetch != "none")
+                            flush_strides, capacity, cfg.flush_cuda_blocks, cfg.flush_cuda_rows, per_program)
             return
         listed = cfg.flush_persistent and batch <= LIST_MAX_BATCH
         items = (ROW_GRID if not listed else LIST_HEADS if cfg.flush_list_items == "heads" else LIST_TILES)

@@ -81,11 +81,11 @@ class LaunchConfig:
     flush_l2_prefetch: str = "none"
     flush_l2_ahead: int = 1
     # "cuda": the flush launch as the CUDA C++ kernel of decode_flush_cuda.py (NVRTC-compiled; a
-    # wave of blocks walking (flush row, head, tile) items), where it supports the step, else the
-    # Triton launch above; the flush_* tile, warp, register, list and prefetch fields are Triton's.
+    # wave of blocks walking (flush row, flush_heads heads) items, each warp its own rows), where
+    # it supports the step, else the Triton launch above; the other flush_* fields are Triton's.
     flush_impl: str = "triton"
     flush_cuda_blocks: int = 4  # "cuda": blocks per SM its registers are bounded for (__launch_bounds__)
-    flush_cuda_rows: int | None = None  # "cuda": checkpoint rows per work item (None: decode_flush_cuda.tile_rows)
+    flush_cuda_rows: int | None = None  # "cuda": rows of a warp item (None: decode_flush_cuda.warp_rows)
 
     def __post_init__(self):
         if self.kernel not in KERNELS:

@@ -140,11 +140,14 @@ def replay_fn(layer, state, x, idx, refold=True, block_v=None, variant=None):
         state_indices=idx, pad_slot_id=-1, scale=None, refold=refold, block_v=block_v, variant=variant)
 
 
-def default_with(layer, batch: int, refold: bool, fields: dict):
-    """The ops' default launch at ``batch`` (``decode.default_variant``) with ``fields`` replaced,
-    or ``None`` where that default is not a dataclass with those fields (the write-through step,
-    the row-wise kernel, another launch kind)."""
-    variant = decode.default_variant(batch, layer.per_channel, refold, layer.d_v, layer.window)
+def default_with(layer, batch: int, refold: bool, fields: dict, capacity: int | None = None, kind=None):
+    """The ops' default launch at ``batch`` (``decode.default_variant`` for a ring of ``capacity``
+    entries, the layer's window by default) with ``fields`` replaced, or ``None`` where that
+    default is not a dataclass with those fields (the write-through step, the row-wise kernel,
+    another launch kind) or not a ``kind`` instance when ``kind`` is given."""
+    variant = decode.default_variant(batch, layer.per_channel, refold, layer.d_v, capacity or layer.window)
+    if kind is not None and not isinstance(variant, kind):
+        return None
     if not dataclasses.is_dataclass(variant) or not set(fields) <= {f.name for f in dataclasses.fields(variant)}:
         return None
     return dataclasses.replace(variant, **fields)
@@ -152,13 +155,12 @@ def default_with(layer, batch: int, refold: bool, fields: dict):
 
 def staged_with(layer, batch: int, fields: dict):
     """The staged step the ops would launch at ``batch`` (refold=False) if the one-launch step
-    did not serve there, with ``fields`` replaced: ``decode.default_variant`` for a ring wider
-    than 16 entries, which the one-launch step does not take (``None`` where that default is not
-    a staged step, e.g. the write-through step at small batches)."""
+    did not serve there, with ``fields`` replaced: :func:`default_with` for a ring wider than 16
+    entries, which the one-launch step does not take (``None`` where that default is not a staged
+    step, e.g. the write-through step at small batches)."""
     from trtllm_replayssm.ops.gdn.decode_staged import StagedVariant
 
-    variant = decode.default_variant(batch, layer.per_channel, False, layer.d_v, layer.window + 1)
-    return dataclasses.replace(variant, **fields) if isinstance(variant, StagedVariant) else None
+    return default_with(layer, batch, False, fields, capacity=layer.window + 1, kind=StagedVariant)
 
 
 def fla_fn(layer, batch, x):

@@ -68,7 +68,7 @@ from ._staged_tiles import (_fold_keys, _tile_fold_u, _tile_fold_u_dot, _tile_fo
                             _tile_read_chunks, _tile_refold, _tile_wy)
 from ._staged_variant import (StagedLaunch, StagedVariant, flush_config, folds_first, item_tiles, ring_split,
                               scratch_width, staged_config, staged_launch, uses_flush_dot)
-from .decode import (_gate_inputs, _gate_of, _load_gate, _load_qk, _normalise_qk, _program_ids, _qk_inputs,
+from .decode import (_gate_inputs, _gate_of, _load_gate, _normalise_qk, _program_ids, _qk_inputs,
                      _strides)
 from .decode_chunked import _coupling, _unit_lower_inverse
 
@@ -169,19 +169,15 @@ def _ring_kernel(
     if not RING_HALVES:
         Kr = tl.load(p_rk + o_c[:, None] * K + o_k[None, :], mask=m_load[:, None], other=0.0).to(tl.float32)
         Kr = tl.where(m_prev[:, None], Kr, 0.0)
-    if RAW_QK:
-        # The stream programs scale the raw q by this (normalisation, softmax scale, e^{D_t}).
-        if TOKEN_FIRST:
-            q_raw = raw_q
-        else:
-            q_raw = tl.load(q + i_b * stride_q + i_h * stride_qh + o_k).to(tl.float32)
-        q_norm = scale / tl.sqrt(tl.sum(q_raw * q_raw) + 1e-6)
     # q and k belong to the key head: normalised once, and with a scalar decay their products
     # with the ring's keys are the same for every value head of the program (each scales them
     # by its own decays).
     if not TOKEN_FIRST:
-        b_q, b_k, _ = _load_qk(q, k, i_b, i_h, o_k, scale, stride_q, stride_qh, stride_k, stride_kh,
-                               ring_k.dtype.element_ty)
+        raw_q, raw_k = _qk_inputs(q, k, i_b, i_h, o_k, stride_q, stride_qh, stride_k, stride_kh)
+        b_q, b_k, _ = _normalise_qk(raw_q, raw_k, scale, ring_k.dtype.element_ty)
+    if RAW_QK:
+        # The stream programs scale the raw q by this (normalisation, softmax scale, e^{D_t}).
+        q_norm = scale / tl.sqrt(tl.sum(raw_q * raw_q) + 1e-6)
     b_kq = tl.sum(b_k * b_q)
     if not PER_CHANNEL:
         kr_q = tl.sum(Kr * b_q[None, :], axis=1)

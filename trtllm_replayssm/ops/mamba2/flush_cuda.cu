@@ -87,8 +87,8 @@ template <> struct Chunk<2> {
 #define WARP_ROWS (ROWS_PER_INSTR * PASSES) // rows of a warp item
 #define WARPS (THREADS / 32)
 #define ENTRIES (CAP + 1)                   // the ring's entries, then the token's
-#define CHUNKS_PER_HEAD (HEADS_PER_ITEM * (P / WARP_ROWS))  // warp items of a block item
-#define ITEMS_PER_ROW (HEADS / HEADS_PER_ITEM)               // block items of a flush row
+#define WARP_ITEMS (HEADS_PER_ITEM * (P / WARP_ROWS))  // warp items of a block item
+#define ITEMS_PER_ROW (HEADS / HEADS_PER_ITEM)          // block items of a flush row
 #define PAIRS (ENTRIES * WARP_ROWS)         // weighted x of a warp item
 #define PAIR_ROUNDS ((PAIRS + 31) / 32)
 
@@ -226,7 +226,7 @@ mamba2_flush_rows(float* __restrict__ ckpt, const typename RA::T* __restrict__ r
         __syncthreads();
         const float4 cv = *reinterpret_cast<const float4*>(cs + 4 * col4);
 
-        for (int wi = warp; wi < CHUNKS_PER_HEAD; wi += WARPS) {
+        for (int wi = warp; wi < WARP_ITEMS; wi += WARPS) {
             const int h = h0 + wi / (P / WARP_ROWS), pt = (wi % (P / WARP_ROWS)) * WARP_ROWS;
             float* tile = ckpt + slot * s_ck_slot + h * s_ck_head + pt * CK_P;
             float4 acc[PASSES];

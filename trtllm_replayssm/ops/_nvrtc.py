@@ -109,8 +109,7 @@ def compile_cubin(source: str, name: str, arch: int, defines: tuple[tuple[str, s
 
 @functools.lru_cache(maxsize=None)
 def _libcuda() -> ctypes.CDLL:
-    lib = ctypes.CDLL("libcuda.so.1")
-    return lib
+    return ctypes.CDLL("libcuda.so.1")
 
 
 def _cu_check(result: int, what: str) -> None:
@@ -136,8 +135,9 @@ class CudaKernel:
         self.name, self.signature, self.device_index = name, tuple(signature), device_index
         lib = _libcuda()
         with torch.cuda.device(device_index):
-            torch.cuda.init()
-            torch.cuda.current_stream()  # the primary context current on this thread
+            # A runtime call on the device binds its primary context (PyTorch's) to this thread,
+            # which the driver calls below load into.
+            torch.cuda.synchronize(device_index)
             self._module = ctypes.c_void_p()
             _cu_check(lib.cuModuleLoadData(ctypes.byref(self._module), cubin), f"load module of {name}")
             self._func = ctypes.c_void_p()

@@ -130,6 +130,17 @@ def test_kernel_compiles_for_hopper_and_blackwell(sm, dtype):
         assert cubin[:4] == b"\x7fELF" and b"mamba2_flush_rows" in cubin
 
 
+def test_nvrtc_library_names(monkeypatch):
+    # $TRTLLM_REPLAYSSM_NVRTC first, then torch's CUDA major, the other majors, the pip wheels'
+    # lib folders, the unversioned name.
+    monkeypatch.setenv("TRTLLM_REPLAYSSM_NVRTC", "/opt/cuda/lib64/libnvrtc.so.12")
+    names = _nvrtc._nvrtc_names(13)
+    assert names[0] == "/opt/cuda/lib64/libnvrtc.so.12"
+    assert names.index("libnvrtc.so.13") < names.index("libnvrtc.so.12") and names[-1] == "libnvrtc.so"
+    monkeypatch.delenv("TRTLLM_REPLAYSSM_NVRTC")
+    assert _nvrtc._nvrtc_names(None)[0] == "libnvrtc.so.13"
+
+
 def test_compile_reports_the_compiler_log():
     if _nvrtc.find_nvrtc() is None:
         with pytest.raises(_nvrtc.NvrtcError, match="no libnvrtc"):

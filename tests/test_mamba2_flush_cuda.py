@@ -11,7 +11,6 @@ step against eager calls.
 
 from __future__ import annotations
 
-import ctypes
 import re
 import subprocess
 from pathlib import Path
@@ -100,21 +99,6 @@ except ImportError:
     pass
 
 
-def _ptx(arch: int, defs: dict) -> str:
-    lib = _nvrtc.find_nvrtc()
-    prog = ctypes.c_void_p()
-    assert lib.nvrtcCreateProgram(ctypes.byref(prog), fc.source().encode(), b"flush_cuda.cu", 0, None, None) == 0
-    opts = [f"--gpu-architecture=compute_{arch}", "--std=c++17", "-default-device"]
-    opts += [f"-D{k}={v}" for k, v in defs.items()]
-    assert lib.nvrtcCompileProgram(prog, len(opts), (ctypes.c_char_p * len(opts))(*[o.encode() for o in opts])) == 0
-    size = ctypes.c_size_t()
-    lib.nvrtcGetPTXSize(prog, ctypes.byref(size))
-    buf = ctypes.create_string_buffer(size.value)
-    lib.nvrtcGetPTX(prog, buf)
-    lib.nvrtcDestroyProgram(ctypes.byref(prog))
-    return buf.value.decode()
-
-
 NEEDS_NVRTC = pytest.mark.skipif(_nvrtc.find_nvrtc() is None, reason="no NVRTC library (nvidia-cuda-nvrtc wheel)")
 
 
@@ -163,7 +147,8 @@ def test_defaults_assemble_without_spills(sm, tmp_path):
         defs = fc.defines(heads, groups, head_dim, 128, 16, torch.bfloat16, torch.bfloat16, torch.bfloat16,
                           torch.float32, True, True, torch.int32, (128, head_dim, 128), cfg.flush_cuda_blocks,
                           cfg.flush_cuda_rows, 16 if heads == 128 else 12)
-        ptx = re.sub(r"^\.version \d+\.\d+", ".version 8.8", _ptx(sm, defs), flags=re.M)
+        ptx = _nvrtc.compile_ptx(fc.source(), "flush_cuda.cu", sm, tuple((k, str(v)) for k, v in defs.items()))
+        ptx = re.sub(r"^\.version \d+\.\d+", ".version 8.8", ptx, flags=re.M)
         path = tmp_path / f"flush_{sm}_{head_dim}.ptx"
         path.write_text(ptx)
         out = subprocess.run([str(TRITON_BIN / "ptxas-blackwell"), "-v", f"--gpu-name=sm_{sm}", str(path), "-o",

@@ -21,7 +21,7 @@ import hashlib
 import os
 import sys
 
-__all__ = ["CudaKernel", "NvrtcError", "compile_cubin", "find_nvrtc", "load_kernel"]
+__all__ = ["CudaKernel", "NvrtcError", "compile_cubin", "compile_ptx", "find_nvrtc", "load_kernel"]
 
 
 class NvrtcError(RuntimeError):
@@ -76,12 +76,8 @@ def nvrtc_version() -> tuple[int, int] | None:
     return major.value, minor.value
 
 
-@functools.lru_cache(maxsize=64)
-def compile_cubin(source: str, name: str, arch: int, defines: tuple[tuple[str, str], ...] = (),
-                  options: tuple[str, ...] = ()) -> bytes:
-    """Compile ``source`` (``name`` for messages) for ``sm_<arch>`` (``90``, ``100``, ``103``) with
-    ``-D`` ``defines`` and extra NVRTC ``options``; the cubin's bytes. Raises :class:`NvrtcError`
-    with the compiler's log on an error, or when no NVRTC is installed."""
+def _compile(source: str, name: str, target: str, defines, options, output: str) -> bytes:
+    """``source`` compiled by NVRTC for ``--gpu-architecture=<target>``; ``output`` "cubin" or "ptx"."""
     lib = find_nvrtc()
     if lib is None:
         raise NvrtcError("NVRTC: no libnvrtc found (install the nvidia-cuda-nvrtc wheel that matches torch's CUDA, "
@@ -90,7 +86,7 @@ def compile_cubin(source: str, name: str, arch: int, defines: tuple[tuple[str, s
     _nvrtc_check(lib, lib.nvrtcCreateProgram(ctypes.byref(prog), source.encode(), name.encode(), 0, None, None),
                  "create program")
     try:
-        opts = [f"--gpu-architecture=sm_{arch}", "--std=c++17", "-default-device"]
+        opts = [f"--gpu-architecture={target}", "--std=c++17", "-default-device"]
         opts += [f"-D{k}={v}" for k, v in defines] + list(options)
         argv = (ctypes.c_char_p * len(opts))(*[o.encode() for o in opts])
         result = lib.nvrtcCompileProgram(prog, len(opts), argv)
@@ -98,13 +94,31 @@ def compile_cubin(source: str, name: str, arch: int, defines: tuple[tuple[str, s
         lib.nvrtcGetProgramLogSize(prog, ctypes.byref(size))
         log = ctypes.create_string_buffer(size.value)
         lib.nvrtcGetProgramLog(prog, log)
-        _nvrtc_check(lib, result, f"compile {name} for sm_{arch}", log.value.decode(errors="replace"))
-        _nvrtc_check(lib, lib.nvrtcGetCUBINSize(prog, ctypes.byref(size)), "cubin size")
-        cubin = ctypes.create_string_buffer(size.value)
-        _nvrtc_check(lib, lib.nvrtcGetCUBIN(prog, cubin), "cubin")
-        return cubin.raw
+        _nvrtc_check(lib, result, f"compile {name} for {target}", log.value.decode(errors="replace"))
+        get_size, get = ((lib.nvrtcGetCUBINSize, lib.nvrtcGetCUBIN) if output == "cubin"
+                         else (lib.nvrtcGetPTXSize, lib.nvrtcGetPTX))
+        _nvrtc_check(lib, get_size(prog, ctypes.byref(size)), f"{output} size")
+        image = ctypes.create_string_buffer(size.value)
+        _nvrtc_check(lib, get(prog, image), output)
+        return image.raw
     finally:
         lib.nvrtcDestroyProgram(ctypes.byref(prog))
+
+
+@functools.lru_cache(maxsize=64)
+def compile_cubin(source: str, name: str, arch: int, defines: tuple[tuple[str, str], ...] = (),
+                  options: tuple[str, ...] = ()) -> bytes:
+    """Compile ``source`` (``name`` for messages) for ``sm_<arch>`` (``90``, ``100``, ``103``) with
+    ``-D`` ``defines`` and extra NVRTC ``options``; the cubin's bytes. Raises :class:`NvrtcError`
+    with the compiler's log on an error, or when no NVRTC is installed."""
+    return _compile(source, name, f"sm_{arch}", defines, options, "cubin")
+
+
+def compile_ptx(source: str, name: str, arch: int, defines: tuple[tuple[str, str], ...] = (),
+                options: tuple[str, ...] = ()) -> str:
+    """As :func:`compile_cubin`, the PTX for ``compute_<arch>`` (for an assembler of one's own:
+    register and spill counts without a GPU)."""
+    return _compile(source, name, f"compute_{arch}", defines, options, "ptx").rstrip(b"\0").decode()
 
 
 @functools.lru_cache(maxsize=None)
@@ -183,6 +197,11 @@ class CudaKernel:
 _KERNELS: dict = {}
 
 
+@functools.lru_cache(maxsize=16)
+def _digest(source: str) -> str:
+    return hashlib.sha1(source.encode()).hexdigest()
+
+
 def load_kernel(source: str, name: str, defines: dict, signature: tuple, device) -> CudaKernel:
     """:class:`CudaKernel` ``name`` of ``source`` compiled with ``defines`` for ``device``'s
     architecture, loaded once per (device, source, defines)."""
@@ -191,7 +210,7 @@ def load_kernel(source: str, name: str, defines: dict, signature: tuple, device)
     index = device.index if device.index is not None else torch.cuda.current_device()
     major, minor = torch.cuda.get_device_capability(index)
     items = tuple(sorted((str(k), str(v)) for k, v in defines.items()))
-    key = (index, hashlib.sha1(source.encode()).hexdigest(), name, items)
+    key = (index, _digest(source), name, items)
     kernel = _KERNELS.get(key)
     if kernel is None:
         cubin = compile_cubin(source, name, major * 10 + minor, items)

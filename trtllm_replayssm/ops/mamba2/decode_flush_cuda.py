@@ -148,6 +148,17 @@ def wave_blocks(kernel, items: int, shared: int, device: torch.device) -> int:
     return max(1, min(items, kernel.blocks_per_sm(THREADS, shared) * sms))
 
 
+@functools.lru_cache(maxsize=256)
+def _launch_plan(defs: tuple, device_index: int, items: int, shared: int):
+    """``(kernel, blocks)`` of a launch, found once per compilation, device, item count and shared
+    memory rather than on every step (the occupancy query is a driver call)."""
+    from .._nvrtc import load_kernel
+
+    device = torch.device("cuda", device_index)
+    kernel = load_kernel(source(), "mamba2_flush_rows", dict(defs), SIGNATURE, device)
+    return kernel, wave_blocks(kernel, items, shared, device)
+
+
 def flush_rows_cuda(checkpoint, ring_x, ring_B, coef, info, x, B, C, D, z, idx, y, batch, strides, capacity,
                     min_blocks: int = 4, rows: int | None = None, heads_per_item: int = 1):
     """Launch ``mamba2_flush_rows`` on the current stream.
@@ -160,17 +171,15 @@ def flush_rows_cuda(checkpoint, ring_x, ring_B, coef, info, x, B, C, D, z, idx, 
     be ``None``); ``strides``: the staged step's 16 flush strides (``decode_staged``);
     ``min_blocks`` / ``rows`` / ``heads_per_item``: as :func:`defines`. Writes the
     flush rows' tiles and ``y``."""
-    from .._nvrtc import load_kernel
-
     _, heads, head_dim, d_state = checkpoint.shape
     groups = B.shape[1]
     rows = warp_rows(head_dim, d_state, rows)
     defs = defines(heads, groups, head_dim, d_state, capacity, x.dtype, B.dtype, ring_x.dtype,
                    None if D is None else D.dtype, D is not None, z is not None, None if idx is None else idx.dtype,
                    (checkpoint.stride(2), ring_x.stride(2), ring_B.stride(2)), min_blocks, rows, heads_per_item)
-    kernel = load_kernel(source(), "mamba2_flush_rows", defs, SIGNATURE, x.device)
     shared = shared_bytes(batch, d_state, capacity, rows)
-    blocks = wave_blocks(kernel, batch * (heads // heads_per_item), shared, x.device)
+    index = x.device.index if x.device.index is not None else torch.cuda.current_device()
+    kernel, blocks = _launch_plan(tuple(defs.items()), index, batch * (heads // heads_per_item), shared)
     (s_ck_slot, s_ck_head, s_rx_slot, s_rx_head, s_rB_slot, s_rB_group, s_x_row, s_x_head, s_B_row, s_B_group,
      s_C_row, s_C_group, s_z_row, s_z_head, s_y_row, s_y_head) = strides
     anchor = checkpoint  # the pointer of an absent operand (never read: its HAS_ flag is 0)

@@ -19,7 +19,8 @@ template <> struct Act<0> {
 };
 template <> struct Act<1> {
     typedef u16 T;
-    static __device__ __forceinline__ float load(const T* p) { return __uint_as_float(((unsigned)*p) << 16); }
+    static __device__ __forceinline__ float of_bits(u16 b) { return __uint_as_float(((unsigned)b) << 16); }
+    static __device__ __forceinline__ float load(const T* p) { return of_bits(*p); }
     static __device__ __forceinline__ T from(float v) {
         u16 r;
         asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r) : "f"(v));
@@ -28,11 +29,12 @@ template <> struct Act<1> {
 };
 template <> struct Act<2> {
     typedef u16 T;
-    static __device__ __forceinline__ float load(const T* p) {
+    static __device__ __forceinline__ float of_bits(u16 b) {
         float f;
-        asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(*p));
+        asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(b));
         return f;
     }
+    static __device__ __forceinline__ float load(const T* p) { return of_bits(*p); }
     static __device__ __forceinline__ T from(float v) {
         u16 r;
         asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r) : "f"(v));
@@ -50,35 +52,24 @@ typedef long long IdxT;
 typedef int IdxT;
 #endif
 
-// A 16-byte chunk of an operand row, widened to fp32.
-template <int KIND> struct Chunk;
+// A 16-byte chunk of an operand row, widened to fp32: eight 16-bit values (bf16, fp16) ...
+template <int KIND> struct Chunk {
+    static constexpr int WIDTH = 8;
+    static __device__ __forceinline__ void widen(uint4 v, float* out) {
+        const unsigned w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            out[2 * i] = Act<KIND>::of_bits((u16)(w[i] & 0xffffu));
+            out[2 * i + 1] = Act<KIND>::of_bits((u16)(w[i] >> 16));
+        }
+    }
+};
+// ... or four fp32 values.
 template <> struct Chunk<0> {
     static constexpr int WIDTH = 4;
     static __device__ __forceinline__ void widen(uint4 v, float* out) {
         out[0] = __uint_as_float(v.x); out[1] = __uint_as_float(v.y);
         out[2] = __uint_as_float(v.z); out[3] = __uint_as_float(v.w);
-    }
-};
-template <> struct Chunk<1> {
-    static constexpr int WIDTH = 8;
-    static __device__ __forceinline__ void widen(uint4 v, float* out) {
-        const unsigned w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            out[2 * i] = __uint_as_float(w[i] << 16);
-            out[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-        }
-    }
-};
-template <> struct Chunk<2> {
-    static constexpr int WIDTH = 8;
-    static __device__ __forceinline__ void widen(uint4 v, float* out) {
-        const unsigned w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            asm("cvt.f32.f16 %0, %1;" : "=f"(out[2 * i]) : "h"((u16)(w[i] & 0xffffu)));
-            asm("cvt.f32.f16 %0, %1;" : "=f"(out[2 * i + 1]) : "h"((u16)(w[i] >> 16)));
-        }
     }
 };
 

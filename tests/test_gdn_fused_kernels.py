@@ -29,6 +29,13 @@ FUSED_CPU = [
                  id="share2-chunk-loop-flush-unrolled"),
     pytest.param(2, 1, 32, 16, torch.float16, FusedVariant(block_v=16, fold_chunk=16, stages=3, flush_stages=1),
                  id="share2-fp16-chunk-loop-flush-rolled"),
+    # flush_impl="cuda": the kernel without its fold, the flush rows first in flush_rows_torch
+    # (decode_flush_cuda.py's reading of the CUDA kernel; on a GPU the kernel itself,
+    # test_gdn_flush_cuda.py).
+    pytest.param(4, 2, 32, 32, torch.float32, FusedVariant(block_v=16, fold_chunk=16, flush_impl="cuda"),
+                 id="share2-flush-rows-apart"),
+    pytest.param(2, 1, 32, 16, torch.float16, FusedVariant(block_v=16, fold_chunk=16, stages=3, flush_impl="cuda"),
+                 id="share2-fp16-chunk-loop-flush-rows-apart"),
 ]
 
 

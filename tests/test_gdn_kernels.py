@@ -20,6 +20,7 @@ from trtllm_replayssm.config import ReplaySSMConfig
 from trtllm_replayssm.ops.gdn import decode
 from trtllm_replayssm.ops.gdn import reference as gdn_ref
 from trtllm_replayssm.ops.gdn.decode_chunked import ChunkedVariant
+from trtllm_replayssm.ops.gdn.decode_fused import FusedVariant
 from trtllm_replayssm.ops.gdn.decode_staged import StagedVariant
 
 from delta_kernel_harness import (
@@ -271,7 +272,9 @@ def test_matches_fla_fused_recurrent_gpu(variant, monkeypatch):
     StagedVariant(block_v=16, num_warps=2, flush_launch=True, raw_qk=True, flush_split=8),
     StagedVariant(block_v=16, num_warps=2, flush_launch=True, raw_qk=True, flush_stream=True),
     dataclasses.replace(decode.default_variant(256, False, True, 128), pdl=True),
-], ids=["rowwise", "chunked", "staged", "fused", "staged-flush-launch", "staged-flush-stream", "staged-default-pdl"])
+    FusedVariant(block_v=64, stages=3, flush_stages=0, flush_impl="cuda"),
+], ids=["rowwise", "chunked", "staged", "fused", "staged-flush-launch", "staged-flush-stream", "staged-default-pdl",
+        "fused-cuda-flush"])
 def test_cuda_graph_capture_gpu(variant, monkeypatch):
     """A captured replay step, replayed 40 times, walks the same states as eager calls."""
     monkeypatch.setattr(decode, "REPLAY_VARIANT", variant)

@@ -15,6 +15,8 @@ import torch
 import triton
 import triton.language as tl
 
+from ._pdl import gdc_wait
+
 __all__ = ["arrival_counters", "replay_cursors", "write_through_cursors"]
 
 
@@ -51,13 +53,18 @@ def write_through_cursors(arrivals_ptr, committed_ptr, flush_at_ptr, slot, c, fl
 
 
 @triton.jit
-def replay_cursors(arrivals_ptr, committed_ptr, flush_at_ptr, row, slot, c, flush, window, programs):
+def replay_cursors(arrivals_ptr, committed_ptr, flush_at_ptr, row, slot, c, flush, window, programs,
+                   WAIT: tl.constexpr = False):
     """The cursors after a ReplaySSM step of one row: ``c + 1``, or ``(0, window)`` after a
     flush. Each of the row's ``programs`` counts its arrival; the last one to arrive moves them
     and re-zeroes the row's counter. Relaxed suffices: every program's stores depend on the
-    cursors it read, so those reads are complete when it counts."""
+    cursors it read, so those reads are complete when it counts. ``WAIT``: the kernel was
+    launched beside one that reads every row's cursors (programmatic dependent launch), which
+    the last program waits for (``gdc_wait``) before it moves them."""
     arrived = tl.atomic_add(arrivals_ptr + row, 1, sem="relaxed")
     if arrived == programs - 1:
+        if WAIT:
+            gdc_wait()
         tl.store(committed_ptr + slot, tl.where(flush, 0, c + 1))
         if flush:
             tl.store(flush_at_ptr + slot, window)

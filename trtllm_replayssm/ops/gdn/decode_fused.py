@@ -47,12 +47,17 @@ import triton.language as tl
 
 from .._arrivals import replay_cursors
 from .._chunk_sums import chunk_partials
+from .._pdl import gdc_wait, pdl_supported
 from .._tf32 import fp32_dot
+from .decode_flush_cuda import flush_rows_cuda, flush_rows_torch
+from .decode_flush_cuda import unsupported as cuda_flush_unsupported
 from .decode import _append_gate_key, _arrivals, _load_gate, _load_qk, _program_ids, _strides
 
-__all__ = ["FusedVariant", "delta_replay_fused_step", "fused_config", "fused_constexprs"]
+__all__ = ["FLUSH_IMPLS", "FusedVariant", "delta_replay_fused_step", "fused_config", "fused_constexprs"]
 
 _PRECISIONS = ("tf32x2", "bf16x3", "tf32x3", "ieee")
+#: Where a flush row is folded: in the fused kernel, or by the CUDA C++ launch after it.
+FLUSH_IMPLS = ("triton", "cuda")
 
 
 @dataclass(frozen=True)
@@ -88,7 +93,21 @@ class FusedVariant:
     batch 128 / 256 amortized 95.3 -> 93.1 / 174.8 -> 170.6 us, steady staggered 98.6 -> 97.1 /
     175.9 -> 172.0 us, non-flush 87.8 -> 85.5 / 159.6 -> 155.3 us (sm_90: 255 registers, no
     spills, 16.5 KB of shared memory); ``stages=3, flush_stages=0`` is the ops' default
-    (``launch.default_variant``)."""
+    (``launch.default_variant``).
+    ``flush_impl``: "triton" folds a flush row in this kernel; "cuda" leaves the flush rows to
+    the CUDA C++ launch of ``decode_flush_cuda.py``, which runs first and lets this kernel start
+    beside it (programmatic dependent launch; this kernel then compiles without its fold), where
+    ``decode_flush_cuda.unsupported`` finds nothing against the step (else the Triton fold);
+    ``flush_cuda_blocks``: that launch's blocks per SM (its ``__launch_bounds__``),
+    ``flush_cuda_passes``: warp instructions of checkpoint rows per warp item (8 rows at ``d_k``
+    128), ``flush_cuda_heads``: value heads per block item (``None``: the key head's),
+    ``flush_cuda_prefetch``: each warp loads its next item during the current one. H200, one call
+    (benchmarks/NOTES_delta.md, twenty-sixth run), Triton -> "cuda" at batch 128 / 256 / 512: flush
+    209.8 -> 175.4 / 402.1 -> 335.0 / 781.6 -> 660.1 us (84-85% of copy against 70-72%), amortized
+    94.5 -> 93.8 / 171.9 -> 170.4 / 327.4 -> 324.3 us, but non-flush 86.8 -> 88.3 / 156.6 -> 159.4
+    / 297.1 -> 301.9 us (the flush launch's blocks hold the SMs while they read the cursors) and
+    steady staggered 98.0 -> 98.1 / 171.6 -> 173.9 / 319.5 -> 328.3 us: an option, not the
+    default."""
 
     block_v: int | None = None
     fold_chunk: int | None = None
@@ -97,6 +116,11 @@ class FusedVariant:
     precision: str = "bf16x3"
     stages: int = 0
     flush_stages: int | None = None
+    flush_impl: str = "triton"
+    flush_cuda_blocks: int = 3
+    flush_cuda_passes: int = 8
+    flush_cuda_heads: int | None = None
+    flush_cuda_prefetch: bool = False
 
     def __post_init__(self):
         for name in ("block_v", "fold_chunk", "num_warps", "max_registers"):
@@ -107,6 +131,16 @@ class FusedVariant:
             raise ValueError(f"FusedVariant.stages: expected an int >= 0, got {self.stages!r}")
         if self.flush_stages is not None and (not isinstance(self.flush_stages, int) or self.flush_stages < 0):
             raise ValueError(f"FusedVariant.flush_stages: expected an int >= 0 or None, got {self.flush_stages!r}")
+        if self.flush_impl not in FLUSH_IMPLS:
+            raise ValueError(f"FusedVariant.flush_impl: expected one of {FLUSH_IMPLS}, got {self.flush_impl!r}")
+        if not isinstance(self.flush_cuda_blocks, int) or not 1 <= self.flush_cuda_blocks <= 8:
+            raise ValueError(f"FusedVariant.flush_cuda_blocks: expected an int in [1, 8], got {self.flush_cuda_blocks!r}")
+        if not isinstance(self.flush_cuda_passes, int) or self.flush_cuda_passes not in (1, 2, 4, 8):
+            raise ValueError(f"FusedVariant.flush_cuda_passes: expected 1, 2, 4 or 8, got {self.flush_cuda_passes!r}")
+        if self.flush_cuda_heads is not None and (not isinstance(self.flush_cuda_heads, int)
+                                                  or self.flush_cuda_heads < 1):
+            raise ValueError(f"FusedVariant.flush_cuda_heads: expected a positive int or None, got "
+                             f"{self.flush_cuda_heads!r}")
         if self.precision not in _PRECISIONS:
             raise ValueError(f"FusedVariant.precision: expected one of {_PRECISIONS}, got {self.precision!r}")
 
@@ -125,14 +159,16 @@ def fused_config(variant: FusedVariant, rows: int, v_heads: int, d_k: int, d_v: 
 
 
 def fused_constexprs(variant: FusedVariant, rows: int, v_heads: int, k_heads: int, d_k: int, d_v: int, capacity: int,
-                     has_bias: bool, has_indices: bool) -> tuple[dict, int]:
+                     has_bias: bool, has_indices: bool, flush_elsewhere: bool = False) -> tuple[dict, int]:
     """``(constexprs, num_warps)`` of one ``_fused_step_kernel`` launch (the launcher's and the
-    register report's, ``benchmarks/registers_gdn_staged.py``)."""
+    register report's, ``benchmarks/registers_gdn_staged.py``); ``flush_elsewhere``: the flush rows
+    go to the CUDA launch."""
     bv, kc, warps = fused_config(variant, rows, v_heads, d_k, d_v)
     consts = dict(HV=v_heads, H=k_heads, K=d_k, V=d_v, BV=bv, KC=kc, CAP=capacity,
                   BC=max(triton.next_power_of_2(capacity), 16), HAS_BIAS=has_bias, HAS_INDICES=has_indices,
                   PRECISION=variant.precision, STAGES=variant.stages,
-                  FLUSH_STAGES=variant.stages if variant.flush_stages is None else variant.flush_stages)
+                  FLUSH_STAGES=variant.stages if variant.flush_stages is None else variant.flush_stages,
+                  FLUSH_ELSEWHERE=flush_elsewhere)
     return consts, warps
 
 
@@ -147,6 +183,17 @@ def _fold_chunk(p_s, p_k, p_rk, cols, o_c, c, live, k_norm, Wf, e_t, ring_k, K: 
 
 
 @triton.jit
+def _append_token(ring_u, ring_v, ring_beta, ring_g, p_rk, sh, c, o_v, o_k, b_u, b_v, b_beta, b_g, b_k, first_part,
+                  with_key, CAP: tl.constexpr, V: tl.constexpr, K: tl.constexpr):
+    """A non-flush row's token at ring position ``c``: the tile's ``u_t`` and ``v_t``; ``beta``,
+    ``g`` by the head's first program (``first_part``), ``k`` by its key head's first head's."""
+    tl.store(ring_u + sh * CAP * V + c * V + o_v, b_u)
+    tl.store(ring_v + sh * CAP * V + c * V + o_v, b_v.to(ring_v.dtype.element_ty))
+    if first_part:
+        _append_gate_key(ring_beta + sh * CAP, ring_g + sh * CAP, p_rk, c, b_beta, b_g, b_k, o_k, with_key, K, False)
+
+
+@triton.jit
 def _fused_step_kernel(
     q, k, v, a, b, A_log, dt_bias, out,
     checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, committed, flush_at, arrivals,
@@ -156,10 +203,18 @@ def _fused_step_kernel(
     HV: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, KC: tl.constexpr,
     CAP: tl.constexpr, BC: tl.constexpr, HAS_BIAS: tl.constexpr,
     HAS_INDICES: tl.constexpr, PRECISION: tl.constexpr, STAGES: tl.constexpr, FLUSH_STAGES: tl.constexpr,
+    FLUSH_ELSEWHERE: tl.constexpr = False, PDL: tl.constexpr = False,
 ):
     G: tl.constexpr = HV // H
     PARTS: tl.constexpr = V // BV
     i_p, i_hv, i_b = _program_ids(PARTS, HV)
+    if PDL:
+        # Launched beside the CUDA flush launch (decode_flush_cuda.py), which touches none of this
+        # kernel's rows but reads every row's cursors: a row's last program waits for it before it
+        # moves them (replay_cursors), and program 0 waits too, so that the step ends when both
+        # launches have even where every row is padded.
+        if tl.program_id(0) == 0:
+            gdc_wait()
     i_h = i_hv // G
     o_k = tl.arange(0, K)
     o_c = tl.arange(0, BC)
@@ -180,6 +235,12 @@ def _fused_step_kernel(
         S = tl.load(p_s + o_k[None, :])
     c = tl.load(committed + slot)
     flush = c + 1 >= tl.load(flush_at + slot)
+    if FLUSH_ELSEWHERE:
+        # The flush rows are the CUDA launch's (decode_flush_cuda.py), which read the cursors
+        # before this kernel started; they move as on every row.
+        if flush:
+            replay_cursors(arrivals, committed, flush_at, i_b, slot, c, flush, window, HV * PARTS, PDL)
+            return
     b_q, b_k, k_norm = _load_qk(q, k, i_b, i_h, o_k, scale, stride_q, stride_qh, stride_k, stride_kh,
                                 ring_k.dtype.element_ty)
     b_g, b_beta = _load_gate(a, b, A_log, dt_bias, i_b, i_hv, o_k, stride_a, stride_b, K, False, HAS_BIAS)
@@ -221,7 +282,11 @@ def _fused_step_kernel(
     b_u = b_beta * (b_v - Sk - tl.sum(ak[:, None] * U, axis=0))
     tl.store(p_o, (Sq + tl.sum(aq[:, None] * U, axis=0) + b_u * tl.sum(b_k * b_q)).to(out.dtype.element_ty))
     W = tl.trans(U) * w[None, :]
-    if flush:
+    if FLUSH_ELSEWHERE:
+        # A flush row left above: every row here appends.
+        _append_token(ring_u, ring_v, ring_beta, ring_g, p_rk, sh, c, o_v, o_k, b_u, b_v, b_beta, b_g, b_k,
+                      i_p == 0, i_hv % G == 0, CAP, V, K)
+    elif flush:
         # The window into the checkpoint as one product: u_t joins W at c, k_t the keys at c; the
         # tile is read again (an L2 hit), so nothing is held across the reductions above.
         Wf = tl.where((o_c == c)[None, :], b_u[:, None], W)
@@ -232,12 +297,9 @@ def _fused_step_kernel(
             for jf in tl.range(0, K // KC, num_stages=FLUSH_STAGES):
                 _fold_chunk(p_s, p_k, p_rk, jf * KC + o_kc, o_c, c, live, k_norm, Wf, e_t, ring_k, K, PRECISION)
     else:
-        tl.store(ring_u + sh * CAP * V + c * V + o_v, b_u)
-        tl.store(ring_v + sh * CAP * V + c * V + o_v, b_v.to(ring_v.dtype.element_ty))
-        if i_p == 0:
-            _append_gate_key(ring_beta + sh * CAP, ring_g + sh * CAP, p_rk, c, b_beta, b_g, b_k, o_k, i_hv % G == 0,
-                             K, False)
-    replay_cursors(arrivals, committed, flush_at, i_b, slot, c, flush, window, HV * PARTS)
+        _append_token(ring_u, ring_v, ring_beta, ring_g, p_rk, sh, c, o_v, o_k, b_u, b_v, b_beta, b_g, b_k,
+                      i_p == 0, i_hv % G == 0, CAP, V, K)
+    replay_cursors(arrivals, committed, flush_at, i_b, slot, c, flush, window, HV * PARTS, PDL)
 
 
 def delta_replay_fused_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, committed, flush_at, window,
@@ -255,14 +317,36 @@ def delta_replay_fused_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_
     if ring_g.dim() == 4:
         raise ValueError("delta_replay_fused_step: per-channel decays (KDA) are not served by the one-launch "
                          "step; use the staged step")
+    if variant.flush_cuda_heads is not None and (HV // H) % variant.flush_cuda_heads:
+        raise ValueError(f"FusedVariant.flush_cuda_heads: expected a divisor of the key head's {HV // H} value heads, "
+                         f"got {variant.flush_cuda_heads}")
+    # On the CPU (the Triton interpreter) the split runs with the flush rows in torch operations.
+    on_cpu = checkpoint.device.type == "cpu"
+    cuda = variant.flush_impl == "cuda" and (on_cpu or cuda_flush_unsupported(
+        checkpoint, batch, dict(ring_k=ring_k, ring_v=ring_v, ring_g=ring_g, ring_u=ring_u, q=q, k=k, v=v, a=a, b=b,
+                                A_log=A_log, dt_bias=dt_bias)) is None)
     consts, warps = fused_constexprs(variant, batch, HV, H, K, V, ring_k.shape[2], dt_bias is not None,
-                                     state_indices is not None)
+                                     state_indices is not None, cuda)
     out = torch.empty_like(v)
+    scale = K ** -0.5 if scale is None else scale
+    if cuda:
+        # First: the flush rows, from the cursors as the step finds them (the fused kernel, which
+        # moves them, starts once every block of this launch has read them).
+        args = (checkpoint, ring_k, ring_v, ring_g, ring_u, committed, flush_at, q, k, v, a, b, A_log, dt_bias,
+                state_indices, pad_slot_id, out, scale)
+        if on_cpu:
+            flush_rows_torch(*args)
+        else:
+            flush_rows_cuda(*args, min_blocks=variant.flush_cuda_blocks, passes=variant.flush_cuda_passes,
+                            heads_per_item=variant.flush_cuda_heads, prefetch=variant.flush_cuda_prefetch)
+    pdl = cuda and pdl_supported(v.device)
     extra = {"maxnreg": variant.max_registers} if variant.max_registers else {}
+    if pdl:
+        extra["launch_pdl"] = True
     _fused_step_kernel[(batch * HV * (V // consts["BV"]),)](
         q, k, v, a, b, A_log, A_log if dt_bias is None else dt_bias, out,
         checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, committed, flush_at, _arrivals(batch, q.device),
-        state_indices, pad_slot_id, window, K ** -0.5 if scale is None else scale,
-        *_strides(q, k, v, a, b, out), **consts, num_warps=warps, **extra,
+        state_indices, pad_slot_id, window, scale,
+        *_strides(q, k, v, a, b, out), **consts, PDL=pdl, num_warps=warps, **extra,
     )
     return out

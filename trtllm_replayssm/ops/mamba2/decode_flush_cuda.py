@@ -25,12 +25,13 @@ not start on 16-byte boundaries, or a batch above ``LIST_MAX_BATCH``.
 from __future__ import annotations
 
 import ctypes
-import functools
 from pathlib import Path
 
 import torch
 
-from .._flush_list import LIST_MAX_BATCH
+from .._flush_rows import KINDS as _KINDS
+from .._flush_rows import checkpoint_reason, chunked, launch_plan, wave_blocks  # noqa: F401 (wave_blocks: API)
+from .._flush_rows import source as _source
 
 __all__ = ["THREADS", "defines", "flush_rows_cuda", "rows_per_instr", "shared_bytes", "unsupported", "warp_rows",
            "wave_blocks"]
@@ -41,16 +42,18 @@ THREADS = 256
 #: the kernel within 64 registers, 4 blocks per SM), and at most when asked (80 registers at 8).
 MAX_PASSES, ASKED_MAX_PASSES = 4, 8
 
-_KINDS = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 _P = ctypes.c_void_p
 _I32, _I64 = ctypes.c_int32, ctypes.c_int64
 #: ``mamba2_flush_rows``'s parameters: 12 pointers, the batch, 16 strides (the rows' strides are defines).
 SIGNATURE = (_P,) * 12 + (_I32,) + (_I64,) * 16
 
 
-@functools.lru_cache(maxsize=None)
+KERNEL_FILE = str(Path(__file__).with_name("flush_cuda.cu"))
+
+
 def source() -> str:
-    return (Path(__file__).with_name("flush_cuda.cu")).read_text()
+    """``flush_cuda.cu`` behind the shared device code (``ops/_flush_rows.cuh``)."""
+    return _source(KERNEL_FILE)
 
 
 def rows_per_instr(d_state: int) -> int | None:
@@ -78,29 +81,19 @@ def warp_rows(head_dim: int, d_state: int, asked: int | None = None) -> int | No
     return max((r for r in range(per, per * MAX_PASSES + 1, per) if head_dim % r == 0), default=None)
 
 
-def _chunked(t: torch.Tensor) -> bool:
-    """Rows of ``t`` (contiguous in its last dimension) start on 16-byte boundaries."""
-    size = t.element_size()
-    return t.stride(-1) == 1 and t.data_ptr() % 16 == 0 and all((s * size) % 16 == 0 for s in t.stride()[:-1])
-
-
 def unsupported(checkpoint: torch.Tensor, batch: int, operands: dict | None = None) -> str | None:
     """Why this step cannot take the CUDA flush launch (``None`` when it can). ``operands``: the
     rings and the step's activations by name (``ring_x``, ``x``, ...; ``None`` entries skipped),
     which the kernel reads in 16-byte chunks."""
-    if checkpoint.dtype != torch.float32:
-        return f"the checkpoint is {checkpoint.dtype}, the CUDA flush folds fp32 checkpoints"
     _, _, head_dim, d_state = checkpoint.shape
-    if warp_rows(head_dim, d_state) is None:
-        return f"d_state {d_state}: the CUDA flush takes d_state 64 or 128"
-    if checkpoint.stride(3) != 1 or any(s % 4 for s in checkpoint.stride()[:3]) or checkpoint.data_ptr() % 16:
-        return "the checkpoint's rows are not contiguous 16-byte aligned fp32 rows"
-    if batch > LIST_MAX_BATCH:
-        return f"batch {batch} > {LIST_MAX_BATCH}"
+    reason = checkpoint_reason(checkpoint, batch, None if warp_rows(head_dim, d_state) is not None else
+                               f"d_state {d_state}: the CUDA flush takes d_state 64 or 128")
+    if reason is not None:
+        return reason
     for name, t in (operands or {}).items():
         if t is not None and t.dtype not in _KINDS:
             return f"{name} is {t.dtype}"
-        if t is not None and not _chunked(t):
+        if t is not None and not chunked(t):
             return f"{name}'s rows do not start on 16-byte boundaries"
     if checkpoint.device.type != "cuda":
         return "the checkpoint is not on a CUDA device"
@@ -140,25 +133,6 @@ def shared_bytes(batch: int, d_state: int, capacity: int, rows: int) -> int:
     return 4 * ((capacity + 1) * d_state + d_state + warps * ((capacity + 1) * rows + 2 * rows)) + 16 * batch
 
 
-def wave_blocks(kernel, items: int, shared: int, device: torch.device) -> int:
-    """Blocks of the launch: as many as fit the device at once, at most one per block item of a
-    step in which every row flushes (``items``; the grid is fixed for a CUDA graph, the flush rows
-    are not)."""
-    sms = torch.cuda.get_device_properties(device).multi_processor_count
-    return max(1, min(items, kernel.blocks_per_sm(THREADS, shared) * sms))
-
-
-@functools.lru_cache(maxsize=256)
-def _launch_plan(defs: tuple, device_index: int, items: int, shared: int):
-    """``(kernel, blocks)`` of a launch, found once per compilation, device, item count and shared
-    memory rather than on every step (the occupancy query is a driver call)."""
-    from .._nvrtc import load_kernel
-
-    device = torch.device("cuda", device_index)
-    kernel = load_kernel(source(), "mamba2_flush_rows", dict(defs), SIGNATURE, device)
-    return kernel, wave_blocks(kernel, items, shared, device)
-
-
 def flush_rows_cuda(checkpoint, ring_x, ring_B, coef, info, x, B, C, D, z, idx, y, batch, strides, capacity,
                     min_blocks: int = 4, rows: int | None = None, heads_per_item: int = 1):
     """Launch ``mamba2_flush_rows`` on the current stream.
@@ -179,7 +153,8 @@ def flush_rows_cuda(checkpoint, ring_x, ring_B, coef, info, x, B, C, D, z, idx, 
                    (checkpoint.stride(2), ring_x.stride(2), ring_B.stride(2)), min_blocks, rows, heads_per_item)
     shared = shared_bytes(batch, d_state, capacity, rows)
     index = x.device.index if x.device.index is not None else torch.cuda.current_device()
-    kernel, blocks = _launch_plan(tuple(defs.items()), index, batch * (heads // heads_per_item), shared)
+    kernel, blocks = launch_plan(KERNEL_FILE, "mamba2_flush_rows", SIGNATURE, tuple(defs.items()), index,
+                                 batch * (heads // heads_per_item), shared, THREADS)
     (s_ck_slot, s_ck_head, s_rx_slot, s_rx_head, s_rB_slot, s_rB_group, s_x_row, s_x_head, s_B_row, s_B_group,
      s_C_row, s_C_group, s_z_row, s_z_head, s_y_row, s_y_head) = strides
     anchor = checkpoint  # the pointer of an absent operand (never read: its HAS_ flag is 0)

@@ -8,75 +8,14 @@
 // (benchmarks/NOTES_mamba2.md, twenty-fifth run): both stop at ~89% of copy bandwidth. It is
 // also the form of the flush that engines without Triton can take as it is.
 
-typedef unsigned short u16;
-
-// Operand dtypes: 0 fp32, 1 bf16, 2 fp16 (16-bit types as raw bits: no headers needed).
-template <int KIND> struct Act;
-template <> struct Act<0> {
-    typedef float T;
-    static __device__ __forceinline__ float load(const T* p) { return *p; }
-    static __device__ __forceinline__ T from(float v) { return v; }
-};
-template <> struct Act<1> {
-    typedef u16 T;
-    static __device__ __forceinline__ float of_bits(u16 b) { return __uint_as_float(((unsigned)b) << 16); }
-    static __device__ __forceinline__ float load(const T* p) { return of_bits(*p); }
-    static __device__ __forceinline__ T from(float v) {
-        u16 r;
-        asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r) : "f"(v));
-        return r;
-    }
-};
-template <> struct Act<2> {
-    typedef u16 T;
-    static __device__ __forceinline__ float of_bits(u16 b) {
-        float f;
-        asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(b));
-        return f;
-    }
-    static __device__ __forceinline__ float load(const T* p) { return of_bits(*p); }
-    static __device__ __forceinline__ T from(float v) {
-        u16 r;
-        asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r) : "f"(v));
-        return r;
-    }
-};
-
+// Operand dtypes, chunk widening, put() and number_flush_rows(): ops/_flush_rows.cuh.
 typedef Act<X_KIND> XA;     // x, z, y
 typedef Act<BC_KIND> BA;    // B, C
 typedef Act<RING_KIND> RA;  // ring_x, ring_B
 typedef Act<D_KIND> DA;     // D
-#if IDX_64
-typedef long long IdxT;
-#else
-typedef int IdxT;
-#endif
-
-// A 16-byte chunk of an operand row, widened to fp32: eight 16-bit values (bf16, fp16) ...
-template <int KIND> struct Chunk {
-    static constexpr int WIDTH = 8;
-    static __device__ __forceinline__ void widen(uint4 v, float* out) {
-        const unsigned w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            out[2 * i] = Act<KIND>::of_bits((u16)(w[i] & 0xffffu));
-            out[2 * i + 1] = Act<KIND>::of_bits((u16)(w[i] >> 16));
-        }
-    }
-};
-// ... or four fp32 values.
-template <> struct Chunk<0> {
-    static constexpr int WIDTH = 4;
-    static __device__ __forceinline__ void widen(uint4 v, float* out) {
-        out[0] = __uint_as_float(v.x); out[1] = __uint_as_float(v.y);
-        out[2] = __uint_as_float(v.z); out[3] = __uint_as_float(v.w);
-    }
-};
-
 #define LANES (N / 4)                       // float4 columns of a checkpoint row
 #define ROWS_PER_INSTR (32 / LANES)         // rows one warp instruction covers
 #define WARP_ROWS (ROWS_PER_INSTR * PASSES) // rows of a warp item
-#define WARPS (THREADS / 32)
 #define ENTRIES (CAP + 1)                   // the ring's entries, then the token's
 #define WARP_ITEMS (HEADS_PER_ITEM * (P / WARP_ROWS))  // warp items of a block item
 #define ITEMS_PER_ROW (HEADS / HEADS_PER_ITEM)          // block items of a flush row
@@ -99,16 +38,6 @@ template <> struct Chunk<0> {
 static_assert(N % 8 == 0 && LANES <= 32 && 32 % LANES == 0, "a checkpoint row spans a power-of-two part of a warp");
 static_assert(THREADS % 32 == 0 && P % WARP_ROWS == 0 && HEADS % HEADS_PER_ITEM == 0 && HPG % HEADS_PER_ITEM == 0,
               "item shapes");
-
-// W widened values into shared memory, or zeros where `keep` is false (a select, not a product:
-// ring entries past c may hold anything, NaN included).
-template <int W>
-__device__ __forceinline__ void put(float* dst, const float* v, bool keep = true) {
-#pragma unroll
-    for (int i = 0; i < W; i += 4)
-        *reinterpret_cast<float4*>(dst + i) = keep ? make_float4(v[i], v[i + 1], v[i + 2], v[i + 3])
-                                                   : make_float4(0.f, 0.f, 0.f, 0.f);
-}
 
 // Work: block items (flush row, HEADS_PER_ITEM heads of one group), walked by a fixed wave of
 // blocks that number the flush rows from the ring launch's flags (info[2 * row + 1]) in one
@@ -147,32 +76,17 @@ mamba2_flush_rows(float* __restrict__ ckpt, const typename RA::T* __restrict__ r
     float* xs = xw + ENTRIES * WARP_ROWS;   // [WARP_ROWS]: x_t
     float* zs = xs + WARP_ROWS;             // [WARP_ROWS]: z_t
     // Number the flush rows, with their c and slot, so that an item's loads wait for nothing.
-    int flushing = 0;
-    for (int base = 0; base < batch; base += THREADS) {
-        const int r = base + tid;
-        const bool f = r < batch && info[2 * r + 1] != 0;
-        const unsigned m = __ballot_sync(0xffffffffu, f);
-        if (lane == 0) warp_count[warp] = __popc(m);
-        __syncthreads();
-        int before = flushing, total = 0;
-#pragma unroll
-        for (int w = 0; w < WARPS; ++w) {
-            before += w < warp ? warp_count[w] : 0;
-            total += warp_count[w];
-        }
-        if (f) {
-            const int at = before + __popc(m & ((1u << lane) - 1u));
-            rows[at] = r;
-            ring_len[at] = info[2 * r];
+    const int flushing = number_flush_rows(
+        [&](int r, int& c, long long& s) {
+            c = info[2 * r];
 #if HAS_INDICES
-            slots[at] = (long long)idx[r];  // a flush row is live
+            s = (long long)idx[r];
 #else
-            slots[at] = r;
+            s = r;
 #endif
-        }
-        flushing += total;
-        __syncthreads();
-    }
+            return info[2 * r + 1] != 0;
+        },
+        batch, rows, ring_len, slots, warp_count);
 
     const int col4 = lane % LANES, sub = lane / LANES;  // a thread's columns and row in an instruction
     const int items = flushing * ITEMS_PER_ROW;

@@ -1,0 +1,115 @@
+// Device code shared by the CUDA C++ flush-row launches (ops/mamba2/flush_cuda.cu,
+// ops/gdn/flush_cuda.cu): operand dtypes, 16-byte chunk widening, and the numbering of a step's
+// flush rows. The Python launchers put this text in front of the kernel's (NVRTC compiles one
+// source with no include path). Expects THREADS, HAS_INDICES and IDX_64 among the defines.
+
+typedef unsigned short u16;
+
+// Operand dtypes: 0 fp32, 1 bf16, 2 fp16 (16-bit types as raw bits: no headers needed).
+template <int KIND> struct Act;
+template <> struct Act<0> {
+    typedef float T;
+    static __device__ __forceinline__ float load(const T* p) { return *p; }
+    static __device__ __forceinline__ T from(float v) { return v; }
+    static __device__ __forceinline__ float round(float v) { return v; }
+};
+template <> struct Act<1> {
+    typedef u16 T;
+    static __device__ __forceinline__ float of_bits(u16 b) { return __uint_as_float(((unsigned)b) << 16); }
+    static __device__ __forceinline__ float load(const T* p) { return of_bits(*p); }
+    static __device__ __forceinline__ T from(float v) {
+        u16 r;
+        asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(r) : "f"(v));
+        return r;
+    }
+    static __device__ __forceinline__ float round(float v) { return of_bits(from(v)); }
+};
+template <> struct Act<2> {
+    typedef u16 T;
+    static __device__ __forceinline__ float of_bits(u16 b) {
+        float f;
+        asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(b));
+        return f;
+    }
+    static __device__ __forceinline__ float load(const T* p) { return of_bits(*p); }
+    static __device__ __forceinline__ T from(float v) {
+        u16 r;
+        asm("cvt.rn.f16.f32 %0, %1;" : "=h"(r) : "f"(v));
+        return r;
+    }
+    static __device__ __forceinline__ float round(float v) { return of_bits(from(v)); }
+};
+
+#if IDX_64
+typedef long long IdxT;
+#else
+typedef int IdxT;
+#endif
+
+// A 16-byte chunk of an operand row, widened to fp32: eight 16-bit values (bf16, fp16) ...
+template <int KIND> struct Chunk {
+    static constexpr int WIDTH = 8;
+    static __device__ __forceinline__ void widen(uint4 v, float* out) {
+        const unsigned w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            out[2 * i] = Act<KIND>::of_bits((u16)(w[i] & 0xffffu));
+            out[2 * i + 1] = Act<KIND>::of_bits((u16)(w[i] >> 16));
+        }
+    }
+};
+// ... or four fp32 values.
+template <> struct Chunk<0> {
+    static constexpr int WIDTH = 4;
+    static __device__ __forceinline__ void widen(uint4 v, float* out) {
+        out[0] = __uint_as_float(v.x); out[1] = __uint_as_float(v.y);
+        out[2] = __uint_as_float(v.z); out[3] = __uint_as_float(v.w);
+    }
+};
+
+#define WARPS (THREADS / 32)
+
+// W widened values into shared memory, or zeros where `keep` is false (a select, not a product:
+// ring entries past c may hold anything, NaN included).
+template <int W>
+__device__ __forceinline__ void put(float* dst, const float* v, bool keep = true) {
+#pragma unroll
+    for (int i = 0; i < W; i += 4)
+        *reinterpret_cast<float4*>(dst + i) = keep ? make_float4(v[i], v[i + 1], v[i + 2], v[i + 3])
+                                                   : make_float4(0.f, 0.f, 0.f, 0.f);
+}
+
+// The step's flush rows in row order, with their c and slot, into the block's shared arrays;
+// every block numbers them alike, so a wave of blocks can walk (flush row, part) items by index.
+// row_info(r, c, slot) says whether row r flushes and sets its c and slot. Returns the number of
+// flush rows.
+template <class RowInfo>
+__device__ __forceinline__ int number_flush_rows(RowInfo row_info, int batch, int* rows, int* ring_len,
+                                                 long long* slots, int* warp_count) {
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    int flushing = 0;
+    for (int base = 0; base < batch; base += THREADS) {
+        const int r = base + tid;
+        int c = 0;
+        long long slot = 0;
+        const bool f = r < batch && row_info(r, c, slot);
+        const unsigned m = __ballot_sync(0xffffffffu, f);
+        if (lane == 0) warp_count[warp] = __popc(m);
+        __syncthreads();
+        int before = flushing, total = 0;
+#pragma unroll
+        for (int w = 0; w < WARPS; ++w) {
+            before += w < warp ? warp_count[w] : 0;
+            total += warp_count[w];
+        }
+        if (f) {
+            const int at = before + __popc(m & ((1u << lane) - 1u));
+            rows[at] = r;
+            ring_len[at] = c;
+            slots[at] = slot;
+        }
+        flushing += total;
+        __syncthreads();
+    }
+    return flushing;
+}

@@ -56,7 +56,7 @@ from .decode import _append_gate_key, _arrivals, _load_gate, _load_qk, _program_
 __all__ = ["FLUSH_IMPLS", "FusedVariant", "delta_replay_fused_step", "fused_config", "fused_constexprs"]
 
 _PRECISIONS = ("tf32x2", "bf16x3", "tf32x3", "ieee")
-#: Where a flush row is folded: in the fused kernel, or by the CUDA C++ launch after it.
+#: Where a flush row is folded: in the fused kernel, or by the CUDA C++ launch that runs beside it.
 FLUSH_IMPLS = ("triton", "cuda")
 
 
@@ -236,8 +236,8 @@ def _fused_step_kernel(
     c = tl.load(committed + slot)
     flush = c + 1 >= tl.load(flush_at + slot)
     if FLUSH_ELSEWHERE:
-        # The flush rows are the CUDA launch's (decode_flush_cuda.py), which read the cursors
-        # before this kernel started; they move as on every row.
+        # The flush rows are the CUDA launch's (decode_flush_cuda.py), which reads the cursors
+        # while this kernel runs; they move as on every row, once it is done (replay_cursors).
         if flush:
             replay_cursors(arrivals, committed, flush_at, i_b, slot, c, flush, window, HV * PARTS, PDL)
             return
@@ -329,9 +329,10 @@ def delta_replay_fused_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_
                                      state_indices is not None, cuda)
     out = torch.empty_like(v)
     scale = K ** -0.5 if scale is None else scale
+    arrivals = _arrivals(batch, q.device)  # before any launch: growing it inside a capture raises
     if cuda:
-        # First: the flush rows, from the cursors as the step finds them (the fused kernel, which
-        # moves them, starts once every block of this launch has read them).
+        # First: the flush rows, from the cursors as the step finds them (the fused kernel starts
+        # beside this launch and moves a row's cursors only once it is done).
         args = (checkpoint, ring_k, ring_v, ring_g, ring_u, committed, flush_at, q, k, v, a, b, A_log, dt_bias,
                 state_indices, pad_slot_id, out, scale)
         if on_cpu:
@@ -345,7 +346,7 @@ def delta_replay_fused_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_
         extra["launch_pdl"] = True
     _fused_step_kernel[(batch * HV * (V // consts["BV"]),)](
         q, k, v, a, b, A_log, A_log if dt_bias is None else dt_bias, out,
-        checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, committed, flush_at, _arrivals(batch, q.device),
+        checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, committed, flush_at, arrivals,
         state_indices, pad_slot_id, window, scale,
         *_strides(q, k, v, a, b, out), **consts, PDL=pdl, num_warps=warps, **extra,
     )

@@ -10,16 +10,17 @@ last program waiting for this launch to finish first (``gdc_wait``), so the curs
 reads are the step's and the step ends when both launches have.
 
 Its block items are (flush row, ``heads_per_item`` value heads of one key head), walked by a wave
-of blocks sized from the device's occupancy (``_flush_rows.wave_blocks``), so a step with no flush row
-costs one wave of blocks that find none. A block forms its key head's terms once (``k_t``,
+of blocks sized from the device's occupancy (``_flush_rows.wave_blocks``), so a step with no
+flush row costs one wave of blocks that find none. A block forms its key head's terms once (``k_t``,
 ``q_t`` normalised, the ring keys and their dot products with both) and each head's decay
 weights; its warps then walk warp items of :func:`warp_rows` checkpoint rows, each row's two dot
 products reduced inside the warp, ``u_i`` and ``o_i`` formed by a lane, and the fold
 ``S e^{D_t} + sum_j U_j w_j k_j^T + u k_t^T`` in exact fp32 FMAs.
 
 :func:`unsupported` says when the step keeps the Triton fold: a checkpoint that is not fp32 or not
-16-byte aligned rows, ``d_k`` other than 32, 64 or 128, a ring or activation row off 16-byte
-boundaries, or a batch above ``LIST_MAX_BATCH``.
+16-byte aligned rows, ``d_k`` other than 32, 64 or 128, ring keys whose rows do not start on
+16-byte boundaries, an operand whose last dimension is not contiguous, ``q`` and ``k`` (or ``a``
+and ``b``) of two dtypes, or a batch above ``LIST_MAX_BATCH``.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ __all__ = ["THREADS", "defines", "flush_rows_cuda", "flush_rows_torch", "shared_
 
 #: Threads per block: 8 warps, each walking its own warp items.
 THREADS = 256
-#: Float4s of a warp item per thread (its checkpoint rows stay in registers).
+#: Float4s of a warp item per thread where none are asked (its checkpoint rows stay in registers;
+#: ``FusedVariant.flush_cuda_passes`` asks 8).
 MAX_PASSES = 4
 
 _P = ctypes.c_void_p

@@ -12,7 +12,7 @@ launch's ``coef`` / ``info`` scratch), same outputs (the flush rows' checkpoint 
 the same place in the step (first, on the side stream with ``flush_stream``).
 
 Its block items are (flush row, ``flush_heads`` heads of one group), walked by a wave of blocks
-sized from the device's occupancy (:func:`wave_blocks`), so a step with no flush row costs one
+sized from the device's occupancy (``_flush_rows.wave_blocks``), so a step with no flush row costs one
 wave of blocks that find none, as the Triton list launches do; a block loads the group's ring
 ``B`` once and its warps walk their own warp items (one head's :func:`warp_rows` rows) without
 block-wide barriers.
@@ -30,11 +30,10 @@ from pathlib import Path
 import torch
 
 from .._flush_rows import KINDS as _KINDS
-from .._flush_rows import checkpoint_reason, chunked, launch_plan, wave_blocks  # noqa: F401 (wave_blocks: API)
+from .._flush_rows import checkpoint_reason, chunked, launch_plan
 from .._flush_rows import source as _source
 
-__all__ = ["THREADS", "defines", "flush_rows_cuda", "rows_per_instr", "shared_bytes", "unsupported", "warp_rows",
-           "wave_blocks"]
+__all__ = ["THREADS", "defines", "flush_rows_cuda", "rows_per_instr", "shared_bytes", "unsupported", "warp_rows"]
 
 #: Threads per block: 8 warps, each walking its own warp items.
 THREADS = 256

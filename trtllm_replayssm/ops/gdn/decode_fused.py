@@ -281,7 +281,6 @@ def _fused_step_kernel(
         Sq = S_q * e_t
     b_u = b_beta * (b_v - Sk - tl.sum(ak[:, None] * U, axis=0))
     tl.store(p_o, (Sq + tl.sum(aq[:, None] * U, axis=0) + b_u * tl.sum(b_k * b_q)).to(out.dtype.element_ty))
-    W = tl.trans(U) * w[None, :]
     if FLUSH_ELSEWHERE:
         # A flush row left above: every row here appends.
         _append_token(ring_u, ring_v, ring_beta, ring_g, p_rk, sh, c, o_v, o_k, b_u, b_v, b_beta, b_g, b_k,
@@ -289,7 +288,7 @@ def _fused_step_kernel(
     elif flush:
         # The window into the checkpoint as one product: u_t joins W at c, k_t the keys at c; the
         # tile is read again (an L2 hit), so nothing is held across the reductions above.
-        Wf = tl.where((o_c == c)[None, :], b_u[:, None], W)
+        Wf = tl.where((o_c == c)[None, :], b_u[:, None], tl.trans(U) * w[None, :])
         if FLUSH_STAGES == 0:
             for jf in tl.static_range(K // KC):
                 _fold_chunk(p_s, p_k, p_rk, jf * KC + o_kc, o_c, c, live, k_norm, Wf, e_t, ring_k, K, PRECISION)

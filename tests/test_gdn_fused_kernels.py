@@ -7,9 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trtllm_replayssm.config import ReplaySSMConfig
 from trtllm_replayssm.ops.gdn import decode
-from trtllm_replayssm.ops.gdn.decode_fused import FusedVariant, delta_replay_fused_step, fused_config
+from trtllm_replayssm.ops.gdn.decode_fused import FusedVariant, fused_config
 
 from delta_kernel_harness import GPU_DIMS, Layer, check_variant_gpu, checkpoints_after_three_windows, drive, rel_err
 
@@ -127,44 +126,3 @@ def test_fused_agrees_with_staged_gpu():
     would show as ~1e-3)."""
     ck = checkpoints_after_three_windows(False, [decode.default_variant(256, False, False, 128, 32), FusedVariant()])
     assert rel_err(ck[1], ck[0]) < 1e-5, rel_err(ck[1], ck[0])
-
-
-def _fused(state, committed, flush_at, x, layer, idx, variant, **kw):
-    return delta_replay_fused_step(
-        state.checkpoint, state.ring_k, state.ring_v, state.ring_beta, state.ring_g, state.ring_u, committed,
-        flush_at, state.window, **x, **layer.params(state.checkpoint.device), state_indices=idx, pad_slot_id=-1,
-        scale=None, refold=False, variant=variant, **kw)
-
-
-def test_row_cursors_same_outputs_cpu():
-    """The timing probe's row-indexed cursors (benchmarks/probe_row_cursors.py): at every non-flush
-    ring length the outputs of the step that reads the slots' cursors, bit for bit, a padded row
-    still zero, and the row cursors left where the caller put them."""
-    layer = Layer(False, 4, 2, 32, 32, seed=3)
-    state = layer.state(4, ReplaySSMConfig(window=4))
-    state.checkpoint.copy_(torch.randn(state.checkpoint.shape, generator=torch.Generator().manual_seed(1)))
-    idx = torch.tensor([2, -1, 0], dtype=torch.int32)
-    variant = FusedVariant(block_v=16, fold_chunk=16, stages=2)
-    for c in range(3):
-        x = layer.tokens(3)
-        state.committed.fill_(c)
-        state.flush_at.fill_(4)
-        want = _fused(state, state.committed, state.flush_at, x, layer, idx, variant)
-        assert state.committed[0] == c + 1  # the ops' step moved the slots' cursors
-        row_c = torch.full((3,), c, dtype=torch.int32)
-        row_f = torch.full((3,), 4, dtype=torch.int32)
-        got = _fused(state, row_c, row_f, x, layer, idx, variant, row_cursors=True)
-        assert torch.equal(got, want) and torch.all(got[1] == 0)
-        assert torch.all(row_c == c) and torch.all(row_f == 4)
-
-
-def test_row_cursors_refused_with_cuda_flush_or_slot_cursors():
-    layer = Layer(False, 2, 1, 16, 16, seed=4)
-    state = layer.state(3, ReplaySSMConfig(window=4))
-    x = layer.tokens(2)
-    idx = torch.tensor([0, 2], dtype=torch.int32)
-    with pytest.raises(ValueError, match="row_cursors: needs flush_impl='triton' and \\[batch\\] cursors"):
-        _fused(state, state.committed, state.flush_at, x, layer, idx, FusedVariant(), row_cursors=True)
-    row = torch.zeros(2, dtype=torch.int32)
-    with pytest.raises(ValueError, match="row_cursors"):
-        _fused(state, row, row + 4, x, layer, idx, FusedVariant(flush_impl="cuda"), row_cursors=True)

@@ -203,7 +203,7 @@ def _fused_step_kernel(
     HV: tl.constexpr, H: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, KC: tl.constexpr,
     CAP: tl.constexpr, BC: tl.constexpr, HAS_BIAS: tl.constexpr,
     HAS_INDICES: tl.constexpr, PRECISION: tl.constexpr, STAGES: tl.constexpr, FLUSH_STAGES: tl.constexpr,
-    FLUSH_ELSEWHERE: tl.constexpr = False, PDL: tl.constexpr = False, ROW_CURSORS: tl.constexpr = False,
+    FLUSH_ELSEWHERE: tl.constexpr = False, PDL: tl.constexpr = False,
 ):
     G: tl.constexpr = HV // H
     PARTS: tl.constexpr = V // BV
@@ -220,12 +220,6 @@ def _fused_step_kernel(
     o_c = tl.arange(0, BC)
     o_v = i_p * BV + tl.arange(0, BV)
     p_o = out + i_b * stride_o + i_hv * stride_oh + o_v
-    if ROW_CURSORS:
-        # benchmarks/probe_row_cursors.py: committed / flush_at indexed by the batch row, given and
-        # moved by the caller (what an engine passing its own ring positions would do): loaded
-        # beside the slot, and no program moves them. Not reachable from the ops.
-        c = tl.load(committed + i_b)
-        f_at = tl.load(flush_at + i_b)
     slot = i_b.to(tl.int64)
     if HAS_INDICES:
         slot = tl.load(state_indices + i_b).to(tl.int64)
@@ -239,16 +233,13 @@ def _fused_step_kernel(
     o_kc = tl.arange(0, KC)
     if STAGES == 0:
         S = tl.load(p_s + o_k[None, :])
-    if not ROW_CURSORS:
-        c = tl.load(committed + slot)
-        f_at = tl.load(flush_at + slot)
-    flush = c + 1 >= f_at
+    c = tl.load(committed + slot)
+    flush = c + 1 >= tl.load(flush_at + slot)
     if FLUSH_ELSEWHERE:
         # The flush rows are the CUDA launch's (decode_flush_cuda.py), which reads the cursors
         # while this kernel runs; they move as on every row, once it is done (replay_cursors).
         if flush:
-            if not ROW_CURSORS:
-                replay_cursors(arrivals, committed, flush_at, i_b, slot, c, flush, window, HV * PARTS, PDL)
+            replay_cursors(arrivals, committed, flush_at, i_b, slot, c, flush, window, HV * PARTS, PDL)
             return
     b_q, b_k, k_norm = _load_qk(q, k, i_b, i_h, o_k, scale, stride_q, stride_qh, stride_k, stride_kh,
                                 ring_k.dtype.element_ty)
@@ -307,18 +298,15 @@ def _fused_step_kernel(
     else:
         _append_token(ring_u, ring_v, ring_beta, ring_g, p_rk, sh, c, o_v, o_k, b_u, b_v, b_beta, b_g, b_k,
                       i_p == 0, i_hv % G == 0, CAP, V, K)
-    if not ROW_CURSORS:
-        replay_cursors(arrivals, committed, flush_at, i_b, slot, c, flush, window, HV * PARTS, PDL)
+    replay_cursors(arrivals, committed, flush_at, i_b, slot, c, flush, window, HV * PARTS, PDL)
 
 
 def delta_replay_fused_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, committed, flush_at, window,
                             q, k, v, a, b, A_log, dt_bias, state_indices, pad_slot_id, scale, refold,
-                            variant: FusedVariant | None = None, row_cursors: bool = False):
+                            variant: FusedVariant | None = None):
     """Launch one ReplaySSM step as a single kernel (arguments as ``decode.delta_replay_step``);
     ``refold`` must be False: this kernel folds the cached ``u``. Returns ``o [batch, HV, d_v]``
-    in ``v.dtype``. ``row_cursors`` (``benchmarks/probe_row_cursors.py`` only; not with the CUDA
-    flush): ``committed`` / ``flush_at`` are ``[batch]`` int32 indexed by the row, which the caller
-    moves; the kernel reads them beside the slot and moves nothing."""
+    in ``v.dtype``."""
     if refold:
         raise ValueError("delta_replay_fused_step: refold=True is not served by the one-launch step "
                          "(it folds the cached u); use the staged step")
@@ -328,8 +316,6 @@ def delta_replay_fused_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_
     if ring_g.dim() == 4:
         raise ValueError("delta_replay_fused_step: per-channel decays (KDA) are not served by the one-launch "
                          "step; use the staged step")
-    if row_cursors and (variant.flush_impl != "triton" or committed.shape[0] != batch):
-        raise ValueError("row_cursors: needs flush_impl='triton' and [batch] cursors")
     if variant.flush_cuda_heads is not None and (HV // H) % variant.flush_cuda_heads:
         raise ValueError(f"FusedVariant.flush_cuda_heads: expected a divisor of the key head's {HV // H} value heads, "
                          f"got {variant.flush_cuda_heads}")
@@ -361,6 +347,6 @@ def delta_replay_fused_step(checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_
         q, k, v, a, b, A_log, A_log if dt_bias is None else dt_bias, out,
         checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, committed, flush_at, arrivals,
         state_indices, pad_slot_id, window, scale,
-        *_strides(q, k, v, a, b, out), **consts, PDL=pdl, ROW_CURSORS=row_cursors, num_warps=warps, **extra,
+        *_strides(q, k, v, a, b, out), **consts, PDL=pdl, num_warps=warps, **extra,
     )
     return out

@@ -1,8 +1,8 @@
 """The one-launch ReplaySSM step of Gated DeltaNet for a flush that folds the cached ``u``
 (``refold=False``): ``variant="fused"`` / a :class:`FusedVariant` of ``decode.delta_replay_step``,
 and with ``FusedVariant(block_v=64, stages=3, flush_stages=0)`` the ops' default for that step from
-batch ``decode.FUSED_FROM`` (128) (benchmarks/NOTES_delta.md, sixteenth, eighteenth, twentieth and
-twenty-first runs).
+batch ``decode.FUSED_FROM`` (80) (benchmarks/NOTES_delta.md, sixteenth, eighteenth, twentieth,
+twenty-first and twenty-seventh runs).
 
 The staged step (``decode_staged.py``) forms each key head's ring terms in a launch of their own
 and streams the checkpoint in a second; that boundary (the ring launch and the gap behind it,

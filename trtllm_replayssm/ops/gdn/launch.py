@@ -25,8 +25,14 @@ REREAD_FROM = 160
 #: the steady staggered step (61.3 -> 61.7), trailing from one offset (61.7 -> 65.4): its flush
 #: rows' programs, ~2.7x a non-flush one, spread one row in L through the grid, where the staged
 #: step's side-stream flush launch takes them first. With two TF32 passes for its fold it had
-#: trailed the staged step's staggered steps at 128 and 256 by 2-5%.
-FUSED_FROM = 128
+#: trailed the staged step's staggered steps at 128 and 256 by 2-5%. Since the third stage and the
+#: unrolled re-read (twenty-first run) it also leads below 128 (twenty-seventh run, two timings in
+#: one call, staged -> one-launch, amortized / steady staggered / one offset us): 112 89.1-89.4 ->
+#: 83.1 / 90.5-90.6 -> 87.1-87.3 / 91.3-91.5 -> 88.9-89.1; 96 79.0-79.2 -> 73.4-73.5 / 79.2-79.4
+#: -> 77.8-77.9 / 79.3-79.8 -> 79.1-79.5; 80 69.0-69.2 -> 63.8-63.9 / 70.1 -> 68.8-68.9 / 70.8 ->
+#: 70.2-71.5; at 64 it leads amortized (58.5 -> 54.2) and ties the steady staggered step (59.6-59.8
+#: -> 59.7) but trails from one offset (60.0-60.5 -> 61.8-62.3), so the staged step keeps 64.
+FUSED_FROM = 80
 
 #: KDA's cached-``u`` step streams its checkpoint in 32-row tiles walked in 32-column chunks
 #: through a 2-stage pipeline from this batch (``StagedVariant(block_v=32, read_stages=2)``, the
@@ -85,7 +91,7 @@ def default_variant(batch: int, per_channel: bool, refold: bool, d_v: int, capac
       batch :data:`REREAD_FROM` (160) GDN's cached-``u`` flush reads its tile again for the fold
       (``flush_reread=64``): batch 256 amortized 185.2 -> 182.3 us, 512 351.8 -> 340.6 us (the
       staged step's GDN fold in three bf16 passes since the twentieth run);
-    - from batch :data:`FUSED_FROM` (128), Gated DeltaNet's cached-``u`` step (``refold=False``)
+    - from batch :data:`FUSED_FROM` (80), Gated DeltaNet's cached-``u`` step (``refold=False``)
       with a ring of at most 16 entries (``capacity``; a wider ring's ``[32, d_k]`` terms spill)
       and ``d_v`` a multiple of 64: the one-launch step
       (:class:`~trtllm_replayssm.ops.gdn.decode_fused.FusedVariant`, 64-row programs, the tile

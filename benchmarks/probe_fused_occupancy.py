@@ -43,10 +43,7 @@ def padded_shared(per_sm: int, device: torch.device) -> int:
 
 
 def _occupancy(function: int, threads: int, shared: int) -> int:
-    blocks = ctypes.c_int()
-    _nvrtc._cu_check(_nvrtc._libcuda().cuOccupancyMaxActiveBlocksPerMultiprocessor(
-        ctypes.byref(blocks), ctypes.c_void_p(function), threads, ctypes.c_size_t(shared)), "occupancy")
-    return blocks.value
+    return _nvrtc.function_blocks_per_sm(ctypes.c_void_p(function), threads, shared)
 
 
 def pad_kernel(kernel, per_sm: int, device: torch.device) -> None:

@@ -137,6 +137,15 @@ def _cu_check(result: int, what: str) -> None:
 _ATTR_MAX_THREADS, _ATTR_SHARED, _ATTR_LOCAL, _ATTR_NUM_REGS, _ATTR_MAX_DYN_SHARED = 0, 1, 3, 4, 8
 
 
+def function_blocks_per_sm(function: ctypes.c_void_p, threads: int, dynamic_shared: int) -> int:
+    """Blocks of ``threads`` threads and ``dynamic_shared`` bytes that one SM holds at once, for
+    the driver's ``CUfunction`` handle ``function`` (an NVRTC kernel's, or a compiled Triton one's)."""
+    blocks = ctypes.c_int()
+    _cu_check(_libcuda().cuOccupancyMaxActiveBlocksPerMultiprocessor(
+        ctypes.byref(blocks), function, threads, ctypes.c_size_t(dynamic_shared)), "occupancy")
+    return blocks.value
+
+
 class CudaKernel:
     """One ``extern "C"`` kernel of a cubin loaded on one device.
 
@@ -175,10 +184,7 @@ class CudaKernel:
 
     def blocks_per_sm(self, threads: int, dynamic_shared: int) -> int:
         """Blocks of ``threads`` threads and ``dynamic_shared`` bytes that one SM holds at once."""
-        blocks = ctypes.c_int()
-        _cu_check(_libcuda().cuOccupancyMaxActiveBlocksPerMultiprocessor(
-            ctypes.byref(blocks), self._func, threads, ctypes.c_size_t(dynamic_shared)), "occupancy")
-        return blocks.value
+        return function_blocks_per_sm(self._func, threads, dynamic_shared)
 
     def launch(self, grid: int, threads: int, dynamic_shared: int, args: tuple, stream: int) -> None:
         """Launch ``grid`` blocks of ``threads`` on the stream handle ``stream`` (``torch.cuda.Stream.cuda_stream``)."""

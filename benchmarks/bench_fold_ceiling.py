@@ -16,7 +16,9 @@ Folds: ``fma`` (unrolled rank-1 FMAs), ``loop`` (rolled), ``tf32x3`` / ``tf32x2`
 what a fold costs above them; checked against ``a S``); in Gluon (``_fold_gluon.py``): ``gluon bp...`` the tf32x2 fold with the tile in the
 MMA accumulator layout from load to store, ``gluon fma ...`` rank-1 fp32 FMAs with a register block
 of the tile per thread, ``gluon tma ...`` the tf32x2 fold with tiles streamed through shared
-memory by TMA (``STAGES`` in flight per program, folded in place, stored by TMA). ``delta chain ...`` / ``delta after ...``: the ``tl.dot`` fold with a
+memory by TMA (``STAGES`` in flight per program, folded in place, stored by TMA); ``cuda ws ...``
+(``fold_ws.cu``, CUDA C++ by NVRTC) a producer warp keeping whole head tiles in flight by bulk
+copies while consumer warps fold them in fp32 FMAs and store them. ``delta chain ...`` / ``delta after ...``: the ``tl.dot`` fold with a
 delta rule's row reduction ``S k`` (its result multiplied by a runtime zero, so the check holds)
 before the fold, where the token's ``u`` needs it, or after the store, where a fold of the ring
 alone leaves it (the next window's first ``u``).
@@ -216,6 +218,12 @@ def launches(S, X, Y, a, C, out, head_dim, hpg, sms):
         except (ImportError, AttributeError, AssertionError) as exc:  # no Hopper TMA in this Triton
             print(f"# gluon tma: {type(exc).__name__}: {exc}")
     try:
+        import _fold_ws
+
+        out_.update(_fold_ws.launches(S, X, Y, a, C, out, head_dim, hpg, sms))
+    except Exception as exc:  # noqa: BLE001 -- no NVRTC, or a driver that refuses the kernel
+        print(f"# cuda ws: {type(exc).__name__}: {str(exc)[:300]}")
+    try:
         from triton.tools.tensor_descriptor import TensorDescriptor
     except ImportError:
         return out_
@@ -268,10 +276,12 @@ def main(argv=None):
             S.copy_(S0)
             fn()
             torch.cuda.synchronize()
-            want = scaled if name.endswith(" none") else ref
+            # "nostore": a read ceiling that leaves the state as it was (its bytes: the reads)
+            reads_only = " nostore" in name
+            want = S0.double() if reads_only else scaled if name.endswith(" none") else ref
             err = float(((S.double() - want).abs().max() / want.abs().max()))
             us = median([t[0] for t in time_replays(capture_graph(fn), rounds=args.rounds, flush=flush)])
-            gbps = nbytes / (us * 1e-6) / 1e9
+            gbps = (nbytes - S.numel() * 4 * reads_only) / (us * 1e-6) / 1e9
             print(f"{name:<34}{us:>9.1f}{gbps:>8.0f}{100 * gbps / copy:>7.1f}%  "
                   f"{'ok' if err < 1e-5 else 'WRONG'} {err:.1e}", flush=True)
         except Exception as exc:  # one failing shape must not end the run

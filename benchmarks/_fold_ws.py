@@ -1,0 +1,86 @@
+"""Launches of ``fold_ws.cu`` (the warp-specialised window fold) for ``bench_fold_ceiling.py``:
+shapes named ``cuda ws c<consumer warps> s<stages> b<blocks per SM>[ none]``.
+
+The kernel is compiled by NVRTC for the device's architecture (``trtllm_replayssm/ops/_nvrtc.py``)
+and needs ``cp.async.bulk`` and mbarrier transaction counts (sm_90 and later).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+
+KERNEL_FILE = Path(__file__).with_name("fold_ws.cu")
+#: ``fold_ws``'s parameters: S, X, Y, a, C, out, then the number of head tiles.
+SIGNATURE = (ctypes.c_void_p,) * 6 + (ctypes.c_int32,)
+BARRIER_BYTES = 128
+#: Stores: from registers, by a bulk copy per warp out of the stage, or none (a read ceiling).
+STORES = {"reg": 0, "bulk": 1, "nostore": 2}
+#: (consumer warps, stages, blocks per SM, no product, store, load chunks, heads per stage). A block
+#: holds at most 227 KB of stages: Nemotron-H's 36 KB head stages (tile and X) fit 5, two heads
+#: (76 KB) fit 2; Gated DeltaNet's 72 KB head stages 2.
+SHAPES = ((16, 5, 1, False, "bulk", 1, 1), (8, 5, 1, False, "bulk", 1, 1), (16, 4, 1, False, "bulk", 1, 1),
+          (16, 2, 1, False, "bulk", 1, 2), (8, 2, 1, False, "bulk", 1, 2), (16, 2, 1, True, "bulk", 1, 2),
+          (16, 2, 1, True, "nostore", 1, 2), (16, 2, 1, False, "bulk", 1, 1), (8, 2, 1, False, "bulk", 1, 1),
+          (16, 2, 1, True, "bulk", 1, 1), (16, 5, 1, False, "reg", 1, 1))
+
+
+def stage_bytes(head_dim: int, d_state: int, window: int, heads: int = 1) -> int:
+    """Bytes of one stage of ``heads`` heads: their ``[head_dim, d_state]`` fp32 tiles and ``X``
+    ``[window, head_dim]`` fp32, the group's ``Y`` ``[window, d_state]`` and ``C`` ``[d_state]`` bf16."""
+    return heads * (head_dim * d_state * 4 + window * head_dim * 4) + window * d_state * 2 + d_state * 2
+
+
+def defines(head_dim: int, d_state: int, window: int, hpg: int, warps: int, stages: int, blocks: int,
+            nofold: bool, store: str = "reg", chunks: int = 1, heads: int = 1) -> dict:
+    return dict(P=head_dim, N=d_state, J=window, HPG=hpg, CW=warps, STAGES=stages, MIN_BLOCKS=blocks,
+                NOFOLD=int(nofold), STORE=STORES[store], LOAD_CHUNKS=chunks, HS=heads)
+
+
+def shared_bytes(head_dim: int, d_state: int, window: int, stages: int, heads: int = 1) -> int:
+    return BARRIER_BYTES + stages * stage_bytes(head_dim, d_state, window, heads)
+
+
+def launches(S, X, Y, a, C, out, head_dim, hpg, sms, shapes=SHAPES) -> dict:
+    """``{name: zero-argument launch}`` for the shapes whose shared memory and layout fit these
+    dims (``S`` ``[heads * head_dim, d_state]``, ``X`` ``[heads, J, head_dim]``, ``Y``
+    ``[heads / hpg, J, d_state]`` bf16, ``a`` ``[heads]``, ``C`` ``[heads / hpg, d_state]``
+    bf16, ``out`` ``[heads * head_dim]``)."""
+    import torch
+
+    from trtllm_replayssm.ops import _nvrtc
+
+    if torch.cuda.get_device_capability(S.device)[0] < 9:
+        return {}
+    rows, d_state = S.shape
+    window = X.shape[1]
+    source = KERNEL_FILE.read_text()
+    limit = torch.cuda.get_device_properties(S.device).shared_memory_per_block_optin
+    out_ = {}
+    for warps, stages, blocks, nofold, store, chunks, heads in shapes:
+        smem = shared_bytes(head_dim, d_state, window, stages, heads)
+        rows_w = heads * head_dim // warps
+        if (d_state != 128 or (heads * head_dim) % warps or rows_w % 4 or rows_w > 32 or head_dim % rows_w
+                or hpg % heads or smem > limit or (warps + 1) * 32 > 1024):
+            continue
+        name = f"cuda ws c{warps} s{stages} b{blocks} h{heads} {store}" + (f" l{chunks}" if chunks > 1 else "")
+        name += " none" if nofold else ""
+        kernel = _nvrtc.load_kernel(source, "fold_ws", defines(head_dim, d_state, window, hpg, warps, stages, blocks,
+                                                               nofold, store, chunks, heads), SIGNATURE, S.device)
+        n_tiles = rows // (head_dim * heads)
+        threads = (warps + 1) * 32
+        grid = min(n_tiles, sms * blocks)
+        args = (S.data_ptr(), X.data_ptr(), Y.data_ptr(), a.data_ptr(), C.data_ptr(), out.data_ptr(), n_tiles)
+
+        def launch(kernel=kernel, grid=grid, threads=threads, smem=smem, args=args):
+            kernel.launch(grid, threads, smem, args, torch.cuda.current_stream().cuda_stream)
+
+        launch()  # sets the shared-memory limit before any occupancy query or capture
+        torch.cuda.synchronize()
+        per_sm = kernel.blocks_per_sm(threads, smem)
+        if per_sm < blocks:
+            print(f"# {name}: {per_sm} block(s) per SM fit ({kernel.num_regs} registers, {smem} B), "
+                  f"not {blocks}: skipped")
+            continue
+        out_[name] = launch
+    return out_

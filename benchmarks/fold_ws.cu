@@ -1,0 +1,196 @@
+// The window fold of bench_fold_ceiling.py, warp-specialised (Hopper and later; compiled at run
+// time by NVRTC, launched by benchmarks/_fold_ws.py): per head tile
+//     S <- a S + X^T Y,   out = S C
+// (S [P, N] fp32, X [J, P] fp32, Y [J, N] bf16 and C [N] bf16 shared by HPG heads).
+//
+// Every Triton and CUDA fold timed so far loads a tile, folds it, then stores it from the same
+// warps, so a tile's bytes are in flight only between its fold and the next; the folds stop at
+// ~86-89% of copy where the same tiles without a product reach 95%. Here one producer thread
+// keeps STAGES whole head tiles (and their X, Y, C) in flight by bulk copies into shared memory
+// (cp.async.bulk, completion counted on an mbarrier per stage), whatever the consumers do;
+// the CW consumer warps read a tile from shared memory, fold it in exact fp32 FMAs, release the
+// stage and store the tile from registers. NOFOLD=1 skips the product (a S alone).
+//
+// Defines: P (rows of a head), N (columns; 128), J (window), HPG (heads per Y / C group),
+// CW (consumer warps), STAGES, MIN_BLOCKS (blocks per SM asked of ptxas), NOFOLD,
+// STORE (0: each thread stores its rows from registers; 1: the folded rows go back into the stage
+// and each warp stores its rows by one bulk copy; 2: no store, the output only: a read ceiling),
+// LOAD_CHUNKS (bulk copies the tile is loaded in), HS (consecutive heads of one group per stage:
+// a stage's tile is HS head tiles, contiguous in S).
+#ifndef HS
+#define HS 1
+#endif
+
+typedef unsigned short u16;
+typedef unsigned long long u64;
+
+#define THREADS ((CW + 1) * 32)
+#define RW (HS * P / CW)             // rows of a stage's tile per consumer warp
+#define TILE_F (HS * P * N)          // fp32 words of a stage's tile
+#define OFF_X (TILE_F * 4)           // byte offsets inside a stage
+#define OFF_Y (OFF_X + HS * J * P * 4)
+#define OFF_C (OFF_Y + J * N * 2)
+#define STAGE_BYTES (OFF_C + N * 2)
+#define BARRIER_BYTES 128            // full[STAGES], empty[STAGES] ahead of the stages
+
+static_assert(N == 128, "a tile row is 32 lanes of 4 columns");
+static_assert((HS * P) % CW == 0 && RW % 4 == 0 && RW <= 32 && P % RW == 0 && HPG % HS == 0,
+              "rows per consumer warp: a multiple of 4, at most 32, within one head");
+static_assert(STAGE_BYTES % 16 == 0 && 16 * STAGES <= BARRIER_BYTES, "bulk copies move 16-byte multiples");
+static_assert((TILE_F * 4 / LOAD_CHUNKS) % 16 == 0 && TILE_F % LOAD_CHUNKS == 0, "tile chunks of 16-byte multiples");
+
+__device__ __forceinline__ unsigned smem_addr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void bar_init(u64* bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+
+// One arrival that also expects `bytes` of bulk copies to complete on the barrier's phase.
+__device__ __forceinline__ void bar_arrive_expect(u64* bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes)
+                 : "memory");
+}
+
+// Release semantics: this thread's earlier shared-memory reads are done before it counts.
+__device__ __forceinline__ void bar_arrive(u64* bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+
+__device__ __forceinline__ void bar_wait(u64* bar, unsigned parity) {
+    unsigned done = 0;
+    while (!done) {
+        asm volatile(
+            "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}"
+            : "=r"(done)
+            : "r"(smem_addr(bar)), "r"(parity)
+            : "memory");
+    }
+}
+
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, unsigned bytes, u64* bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
+                     smem_addr(dst)),
+                 "l"(src), "r"(bytes), "r"(smem_addr(bar))
+                 : "memory");
+}
+
+__device__ __forceinline__ float bf16_lo(unsigned w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float bf16_hi(unsigned w) { return __uint_as_float(w & 0xffff0000u); }
+
+extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
+fold_ws(float* __restrict__ S, const float* __restrict__ X, const u16* __restrict__ Y, const float* __restrict__ a,
+        const u16* __restrict__ C, float* __restrict__ out, int n_tiles) {
+    extern __shared__ __align__(128) unsigned char buf[];
+    u64* full = (u64*)buf;
+    u64* empty = full + STAGES;
+    unsigned char* stages = buf + BARRIER_BYTES;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < STAGES; ++s) {
+            bar_init(&full[s], 1);
+            bar_init(&empty[s], CW);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    }
+    __syncthreads();
+
+    if (warp == CW) {  // the producer: one thread keeps the stages filled
+        if (lane == 0) {
+            int it = 0;
+            for (int t = blockIdx.x; t < n_tiles; t += gridDim.x, ++it) {
+                const int s = it % STAGES, use = it / STAGES;
+                if (use > 0) bar_wait(&empty[s], (use - 1) & 1);
+                unsigned char* st = stages + s * STAGE_BYTES;
+                const long long g = (long long)t * HS / HPG;
+                bar_arrive_expect(&full[s], STAGE_BYTES);
+#pragma unroll
+                for (int k = 0; k < LOAD_CHUNKS; ++k)
+                    bulk_load(st + k * (TILE_F * 4 / LOAD_CHUNKS), S + (long long)t * TILE_F + k * (TILE_F / LOAD_CHUNKS),
+                              TILE_F * 4 / LOAD_CHUNKS, &full[s]);
+                bulk_load(st + OFF_X, X + (long long)t * HS * J * P, HS * J * P * 4, &full[s]);
+                bulk_load(st + OFF_Y, Y + g * J * N, J * N * 2, &full[s]);
+                bulk_load(st + OFF_C, C + g * N, N * 2, &full[s]);
+            }
+        }
+        return;
+    }
+
+    const int row0 = warp * RW, head = row0 / P;  // a warp's rows lie in one head of the stage
+    int it = 0;
+    for (int t = blockIdx.x; t < n_tiles; t += gridDim.x, ++it) {
+        const int s = it % STAGES, use = it / STAGES;
+        const float ah = __ldg(a + (long long)t * HS + head);  // in flight while the stage fills
+        bar_wait(&full[s], use & 1);
+        const unsigned char* st = stages + s * STAGE_BYTES;
+        const float* sS = (const float*)st;
+        float acc[RW][4];
+#pragma unroll
+        for (int r = 0; r < RW; ++r) {
+            const float4 v = *(const float4*)(sS + (row0 + r) * N + 4 * lane);
+            acc[r][0] = ah * v.x;
+            acc[r][1] = ah * v.y;
+            acc[r][2] = ah * v.z;
+            acc[r][3] = ah * v.w;
+        }
+#if !NOFOLD
+        const float* sX = (const float*)(st + OFF_X);
+        const u16* sY = (const u16*)(st + OFF_Y);
+#pragma unroll 4
+        for (int j = 0; j < J; ++j) {
+            const uint2 yb = *(const uint2*)(sY + j * N + 4 * lane);
+            const float y[4] = {bf16_lo(yb.x), bf16_hi(yb.x), bf16_lo(yb.y), bf16_hi(yb.y)};
+#pragma unroll
+            for (int r4 = 0; r4 < RW; r4 += 4) {
+                const float4 xv = *(const float4*)(sX + (head * J + j) * P + row0 % P + r4);  // a broadcast
+                const float x[4] = {xv.x, xv.y, xv.z, xv.w};
+#pragma unroll
+                for (int i = 0; i < 4; ++i)
+#pragma unroll
+                    for (int k = 0; k < 4; ++k) acc[r4 + i][k] = fmaf(x[i], y[k], acc[r4 + i][k]);
+            }
+        }
+#endif
+        const uint2 cb = *(const uint2*)((const u16*)(st + OFF_C) + 4 * lane);
+        const float c[4] = {bf16_lo(cb.x), bf16_hi(cb.x), bf16_lo(cb.y), bf16_hi(cb.y)};
+        float part[RW];
+#pragma unroll
+        for (int r = 0; r < RW; ++r)
+            part[r] = acc[r][0] * c[0] + acc[r][1] * c[1] + acc[r][2] * c[2] + acc[r][3] * c[3];
+#if STORE == 1
+        // The warp's rows back into the stage (its own part: no other warp reads it), then out
+        // by one bulk copy; the stage is released once that copy has read them.
+        float* wS = (float*)st + row0 * N;
+#pragma unroll
+        for (int r = 0; r < RW; ++r)
+            *(float4*)(wS + r * N + 4 * lane) = make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
+        asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+        __syncwarp();
+        if (lane == 0) {
+            asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(
+                             S + (long long)t * TILE_F + row0 * N),
+                         "r"(smem_addr(wS)), "r"(RW * N * 4)
+                         : "memory");
+            asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+            asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+            bar_arrive(&empty[s]);
+        }
+#else
+        __syncwarp();
+        if (lane == 0) bar_arrive(&empty[s]);  // the stage's reads are done: the producer may refill it
+#if STORE == 0
+        float* gS = S + (long long)t * TILE_F;
+#pragma unroll
+        for (int r = 0; r < RW; ++r)
+            *(float4*)(gS + (row0 + r) * N + 4 * lane) = make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
+#endif
+#endif
+        float mine = 0.f;
+#pragma unroll
+        for (int r = 0; r < RW; ++r) {
+#pragma unroll
+            for (int off = 16; off > 0; off >>= 1) part[r] += __shfl_xor_sync(0xffffffffu, part[r], off);
+            mine = lane == r ? part[r] : mine;
+        }
+        if (lane < RW) out[(long long)t * HS * P + row0 + lane] = mine;
+    }
+}

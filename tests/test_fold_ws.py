@@ -1,0 +1,76 @@
+"""The warp-specialised fold probe (``benchmarks/fold_ws.cu``): it compiles by NVRTC for sm_90 /
+sm_100 / sm_103 and, assembled by Triton's ptxas, holds its registers without spills at the
+shapes ``bench_fold_ceiling.py`` times; its shared memory fits an H200's block. On a GPU,
+``bench_fold_ceiling.py --only "cuda ws"`` checks its folds against float64."""
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from trtllm_replayssm.ops import _nvrtc
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import _fold_ws as ws  # noqa: E402
+
+try:
+    import triton
+
+    TRITON_BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
+except ImportError:  # pragma: no cover
+    TRITON_BIN = None
+
+H200_BLOCK_SHARED = 232448  # cudaDevAttrMaxSharedMemoryPerBlockOptin on sm_90
+
+
+def _nemotron_h_shapes():
+    return [shape for shape in ws.SHAPES if ws.shared_bytes(64, 128, 16, shape[1], shape[6]) <= H200_BLOCK_SHARED]
+
+
+def test_stage_bytes_are_the_operands():
+    # tile [64, 128] fp32 + X [16, 64] fp32 + Y [16, 128] bf16 + C [128] bf16
+    assert ws.stage_bytes(64, 128, 16) == 32768 + 4096 + 4096 + 256
+    assert ws.shared_bytes(64, 128, 16, 5) == 128 + 5 * 41216
+    # Gated DeltaNet's 128-row tiles: two stages fit a block, three do not
+    assert ws.shared_bytes(128, 128, 16, 2) <= H200_BLOCK_SHARED < ws.shared_bytes(128, 128, 16, 3)
+    # two Nemotron-H heads per stage: one group's Y and C once
+    assert ws.stage_bytes(64, 128, 16, heads=2) == 2 * (32768 + 4096) + 4096 + 256
+
+
+@pytest.mark.skipif(_nvrtc.find_nvrtc() is None, reason="no NVRTC")
+@pytest.mark.skipif(TRITON_BIN is None or not (TRITON_BIN / "ptxas-blackwell").exists(),
+                    reason="Triton's ptxas is not installed")
+@pytest.mark.parametrize("sm", [90, 100, 103])
+def test_assembles_without_spills(sm, tmp_path):
+    source = ws.KERNEL_FILE.read_text()
+    for warps, stages, blocks, nofold, store, chunks, heads in _nemotron_h_shapes():
+        defs = ws.defines(64, 128, 16, 16, warps, stages, blocks, nofold, store, chunks, heads)
+        ptx = _nvrtc.compile_ptx(source, "fold_ws.cu", sm, tuple((k, str(v)) for k, v in defs.items()))
+        assert "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes" in ptx
+        ptx = re.sub(r"^\.version \d+\.\d+", ".version 8.8", ptx, flags=re.M)
+        path = tmp_path / f"ws_{sm}_{warps}_{stages}_{blocks}_{int(nofold)}_{store}_{chunks}_{heads}.ptx"
+        path.write_text(ptx)
+        run = subprocess.run([str(TRITON_BIN / "ptxas-blackwell"), "-v", f"--gpu-name=sm_{sm}", str(path), "-o",
+                              str(path.with_suffix(".cubin"))], capture_output=True, text=True)
+        assert run.returncode == 0, run.stderr[-2000:]
+        regs = int(re.search(r"Used (\d+) registers", run.stderr).group(1))
+        spills = int(re.search(r"(\d+) bytes spill stores", run.stderr).group(1))
+        assert spills == 0 and regs * (warps + 1) * 32 * blocks <= 65536, (warps, stages, blocks, run.stderr)
+
+
+@pytest.mark.skipif(_nvrtc.find_nvrtc() is None, reason="no NVRTC")
+def test_shapes_outside_the_kernel_are_refused_at_compile_time():
+    # 12 consumer warps do not divide 64 rows into multiples of 4: the static_assert names it
+    defs = ws.defines(64, 128, 16, 16, 12, 2, 1, False)
+    with pytest.raises(_nvrtc.NvrtcError, match="rows per consumer warp"):
+        _nvrtc.compile_ptx(ws.KERNEL_FILE.read_text(), "fold_ws.cu", 90, tuple((k, str(v)) for k, v in defs.items()))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU path")
+def test_launches_need_cuda_tensors():
+    S = torch.zeros(64, 128)
+    with pytest.raises((RuntimeError, AssertionError, AttributeError)):
+        ws.launches(S, S, S, S, S, S, 64, 16, 1)

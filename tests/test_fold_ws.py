@@ -3,25 +3,18 @@ sm_100 / sm_103 and, assembled by Triton's ptxas, holds its registers without sp
 shapes ``bench_fold_ceiling.py`` times; its shared memory fits an H200's block. On a GPU,
 ``bench_fold_ceiling.py --only "cuda ws"`` checks its folds against float64."""
 
-import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import torch
 
+from ptx_resources import HAVE_PTXAS, assemble
 from trtllm_replayssm.ops import _nvrtc
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import _fold_ws as ws  # noqa: E402
 
-try:
-    import triton
-
-    TRITON_BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
-except ImportError:  # pragma: no cover
-    TRITON_BIN = None
 
 H200_BLOCK_SHARED = 232448  # cudaDevAttrMaxSharedMemoryPerBlockOptin on sm_90
 
@@ -41,8 +34,7 @@ def test_stage_bytes_are_the_operands():
 
 
 @pytest.mark.skipif(_nvrtc.find_nvrtc() is None, reason="no NVRTC")
-@pytest.mark.skipif(TRITON_BIN is None or not (TRITON_BIN / "ptxas-blackwell").exists(),
-                    reason="Triton's ptxas is not installed")
+@pytest.mark.skipif(not HAVE_PTXAS, reason="Triton's ptxas is not installed")
 @pytest.mark.parametrize("sm", [90, 100, 103])
 def test_assembles_without_spills(sm, tmp_path):
     source = ws.KERNEL_FILE.read_text()
@@ -50,15 +42,9 @@ def test_assembles_without_spills(sm, tmp_path):
         defs = ws.defines(64, 128, 16, 16, warps, stages, blocks, nofold, store, chunks, heads)
         ptx = _nvrtc.compile_ptx(source, "fold_ws.cu", sm, tuple((k, str(v)) for k, v in defs.items()))
         assert "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes" in ptx
-        ptx = re.sub(r"^\.version \d+\.\d+", ".version 8.8", ptx, flags=re.M)
-        path = tmp_path / f"ws_{sm}_{warps}_{stages}_{blocks}_{int(nofold)}_{store}_{chunks}_{heads}.ptx"
-        path.write_text(ptx)
-        run = subprocess.run([str(TRITON_BIN / "ptxas-blackwell"), "-v", f"--gpu-name=sm_{sm}", str(path), "-o",
-                              str(path.with_suffix(".cubin"))], capture_output=True, text=True)
-        assert run.returncode == 0, run.stderr[-2000:]
-        regs = int(re.search(r"Used (\d+) registers", run.stderr).group(1))
-        spills = int(re.search(r"(\d+) bytes spill stores", run.stderr).group(1))
-        assert spills == 0 and regs * (warps + 1) * 32 * blocks <= 65536, (warps, stages, blocks, run.stderr)
+        name = f"ws_{sm}_{warps}_{stages}_{blocks}_{int(nofold)}_{store}_{chunks}_{heads}.ptx"
+        regs, spills, log = assemble(ptx, sm, tmp_path / name)
+        assert spills == 0 and regs * (warps + 1) * 32 * blocks <= 65536, (warps, stages, blocks, log)
 
 
 @pytest.mark.skipif(_nvrtc.find_nvrtc() is None, reason="no NVRTC")

@@ -10,14 +10,11 @@ graph."""
 
 from __future__ import annotations
 
-import re
-import subprocess
-from pathlib import Path
-
 import pytest
 import torch
 
 from delta_kernel_harness import GPU_DIMS, check_variant_gpu, checkpoints_after_three_windows, rel_err
+from ptx_resources import HAVE_PTXAS, assemble
 from trtllm_replayssm.ops import _nvrtc
 from trtllm_replayssm.ops._flush_list import LIST_MAX_BATCH
 from trtllm_replayssm.ops.gdn import decode_flush_cuda as fc
@@ -25,13 +22,6 @@ from trtllm_replayssm.ops.gdn.decode_fused import FusedVariant
 
 DEFAULT_CUDA = FusedVariant(block_v=64, stages=3, flush_stages=0, flush_impl="cuda")
 NEEDS_NVRTC = pytest.mark.skipif(_nvrtc.find_nvrtc() is None, reason="no NVRTC library (nvidia-cuda-nvrtc wheel)")
-TRITON_BIN = None
-try:
-    import triton
-
-    TRITON_BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
-except ImportError:
-    pass
 
 
 def test_warp_rows_and_shared_bytes():
@@ -96,8 +86,7 @@ def test_kernel_compiles_for_hopper_and_blackwell(sm, dtype):
 
 
 @NEEDS_NVRTC
-@pytest.mark.skipif(TRITON_BIN is None or not (TRITON_BIN / "ptxas-blackwell").exists(),
-                    reason="Triton's ptxas is not installed")
+@pytest.mark.skipif(not HAVE_PTXAS, reason="Triton's ptxas is not installed")
 @pytest.mark.parametrize("sm", [90, 100, 103])
 def test_defaults_assemble_within_their_registers(sm, tmp_path):
     # Qwen3.5-4B dims and two other shapes, bf16, at FusedVariant's defaults: within the registers
@@ -112,14 +101,8 @@ def test_defaults_assemble_within_their_registers(sm, tmp_path):
         defs = fc.defines(HV, H, d_k, d_v, 16, dts, True, torch.int32, (d_k, d_k, d_v), variant.flush_cuda_blocks,
                           variant.flush_cuda_passes)
         ptx = _nvrtc.compile_ptx(fc.source(), "flush_cuda.cu", sm, tuple((k, str(v)) for k, v in defs.items()))
-        path = tmp_path / f"gdn_flush_{sm}_{d_k}.ptx"
-        path.write_text(re.sub(r"^\.version \d+\.\d+", ".version 8.8", ptx, flags=re.M))
-        out = subprocess.run([str(TRITON_BIN / "ptxas-blackwell"), "-v", f"--gpu-name=sm_{sm}", str(path), "-o",
-                              str(path.with_suffix(".cubin"))], capture_output=True, text=True)
-        assert out.returncode == 0, out.stderr[-2000:]
-        regs = int(re.search(r"Used (\d+) registers", out.stderr).group(1))
-        spills = int(re.search(r"(\d+) bytes spill stores", out.stderr).group(1))
-        assert regs * fc.THREADS * defs["MIN_BLOCKS"] <= 65536 and spills <= 32, (sm, dims, out.stderr)
+        regs, spills, log = assemble(ptx, sm, tmp_path / f"gdn_flush_{sm}_{d_k}.ptx")
+        assert regs * fc.THREADS * defs["MIN_BLOCKS"] <= 65536 and spills <= 32, (sm, dims, log)
 
 
 # -- GPU ---------------------------------------------------------------------------------------------

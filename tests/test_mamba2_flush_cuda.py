@@ -11,13 +11,10 @@ step against eager calls.
 
 from __future__ import annotations
 
-import re
-import subprocess
-from pathlib import Path
-
 import pytest
 import torch
 
+from ptx_resources import HAVE_PTXAS, assemble
 from test_mamba2_kernels import _graph_vs_eager, _kernel_replay, allocate, check_replay
 from trtllm_replayssm.ops import _nvrtc
 from trtllm_replayssm.ops.mamba2 import decode
@@ -90,13 +87,6 @@ def test_cuda_flush_config_off_cuda_takes_the_triton_launch():
     check_replay((2, 32, 16, 2), torch.float32, 3, 4, 10, "cpu", run=run, stagger=True)
 
 
-TRITON_BIN = None
-try:
-    import triton
-
-    TRITON_BIN = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
-except ImportError:
-    pass
 
 
 NEEDS_NVRTC = pytest.mark.skipif(_nvrtc.find_nvrtc() is None, reason="no NVRTC library (nvidia-cuda-nvrtc wheel)")
@@ -135,8 +125,7 @@ def test_compile_reports_the_compiler_log():
 
 
 @NEEDS_NVRTC
-@pytest.mark.skipif(TRITON_BIN is None or not (TRITON_BIN / "ptxas-blackwell").exists(),
-                    reason="Triton's ptxas is not installed")
+@pytest.mark.skipif(not HAVE_PTXAS, reason="Triton's ptxas is not installed")
 @pytest.mark.parametrize("sm", [90, 100, 103])
 def test_defaults_assemble_without_spills(sm, tmp_path):
     # What the step compiles at the defaults for Nemotron-H and Nemotron-3-Nano, bf16: within the
@@ -148,15 +137,8 @@ def test_defaults_assemble_without_spills(sm, tmp_path):
                           torch.float32, True, True, torch.int32, (128, head_dim, 128), cfg.flush_cuda_blocks,
                           cfg.flush_cuda_rows, 16 if heads == 128 else 12)
         ptx = _nvrtc.compile_ptx(fc.source(), "flush_cuda.cu", sm, tuple((k, str(v)) for k, v in defs.items()))
-        ptx = re.sub(r"^\.version \d+\.\d+", ".version 8.8", ptx, flags=re.M)
-        path = tmp_path / f"flush_{sm}_{head_dim}.ptx"
-        path.write_text(ptx)
-        out = subprocess.run([str(TRITON_BIN / "ptxas-blackwell"), "-v", f"--gpu-name=sm_{sm}", str(path), "-o",
-                              str(path.with_suffix(".cubin"))], capture_output=True, text=True)
-        assert out.returncode == 0, out.stderr[-2000:]
-        regs = int(re.search(r"Used (\d+) registers", out.stderr).group(1))
-        spills = int(re.search(r"(\d+) bytes spill stores", out.stderr).group(1))
-        assert regs * fc.THREADS * cfg.flush_cuda_blocks <= 65536 and spills == 0, (sm, head_dim, out.stderr)
+        regs, spills, log = assemble(ptx, sm, tmp_path / f"flush_{sm}_{head_dim}.ptx")
+        assert regs * fc.THREADS * cfg.flush_cuda_blocks <= 65536 and spills == 0, (sm, head_dim, log)
 
 
 # -- GPU ---------------------------------------------------------------------------------------------

@@ -14,15 +14,16 @@ KERNEL_FILE = Path(__file__).with_name("fold_ws.cu")
 #: ``fold_ws``'s parameters: S, X, Y, a, C, out, then the number of head tiles.
 SIGNATURE = (ctypes.c_void_p,) * 6 + (ctypes.c_int32,)
 BARRIER_BYTES = 128
-#: Stores: from registers, by a bulk copy per warp out of the stage, or none (a read ceiling).
-STORES = {"reg": 0, "bulk": 1, "nostore": 2}
+#: Stores: from registers, by a bulk copy per warp out of the stage (``lag``: the stage released a
+#: tile later, the copy left in flight meanwhile), or none (a read ceiling).
+STORES = {"reg": 0, "bulk": 1, "nostore": 2, "lag": 1}
 #: (consumer warps, stages, blocks per SM, no product, store, load chunks, heads per stage). A block
 #: holds at most 227 KB of stages: Nemotron-H's 36 KB head stages (tile and X) fit 5, two heads
 #: (76 KB) fit 2; Gated DeltaNet's 72 KB head stages 2.
-SHAPES = ((16, 5, 1, False, "bulk", 1, 1), (8, 5, 1, False, "bulk", 1, 1), (16, 4, 1, False, "bulk", 1, 1),
-          (16, 2, 1, False, "bulk", 1, 2), (8, 2, 1, False, "bulk", 1, 2), (16, 2, 1, True, "bulk", 1, 2),
-          (16, 2, 1, True, "nostore", 1, 2), (16, 2, 1, False, "bulk", 1, 1), (8, 2, 1, False, "bulk", 1, 1),
-          (16, 2, 1, True, "bulk", 1, 1), (16, 5, 1, False, "reg", 1, 1))
+SHAPES = ((16, 5, 1, False, "bulk", 1, 1), (16, 5, 1, True, "bulk", 1, 1), (16, 5, 1, True, "nostore", 1, 1),
+          (16, 5, 1, False, "reg", 1, 1), (16, 5, 1, False, "lag", 1, 1), (8, 5, 1, False, "bulk", 1, 1),
+          (16, 2, 1, False, "bulk", 1, 2), (16, 2, 1, False, "bulk", 1, 1), (8, 2, 1, False, "bulk", 1, 1),
+          (16, 2, 1, True, "bulk", 1, 1))
 
 
 def stage_bytes(head_dim: int, d_state: int, window: int, heads: int = 1) -> int:
@@ -34,7 +35,7 @@ def stage_bytes(head_dim: int, d_state: int, window: int, heads: int = 1) -> int
 def defines(head_dim: int, d_state: int, window: int, hpg: int, warps: int, stages: int, blocks: int,
             nofold: bool, store: str = "reg", chunks: int = 1, heads: int = 1) -> dict:
     return dict(P=head_dim, N=d_state, J=window, HPG=hpg, CW=warps, STAGES=stages, MIN_BLOCKS=blocks,
-                NOFOLD=int(nofold), STORE=STORES[store], LOAD_CHUNKS=chunks, HS=heads)
+                NOFOLD=int(nofold), STORE=STORES[store], STORE_LAG=int(store == "lag"), LOAD_CHUNKS=chunks, HS=heads)
 
 
 def shared_bytes(head_dim: int, d_state: int, window: int, stages: int, heads: int = 1) -> int:

@@ -15,10 +15,14 @@
 // CW (consumer warps), STAGES, MIN_BLOCKS (blocks per SM asked of ptxas), NOFOLD,
 // STORE (0: each thread stores its rows from registers; 1: the folded rows go back into the stage
 // and each warp stores its rows by one bulk copy; 2: no store, the output only: a read ceiling),
-// LOAD_CHUNKS (bulk copies the tile is loaded in), HS (consecutive heads of one group per stage:
+// STORE_LAG (with STORE 1: a stage is released one tile later, its store left in flight
+// meanwhile), LOAD_CHUNKS (bulk copies the tile is loaded in), HS (consecutive heads of one group per stage:
 // a stage's tile is HS head tiles, contiguous in S).
 #ifndef HS
 #define HS 1
+#endif
+#ifndef STORE_LAG
+#define STORE_LAG 0
 #endif
 
 typedef unsigned short u16;
@@ -171,8 +175,15 @@ fold_ws(float* __restrict__ S, const float* __restrict__ X, const u16* __restric
                          "r"(smem_addr(wS)), "r"(RW * N * 4)
                          : "memory");
             asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+#if STORE_LAG
+            // This tile's store stays in flight; the previous tile's stage is released once its
+            // store has read it.
+            asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
+            if (it > 0) bar_arrive(&empty[(it - 1) % STAGES]);
+#else
             asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
             bar_arrive(&empty[s]);
+#endif
         }
 #else
         __syncwarp();
@@ -193,4 +204,7 @@ fold_ws(float* __restrict__ S, const float* __restrict__ X, const u16* __restric
         }
         if (lane < RW) out[(long long)t * HS * P + row0 + lane] = mine;
     }
+#if STORE == 1
+    if (lane == 0) asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+#endif
 }

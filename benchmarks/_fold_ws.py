@@ -23,7 +23,7 @@ STORES = {"reg": 0, "bulk": 1, "nostore": 2, "lag": 1}
 SHAPES = ((16, 5, 1, False, "bulk", 1, 1), (16, 5, 1, True, "bulk", 1, 1), (16, 5, 1, True, "nostore", 1, 1),
           (16, 5, 1, False, "reg", 1, 1), (16, 5, 1, False, "lag", 1, 1), (8, 5, 1, False, "bulk", 1, 1),
           (16, 2, 1, False, "bulk", 1, 2), (16, 2, 1, False, "bulk", 1, 1), (8, 2, 1, False, "bulk", 1, 1),
-          (16, 2, 1, True, "bulk", 1, 1))
+          (16, 2, 1, True, "bulk", 1, 1), (16, 2, 1, True, "nostore", 1, 1))
 
 
 def stage_bytes(head_dim: int, d_state: int, window: int, heads: int = 1) -> int:

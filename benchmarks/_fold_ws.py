@@ -1,5 +1,7 @@
 """Launches of ``fold_ws.cu`` (the warp-specialised window fold) for ``bench_fold_ceiling.py``:
-shapes named ``cuda ws c<consumer warps> s<stages> b<blocks per SM>[ none]``.
+shapes named ``cuda ws c<consumer warps> s<stages> b<blocks per SM> h<heads per stage> <stores>[ l<load
+chunks>][ none]`` (``none``: no product). Measured on an H200 (benchmarks/NOTES_mamba2.md, twenty-eighth
+run): with bulk stores 89-91% of copy at Nemotron-H dims, 93% at Gated DeltaNet's.
 
 The kernel is compiled by NVRTC for the device's architecture (``trtllm_replayssm/ops/_nvrtc.py``)
 and needs ``cp.async.bulk`` and mbarrier transaction counts (sm_90 and later).

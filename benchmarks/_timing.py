@@ -24,6 +24,7 @@ __all__ = [
     "copy_bandwidth_gbps",
     "copy_bandwidths_gbps",
     "device_info",
+    "graph_floor_us",
     "graph_timeline",
     "median",
     "time_replays",
@@ -133,6 +134,23 @@ def graph_timeline(graph: torch.cuda.CUDAGraph, replays: int, flush: L2Flusher) 
         out.append({"us": 1e3 * starts[r].elapsed_time(ends[r]),
                     "kernels": [(name, start - t0, end - t0) for start, end, name in run]})
     return out
+
+
+def graph_floor_us(flush: L2Flusher | None, rounds: int = 20, device: str = "cuda") -> float:
+    """The least a step timed by :func:`time_replays` can measure on this machine: the median
+    event-timed replay of a graph holding one kernel that writes one word (the graph's own launch
+    and one kernel's start and end), with L2 flushed before each replay as the steps' are. Every
+    row of the decode tables includes it; inside a model's graph a layer's step does not pay it
+    alone."""
+    word = torch.zeros(1, dtype=torch.int32, device=device)
+    graph = capture_graph(lambda: _one_word_kernel[(1,)](word))
+    time_replays(graph, rounds=WARMUP_ROUNDS, flush=flush)
+    return median([t[0] for t in time_replays(graph, rounds=rounds, flush=flush)])
+
+
+@triton.jit
+def _one_word_kernel(ptr):
+    tl.store(ptr, tl.load(ptr) + 1)
 
 
 def median(values: Sequence[float]) -> float:

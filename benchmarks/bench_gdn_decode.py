@@ -51,8 +51,8 @@ from _delta_layer import (DTYPES, Cursors, Layer, default_with, fla_fn, replay_f
 from _delta_variants import derive_variants, run_variants  # noqa: E402
 from _derive import label, parse_fields, parse_fields_of  # noqa: E402
 from _spread import spread, spread_lines  # noqa: E402
-from _timing import (WARMUP_ROUNDS, L2Flusher, SameSizeCopy, capture_graph, copy_bandwidth_gbps, device_info, median,  # noqa: E402
-                     time_replays)
+from _timing import (WARMUP_ROUNDS, L2Flusher, SameSizeCopy, capture_graph, copy_bandwidth_gbps, device_info,  # noqa: E402
+                     graph_floor_us, median, time_replays)
 
 from trtllm_replayssm.ops.gdn import decode  # noqa: E402
 from trtllm_replayssm.ops.gdn._wrappers import default_refold  # noqa: E402
@@ -272,8 +272,10 @@ def main(kind="gdn", argv=None):
         return
     info = device_info()
     copy_bw = copy_bandwidth_gbps()
-    print(f"{info}  copy bandwidth {copy_bw:.0f} GB/s")
     flusher = L2Flusher()
+    floor = graph_floor_us(flusher, args.rounds)
+    print(f"{info}  copy bandwidth {copy_bw:.0f} GB/s; graph floor {floor:.1f} us (a one-kernel graph's replay, "
+          "timed as the steps are: in every row)")
     same_copy = SameSizeCopy(flusher, args.rounds)
     rows = []
     for batch in args.batches:
@@ -283,7 +285,7 @@ def main(kind="gdn", argv=None):
             rows += with_ratios(timed, repeat)
     print_table(rows, kind)
     out = {"kind": kind, "dims": args.dims, "dtype": args.dtype, "window": args.window, "device": info,
-           "copy_GBps": copy_bw, "same_size_copy_GBps": {f"{mib} MiB": gbps for mib, gbps in same_copy.cache.items()},
+           "copy_GBps": copy_bw, "graph_floor_us": floor, "same_size_copy_GBps": {f"{mib} MiB": gbps for mib, gbps in same_copy.cache.items()},
            "rows": rows}
     if args.repeats > 1:
         out["spread"] = spread(rows, ("batch", "mode"), SPREAD_KEYS)

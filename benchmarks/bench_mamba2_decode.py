@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _derive import parse_fields  # noqa: E402
 from _spread import spread, spread_lines  # noqa: E402
 from _timing import (WARMUP_ROUNDS, L2Flusher, SameSizeCopy, capture_graph, copy_bandwidths_gbps,  # noqa: E402
-                     device_info, median, time_replays)
+                     device_info, graph_floor_us, median, time_replays)
 
 from trtllm_replayssm.config import ReplaySSMConfig  # noqa: E402
 from trtllm_replayssm.ops.mamba2 import Mamba2ReplayState, decode  # noqa: E402
@@ -538,9 +538,11 @@ def main(argv=None):
     info = device_info()
     copies = copy_bandwidths_gbps()
     copy_gbps = max(copies.values())
-    print(f"# {info}  copy bandwidth (read + write): " + ", ".join(f"{k} {v:.0f} GB/s" for k, v in copies.items()),
+    floor = graph_floor_us(flush, args.rounds)
+    print(f"# {info}  copy bandwidth (read + write): " + ", ".join(f"{k} {v:.0f} GB/s" for k, v in copies.items())
+          + f"; graph floor {floor:.1f} us (a one-kernel graph's replay, timed as the steps are: in every row)",
           flush=True)
-    result = {"device": info, "copy_gbps": copy_gbps, "copies_gbps": copies, "window": WINDOW,
+    result = {"device": info, "copy_gbps": copy_gbps, "copies_gbps": copies, "graph_floor_us": floor, "window": WINDOW,
               "state_dtype": "float32", "activation": args.dtype, "l2_flush": flush is not None}
     if args.variants:
         run_variants(dtype, flush, args.variant_rounds, copy_gbps, result, args.json, args.budget_s, start,

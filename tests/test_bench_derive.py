@@ -104,6 +104,7 @@ def test_default_with_reaches_each_batch(monkeypatch):
     monkeypatch.setattr(bench_gdn_decode, "device_info", lambda: {})
     monkeypatch.setattr(bench_gdn_decode, "copy_bandwidth_gbps", lambda: 1.0)
     monkeypatch.setattr(bench_gdn_decode, "L2Flusher", lambda: None)
+    monkeypatch.setattr(bench_gdn_decode, "graph_floor_us", lambda *a: 0.0)
     monkeypatch.setattr(bench_gdn_decode, "SameSizeCopy", lambda *a: type("C", (), {"cache": {}})())
     monkeypatch.setattr(bench_gdn_decode, "print_table", lambda rows, kind: None)
     monkeypatch.setattr(bench_gdn_decode, "bench_batch",

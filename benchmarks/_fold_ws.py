@@ -53,6 +53,8 @@ def launches(S, X, Y, a, C, out, head_dim, hpg, sms, shapes=SHAPES) -> dict:
 
     from trtllm_replayssm.ops import _nvrtc
 
+    if S.device.type != "cuda":
+        raise ValueError(f"S: expected a CUDA tensor (the kernel needs sm_90 or later), got one on {S.device}")
     if torch.cuda.get_device_capability(S.device)[0] < 9:
         return {}
     rows, d_state = S.shape

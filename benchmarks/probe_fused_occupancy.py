@@ -56,8 +56,7 @@ def pad_kernel(kernel, per_sm: int, device: torch.device) -> None:
     shared = padded_shared(per_sm, device)
     if shared < kernel.metadata.shared:
         raise SystemExit(f"--per-sm {per_sm}: the kernel already needs {kernel.metadata.shared} B per program")
-    _nvrtc._cu_check(_nvrtc._libcuda().cuFuncSetAttribute(ctypes.c_void_p(kernel.function),
-                                                          _nvrtc._ATTR_MAX_DYN_SHARED, shared), "attribute")
+    _nvrtc.allow_dynamic_shared(ctypes.c_void_p(kernel.function), shared, "attribute")
     packed = list(kernel.packed_metadata)
     if packed[2] != kernel.metadata.shared:
         raise SystemExit(f"packed_metadata {kernel.packed_metadata}: shared memory not at index 2")

@@ -21,7 +21,8 @@ import hashlib
 import os
 import sys
 
-__all__ = ["CudaKernel", "NvrtcError", "compile_cubin", "compile_ptx", "find_nvrtc", "load_kernel"]
+__all__ = ["CudaKernel", "NvrtcError", "allow_dynamic_shared", "compile_cubin", "compile_ptx", "find_nvrtc",
+           "function_blocks_per_sm", "load_kernel"]
 
 
 class NvrtcError(RuntimeError):
@@ -146,6 +147,13 @@ def function_blocks_per_sm(function: ctypes.c_void_p, threads: int, dynamic_shar
     return blocks.value
 
 
+def allow_dynamic_shared(function: ctypes.c_void_p, dynamic_shared: int, what: str = "shared memory limit") -> None:
+    """Let launches of ``function`` (a ``CUfunction`` handle) take ``dynamic_shared`` bytes of
+    dynamic shared memory: above 48 KB the driver refuses them, and its occupancy query counts
+    zero blocks, until the function's limit is raised."""
+    _cu_check(_libcuda().cuFuncSetAttribute(function, _ATTR_MAX_DYN_SHARED, dynamic_shared), what)
+
+
 class CudaKernel:
     """One ``extern "C"`` kernel of a cubin loaded on one device.
 
@@ -182,18 +190,21 @@ class CudaKernel:
         """Bytes of local memory per thread (spills)."""
         return self.attribute(_ATTR_LOCAL)
 
+    def _allow_shared(self, dynamic_shared: int) -> None:
+        if dynamic_shared > self._dyn_shared:
+            allow_dynamic_shared(self._func, dynamic_shared, f"{self.name}: shared memory limit")
+            self._dyn_shared = dynamic_shared
+
     def blocks_per_sm(self, threads: int, dynamic_shared: int) -> int:
         """Blocks of ``threads`` threads and ``dynamic_shared`` bytes that one SM holds at once."""
+        self._allow_shared(dynamic_shared)
         return function_blocks_per_sm(self._func, threads, dynamic_shared)
 
     def launch(self, grid: int, threads: int, dynamic_shared: int, args: tuple, stream: int) -> None:
         """Launch ``grid`` blocks of ``threads`` on the stream handle ``stream`` (``torch.cuda.Stream.cuda_stream``)."""
         if len(args) != len(self.signature):
             raise ValueError(f"{self.name}: expected {len(self.signature)} arguments, got {len(args)}")
-        if dynamic_shared > self._dyn_shared:
-            _cu_check(_libcuda().cuFuncSetAttribute(self._func, _ATTR_MAX_DYN_SHARED, dynamic_shared),
-                      f"{self.name}: shared memory limit")
-            self._dyn_shared = dynamic_shared
+        self._allow_shared(dynamic_shared)
         values = [ctype(a) for ctype, a in zip(self.signature, args)]
         params = (ctypes.c_void_p * len(values))(*[ctypes.cast(ctypes.byref(v), ctypes.c_void_p) for v in values])
         _cu_check(_libcuda().cuLaunchKernel(self._func, grid, 1, 1, threads, 1, 1, dynamic_shared,

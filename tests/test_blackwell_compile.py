@@ -24,10 +24,10 @@ from pathlib import Path
 import pytest
 
 triton = pytest.importorskip("triton")
+from ptx_resources import HAVE_PTXAS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-PTXAS = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas-blackwell"
-pytestmark = pytest.mark.skipif(not PTXAS.exists(), reason="Triton's ptxas for sm_90+ is not installed")
+pytestmark = pytest.mark.skipif(not HAVE_PTXAS, reason="Triton's ptxas for sm_90+ is not installed")
 
 _CHILD = r'''
 import json, sys

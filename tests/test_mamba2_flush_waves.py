@@ -21,15 +21,14 @@ from pathlib import Path
 import pytest
 
 triton = pytest.importorskip("triton")
+from ptx_resources import HAVE_PTXAS  # noqa: E402
 
 from trtllm_replayssm.ops._flush_heads import flush_heads_per_program, fullest_last_wave_cap  # noqa: E402
 from trtllm_replayssm.ops._flush_list import programs_per_sm  # noqa: E402
 from trtllm_replayssm.ops.mamba2 import decode  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-PTXAS_DIR = Path(triton.__file__).parent / "backends" / "nvidia" / "bin"
-pytestmark = pytest.mark.skipif(not (PTXAS_DIR / "ptxas-blackwell").exists(),
-                                reason="Triton's ptxas for sm_90+ is not installed")
+pytestmark = pytest.mark.skipif(not HAVE_PTXAS, reason="Triton's ptxas for sm_90+ is not installed")
 
 H200_SMS = 132
 DIMS = {"nemotron_h": (128, 64, 128, 8), "nemotron3_nano": (96, 80, 128, 8)}

@@ -2,15 +2,22 @@
 
 The plain benchmark times each step's graph in its own block of replays, so drift between the
 blocks (clocks, the machine's other tenants) enters their ratio: Mamba-2's batch 1 has read
-0.95-1.05x across calls. Here both graphs are replayed alternately in every round, each after an
+0.95-1.05x across calls. Here the two steps are replayed alternately in every round, each after an
 L2 flush and event-timed as ``_timing.time_replays`` does, and the ratio is taken per round.
+Each side is captured in several graphs (``--graphs``), and every round replays all of them in
+an order rotated by the round, so that neither a graph nor a place in the round can favour a
+side. ``--aa`` adds a control row, the standard step against itself, whose ratio shows what the
+method reads where nothing differs. ``--standard-with`` and
+``--replay-with`` replace fields of either side's default ``LaunchConfig`` (``field=value, ...``).
 
     PYTHONPATH=$PWD python3 benchmarks/probe_batch1_paired.py [--batches 1 4] [--dims nemotron_h] [--rounds 300]
+        [--graphs 4] [--aa] [--replay-with "num_warps=2"] [--standard-with "num_warps=1"]
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import sys
 from pathlib import Path
@@ -18,29 +25,74 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _timing import WARMUP_ROUNDS, L2Flusher, capture_graph, device_info, graph_floor_us, time_replays  # noqa: E402
+from _derive import parse_fields  # noqa: E402
+from _timing import WARMUP_ROUNDS, L2Flusher, capture_graph, device_info, graph_floor_us  # noqa: E402
 from bench_mamba2_decode import DIMS, WINDOW, _inputs  # noqa: E402
 
 from trtllm_replayssm.config import ReplaySSMConfig  # noqa: E402
 from trtllm_replayssm.ops.mamba2 import Mamba2ReplayState, decode  # noqa: E402
+from trtllm_replayssm.ops.mamba2.launch import launch_config  # noqa: E402
 
 
-def paired(dims, batch, dtype, flush, rounds):
-    """``(standard us, replay us, per-round replay / standard ratios)``; the replay step at its
-    default launch for ``batch`` (the write-through step below batch 16), every slot at phase 0."""
+def configs(dims, batch, standard_with: str = "", replay_with: str = ""):
+    """Each side's ``LaunchConfig``: its default for ``batch`` with the given fields replaced."""
+    head_dim, d_state = dims[1], dims[2]
+    std = launch_config("standard", head_dim, d_state, batch)
+    rep = launch_config("replay", head_dim, d_state, batch)
+    return (dataclasses.replace(std, **parse_fields(standard_with, decode.LaunchConfig)),
+            dataclasses.replace(rep, **parse_fields(replay_with, decode.LaunchConfig)))
+
+
+def rotated_replays(graphs, rounds, flush):
+    """Microseconds ``[rounds][len(graphs)]`` (indexed as ``graphs``), each replay timed alone
+    between two events after ``flush()`` as ``_timing.time_replays`` does; round ``r`` starts at
+    graph ``r % len(graphs)``, so that no graph keeps one place in the rounds."""
+    n = len(graphs)
+    events = [[(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
+              for _ in range(rounds)]
+    for r in range(rounds):
+        for k in range(n):
+            i = (r + k) % n
+            flush()
+            events[r][i][0].record()
+            graphs[i].replay()
+            events[r][i][1].record()
+    torch.cuda.synchronize()
+    return [[1e3 * a.elapsed_time(b) for a, b in row] for row in events]
+
+
+def paired(dims, batch, dtype, flush, rounds, std_cfg, rep_cfg, aa=False, graphs=4):
+    """``(standard us, other us, per-round other / standard speedups, per-graph medians)``.
+
+    The other side is the ReplaySSM step (every slot at phase 0) or, with ``aa``, the standard
+    step again. Both sides step one state tensor (the ReplaySSM checkpoint) and each is captured
+    ``graphs`` times, in the order A B B A A B ...: at batch 1 two graphs of the same kernel on the
+    same memory time up to ~6% apart, steadily, so one graph per side would put that in the ratio.
+    A round's speedup is the mean of its standard replays over the mean of its other replays."""
     heads, head_dim, d_state, groups = dims
     x, dt, A, B, C, D, z, dt_bias = _inputs(batch, *dims, dtype)
     idx = torch.arange(batch, dtype=torch.int32, device="cuda")
-    y_std, y_rep = torch.empty_like(x), torch.empty_like(x)
-    ssm = torch.randn(batch, heads, head_dim, d_state, device="cuda") * 0.1
     state = Mamba2ReplayState.allocate(batch, heads, head_dim, d_state, groups, ReplaySSMConfig(window=WINDOW),
                                        activation_dtype=dtype, device="cuda")
     state.checkpoint.normal_(0, 0.1)
-    std = capture_graph(lambda: decode.standard_step(ssm, x, dt, A, B, C, D, z, dt_bias, True, None, None, idx, -1,
-                                                     out=y_std))
-    rep = capture_graph(lambda: decode.replay_step(state.checkpoint, state.ring_x, state.ring_dt, state.ring_B,
-                                                   state.committed, state.flush_at, state.window, x, dt, A, B, C, D,
-                                                   z, dt_bias, True, None, None, idx, -1, out=y_rep))
+    ssm = state.checkpoint
+
+    def standard():
+        y = torch.empty_like(x)
+        return capture_graph(lambda: decode.standard_step(ssm, x, dt, A, B, C, D, z, dt_bias, True, None, None, idx,
+                                                          -1, out=y, config=std_cfg))
+
+    def other():
+        if aa:
+            return standard()
+        y = torch.empty_like(x)
+        return capture_graph(lambda: decode.replay_step(state.checkpoint, state.ring_x, state.ring_dt, state.ring_B,
+                                                        state.committed, state.flush_at, state.window, x, dt, A, B,
+                                                        C, D, z, dt_bias, True, None, None, idx, -1, out=y,
+                                                        config=rep_cfg))
+
+    sides = [(k % 4 in (0, 3)) for k in range(2 * graphs)]  # True: a standard graph (A B B A ...)
+    captured = [standard() if is_std else other() for is_std in sides]
 
     def at_phase_zero():
         # A write-through step keeps (0, window); a replay step moves the cursors: reset either way.
@@ -48,10 +100,16 @@ def paired(dims, batch, dtype, flush, rounds):
         state.flush_at.fill_(state.window)
         flush()
 
-    time_replays([std, rep], rounds=WARMUP_ROUNDS, flush=at_phase_zero)
-    times = time_replays([std, rep], rounds=rounds, flush=at_phase_zero)
-    ratios = [t[0] / t[1] for t in times]
-    return statistics.median(t[0] for t in times), statistics.median(t[1] for t in times), ratios
+    rotated_replays(captured, WARMUP_ROUNDS, at_phase_zero)
+    times = rotated_replays(captured, rounds, at_phase_zero)
+    std_cols = [i for i, is_std in enumerate(sides) if is_std]
+    other_cols = [i for i, is_std in enumerate(sides) if not is_std]
+    std_t = [statistics.fmean(t[i] for i in std_cols) for t in times]
+    other_t = [statistics.fmean(t[i] for i in other_cols) for t in times]
+    ratios = [a / b for a, b in zip(std_t, other_t)]
+    per_graph = {side: [statistics.median(t[i] for t in times) for i in cols]
+                 for side, cols in (("standard", std_cols), ("other", other_cols))}
+    return statistics.median(std_t), statistics.median(other_t), ratios, per_graph
 
 
 def main(argv=None):
@@ -60,21 +118,40 @@ def main(argv=None):
     p.add_argument("--dims", nargs="+", default=["nemotron_h", "nemotron3_nano"], choices=sorted(DIMS))
     p.add_argument("--rounds", type=int, default=300)
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
+    p.add_argument("--graphs", type=int, default=4, help="graphs captured of each side (default 4)")
+    p.add_argument("--aa", action="store_true", help="add the standard step against itself (a control row)")
+    p.add_argument("--standard-with", default="", metavar="FIELDS", help="LaunchConfig fields of the standard side")
+    p.add_argument("--replay-with", default="", metavar="FIELDS", help="LaunchConfig fields of the ReplaySSM side")
     args = p.parse_args(argv)
     if any(b < 1 for b in args.batches) or args.rounds < 2:
         p.error(f"--batches: expected >= 1, --rounds: expected >= 2; got {args.batches}, {args.rounds}")
+    if args.graphs < 1:
+        p.error(f"--graphs: expected >= 1, got {args.graphs}")
+    for name, text in (("--standard-with", args.standard_with), ("--replay-with", args.replay_with)):
+        try:
+            parse_fields(text, decode.LaunchConfig)
+        except SystemExit as err:
+            p.error(f"{name}: {str(err).removeprefix('--derive: ')}")
     if not torch.cuda.is_available():
         p.error("needs a CUDA GPU")
     flush = L2Flusher()
     print(f"# {device_info()}; graph floor {graph_floor_us(flush):.1f} us; {args.rounds} paired rounds")
-    print("| dims | batch | standard us | replay us | x standard: median of rounds (10th-90th percentile) |")
-    print("|---|---|---|---|---|")
+    print(f"# standard with: {args.standard_with or '(default)'}; replay with: {args.replay_with or '(default)'}")
+    print("| dims | batch | other side | standard us | other us | x standard: median of rounds (10th-90th percentile) "
+          "| rounds the other side is faster | per-graph medians, standard / other us |")
+    print("|---|---|---|---|---|---|---|---|")
     for name in args.dims:
         for batch in args.batches:
-            s, r, ratios = paired(DIMS[name], batch, getattr(torch, args.dtype), flush, args.rounds)
-            q = statistics.quantiles(ratios, n=10)
-            print(f"| {name} | {batch} | {s:.2f} | {r:.2f} | {statistics.median(ratios):.3f} ({q[0]:.3f}-{q[-1]:.3f}) |",
-                  flush=True)
+            std_cfg, rep_cfg = configs(DIMS[name], batch, args.standard_with, args.replay_with)
+            for aa in (True, False) if args.aa else (False,):
+                s, r, ratios, per_graph = paired(DIMS[name], batch, getattr(torch, args.dtype), flush, args.rounds,
+                                                 std_cfg, rep_cfg, aa, args.graphs)
+                q = statistics.quantiles(ratios, n=10)
+                wins = sum(x > 1.0 for x in ratios) / len(ratios)
+                print(f"| {name} | {batch} | {'standard (A/A)' if aa else rep_cfg.kernel} | {s:.2f} | {r:.2f} | "
+                      f"{statistics.median(ratios):.3f} ({q[0]:.3f}-{q[-1]:.3f}) | {wins:.0%} | "
+                      f"{' '.join(f'{t:.2f}' for t in per_graph['standard'])} / "
+                      f"{' '.join(f'{t:.2f}' for t in per_graph['other'])} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -22,3 +22,26 @@ def test_needs_a_gpu(capsys):
     with pytest.raises(SystemExit):
         probe.main(["--batches", "1"])
     assert "needs a CUDA GPU" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flag", ["--replay-with", "--standard-with"])
+def test_bad_fields_refused(flag, capsys):
+    with pytest.raises(SystemExit):
+        probe.main(["--batches", "1", flag, "num_wraps=2"])
+    err = capsys.readouterr().err
+    assert f"{flag}: 'num_wraps=2' is not field=value of LaunchConfig" in err
+
+
+def test_configs_replace_only_the_named_fields():
+    dims = probe.DIMS["nemotron_h"]
+    std, rep = probe.configs(dims, 1, "num_warps=1", "num_warps=2, block_p=16")
+    base_std, base_rep = probe.configs(dims, 1)
+    assert (std.num_warps, rep.num_warps, rep.block_p) == (1, 2, 16)
+    assert rep.kernel == base_rep.kernel == "write_through"
+    assert std.block_p == base_std.block_p and base_std.num_warps != 1
+
+
+def test_no_graphs_refused(capsys):
+    with pytest.raises(SystemExit):
+        probe.main(["--graphs", "0"])
+    assert "--graphs: expected >= 1, got 0" in capsys.readouterr().err

@@ -7,11 +7,14 @@ L2 flush and event-timed as ``_timing.time_replays`` does, and the ratio is take
 Each side is captured in several graphs (``--graphs``), and every round replays all of them in
 an order rotated by the round, so that neither a graph nor a place in the round can favour a
 side. ``--aa`` adds a control row, the standard step against itself, whose ratio shows what the
-method reads where nothing differs. ``--standard-with`` and
-``--replay-with`` replace fields of either side's default ``LaunchConfig`` (``field=value, ...``).
+method reads where nothing differs. ``--standard-with`` and ``--replay-with`` replace fields of
+either side's default ``LaunchConfig`` (``field=value, ...``).
 
-    PYTHONPATH=$PWD python3 benchmarks/probe_batch1_paired.py [--batches 1 4] [--dims nemotron_h] [--rounds 300]
-        [--graphs 4] [--aa] [--replay-with "num_warps=2"] [--standard-with "num_warps=1"]
+``--kind gdn`` / ``kda`` times fla's step (the decode benchmarks' baseline there) against the
+ops' default ReplaySSM step instead.
+
+    PYTHONPATH=$PWD python3 benchmarks/probe_batch1_paired.py [--kind mamba2] [--batches 1 4] [--dims nemotron_h]
+        [--rounds 300] [--graphs 4] [--aa] [--replay-with "num_warps=2"] [--standard-with "num_warps=1"]
 """
 
 from __future__ import annotations
@@ -43,6 +46,11 @@ def configs(dims, batch, standard_with: str = "", replay_with: str = ""):
             dataclasses.replace(rep, **parse_fields(replay_with, decode.LaunchConfig)))
 
 
+# Gated DeltaNet (Qwen3.5-4B) and KDA (Kimi-Linear) as bench_gdn_decode.py / bench_kda_decode.py
+# time them: (value heads, key heads, d_k, d_v).
+DELTA_DIMS = {"gdn": (32, 16, 128, 128), "kda": (32, 32, 128, 128)}
+
+
 def rotated_replays(graphs, rounds, flush):
     """Microseconds ``[rounds][len(graphs)]`` (indexed as ``graphs``), each replay timed alone
     between two events after ``flush()`` as ``_timing.time_replays`` does; round ``r`` starts at
@@ -61,14 +69,30 @@ def rotated_replays(graphs, rounds, flush):
     return [[1e3 * a.elapsed_time(b) for a, b in row] for row in events]
 
 
-def paired(dims, batch, dtype, flush, rounds, std_cfg, rep_cfg, aa=False, graphs=4):
-    """``(standard us, other us, per-round other / standard speedups, per-graph medians)``.
+def compare(make_standard, make_other, before, rounds, graphs):
+    """``(standard us, other us, per-round other / standard speedups, per-graph medians)`` of two
+    steps, each captured ``graphs`` times in the order A B B A A B ... (at batch 1 two graphs of
+    the same kernel on the same memory time up to ~6% apart, steadily, so one graph per side would
+    put that in the ratio) and replayed by :func:`rotated_replays` with ``before()`` ahead of each
+    replay. A round's speedup is the mean of its standard replays over the mean of its others."""
+    sides = [(k % 4 in (0, 3)) for k in range(2 * graphs)]  # True: a standard graph
+    captured = [make_standard() if is_std else make_other() for is_std in sides]
+    rotated_replays(captured, WARMUP_ROUNDS, before)
+    times = rotated_replays(captured, rounds, before)
+    std_cols = [i for i, is_std in enumerate(sides) if is_std]
+    other_cols = [i for i, is_std in enumerate(sides) if not is_std]
+    std_t = [statistics.fmean(t[i] for i in std_cols) for t in times]
+    other_t = [statistics.fmean(t[i] for i in other_cols) for t in times]
+    ratios = [a / b for a, b in zip(std_t, other_t)]
+    per_graph = {side: [statistics.median(t[i] for t in times) for i in cols]
+                 for side, cols in (("standard", std_cols), ("other", other_cols))}
+    return statistics.median(std_t), statistics.median(other_t), ratios, per_graph
 
-    The other side is the ReplaySSM step (every slot at phase 0) or, with ``aa``, the standard
-    step again. Both sides step one state tensor (the ReplaySSM checkpoint) and each is captured
-    ``graphs`` times, in the order A B B A A B ...: at batch 1 two graphs of the same kernel on the
-    same memory time up to ~6% apart, steadily, so one graph per side would put that in the ratio.
-    A round's speedup is the mean of its standard replays over the mean of its other replays."""
+
+def paired(dims, batch, dtype, flush, rounds, std_cfg, rep_cfg, aa=False, graphs=4):
+    """Mamba-2: :func:`compare` of the standard step and the ReplaySSM step (every slot at phase
+    0) or, with ``aa``, the standard step again. Both sides step one state tensor (the ReplaySSM
+    checkpoint)."""
     heads, head_dim, d_state, groups = dims
     x, dt, A, B, C, D, z, dt_bias = _inputs(batch, *dims, dtype)
     idx = torch.arange(batch, dtype=torch.int32, device="cuda")
@@ -91,31 +115,49 @@ def paired(dims, batch, dtype, flush, rounds, std_cfg, rep_cfg, aa=False, graphs
                                                         C, D, z, dt_bias, True, None, None, idx, -1, out=y,
                                                         config=rep_cfg))
 
-    sides = [(k % 4 in (0, 3)) for k in range(2 * graphs)]  # True: a standard graph (A B B A ...)
-    captured = [standard() if is_std else other() for is_std in sides]
-
     def at_phase_zero():
         # A write-through step keeps (0, window); a replay step moves the cursors: reset either way.
         state.committed.zero_()
         state.flush_at.fill_(state.window)
         flush()
 
-    rotated_replays(captured, WARMUP_ROUNDS, at_phase_zero)
-    times = rotated_replays(captured, rounds, at_phase_zero)
-    std_cols = [i for i, is_std in enumerate(sides) if is_std]
-    other_cols = [i for i, is_std in enumerate(sides) if not is_std]
-    std_t = [statistics.fmean(t[i] for i in std_cols) for t in times]
-    other_t = [statistics.fmean(t[i] for i in other_cols) for t in times]
-    ratios = [a / b for a, b in zip(std_t, other_t)]
-    per_graph = {side: [statistics.median(t[i] for t in times) for i in cols]
-                 for side, cols in (("standard", std_cols), ("other", other_cols))}
-    return statistics.median(std_t), statistics.median(other_t), ratios, per_graph
+    return compare(standard, other, at_phase_zero, rounds, graphs)
+
+
+def delta_paired(kind, batch, flush, rounds, aa=False, graphs=4):
+    """Gated DeltaNet / KDA (the decode benchmarks' dims, bf16): :func:`compare` of fla's
+    standard step (its own state buffers, as ``bench_gdn_decode.py`` times it) and the ops'
+    default ReplaySSM step at ``batch`` (every slot at phase 0), or fla again with ``aa``."""
+    from _delta_layer import Layer, fla_fn, replay_fn
+
+    HV, H, d_k, d_v = DELTA_DIMS[kind]
+    layer = Layer(kind, HV, H, d_k, d_v, torch.bfloat16, WINDOW)
+    x = layer.tokens(batch)
+    idx = torch.arange(batch, dtype=torch.int32, device="cuda")
+    state = layer.state(batch)
+
+    def standard():
+        return capture_graph(fla_fn(layer, batch, x))
+
+    def other():
+        return standard() if aa else capture_graph(replay_fn(layer, state, x, idx, refold=False))
+
+    def at_phase_zero():
+        state.committed.zero_()
+        state.flush_at.fill_(state.window)
+        flush()
+
+    return compare(standard, other, at_phase_zero, rounds, graphs)
 
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--kind", default="mamba2", choices=["mamba2", "gdn", "kda"],
+                   help="mamba2: the in-project standard step as the baseline; gdn / kda: fla's (bf16, the "
+                        "decode benchmarks' dims)")
     p.add_argument("--batches", type=int, nargs="+", default=[1])
-    p.add_argument("--dims", nargs="+", default=["nemotron_h", "nemotron3_nano"], choices=sorted(DIMS))
+    p.add_argument("--dims", nargs="+", default=None, choices=sorted(DIMS),
+                   help="Mamba-2 dims (default: nemotron_h nemotron3_nano)")
     p.add_argument("--rounds", type=int, default=300)
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     p.add_argument("--graphs", type=int, default=4, help="graphs captured of each side (default 4)")
@@ -132,6 +174,8 @@ def main(argv=None):
             parse_fields(text, decode.LaunchConfig)
         except SystemExit as err:
             p.error(f"{name}: {str(err).removeprefix('--derive: ')}")
+    if args.kind != "mamba2" and (args.dims or args.standard_with or args.replay_with or args.dtype != "bfloat16"):
+        p.error(f"--dims / --dtype / --standard-with / --replay-with: Mamba-2 only, got --kind {args.kind}")
     if not torch.cuda.is_available():
         p.error("needs a CUDA GPU")
     flush = L2Flusher()
@@ -140,19 +184,24 @@ def main(argv=None):
     print("| dims | batch | other side | standard us | other us | x standard: median of rounds (10th-90th percentile) "
           "| rounds the other side is faster | per-graph medians, standard / other us |")
     print("|---|---|---|---|---|---|---|---|")
-    for name in args.dims:
+    names = (args.dims or ["nemotron_h", "nemotron3_nano"]) if args.kind == "mamba2" else [args.kind]
+    for name in names:
         for batch in args.batches:
-            std_cfg, rep_cfg = configs(DIMS[name], batch, args.standard_with, args.replay_with)
             for aa in (True, False) if args.aa else (False,):
-                s, r, ratios, per_graph = paired(DIMS[name], batch, getattr(torch, args.dtype), flush, args.rounds,
-                                                 std_cfg, rep_cfg, aa, args.graphs)
+                if args.kind == "mamba2":
+                    std_cfg, rep_cfg = configs(DIMS[name], batch, args.standard_with, args.replay_with)
+                    s, r, ratios, per_graph = paired(DIMS[name], batch, getattr(torch, args.dtype), flush,
+                                                     args.rounds, std_cfg, rep_cfg, aa, args.graphs)
+                    label = "standard (A/A)" if aa else rep_cfg.kernel
+                else:
+                    s, r, ratios, per_graph = delta_paired(args.kind, batch, flush, args.rounds, aa, args.graphs)
+                    label = "fla (A/A)" if aa else "replay (default launch)"
                 q = statistics.quantiles(ratios, n=10)
                 wins = sum(x > 1.0 for x in ratios) / len(ratios)
-                print(f"| {name} | {batch} | {'standard (A/A)' if aa else rep_cfg.kernel} | {s:.2f} | {r:.2f} | "
+                print(f"| {name} | {batch} | {label} | {s:.2f} | {r:.2f} | "
                       f"{statistics.median(ratios):.3f} ({q[0]:.3f}-{q[-1]:.3f}) | {wins:.0%} | "
                       f"{' '.join(f'{t:.2f}' for t in per_graph['standard'])} / "
                       f"{' '.join(f'{t:.2f}' for t in per_graph['other'])} |", flush=True)
-
 
 if __name__ == "__main__":
     main()

@@ -45,3 +45,9 @@ def test_no_graphs_refused(capsys):
     with pytest.raises(SystemExit):
         probe.main(["--graphs", "0"])
     assert "--graphs: expected >= 1, got 0" in capsys.readouterr().err
+
+
+def test_mamba2_options_refused_for_delta_kinds(capsys):
+    with pytest.raises(SystemExit):
+        probe.main(["--kind", "gdn", "--replay-with", "num_warps=2"])
+    assert "Mamba-2 only, got --kind gdn" in capsys.readouterr().err

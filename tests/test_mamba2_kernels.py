@@ -310,6 +310,9 @@ def test_launch_config_default_kernels_by_batch():
     # from batch 128 the per-row flush programs as list items (4 programs per SM), where 32-row
     # tiles divide head_dim
     assert [(c.flush_persistent, c.flush_list_items) for c in configs[2:]] == [(0, "tiles")] * 4 + [(4, "heads")] * 4
+    # the standard step: 4-row tiles for a lone row, 8-row tiles from batch 2 (4 where d_state > 128)
+    assert [decode.launch_config("standard", 64, 128, b).block_p for b in (1, 2, 256)] == [4, 8, 8]
+    assert [decode.launch_config("standard", 64, 256, b).block_p for b in (1, 2, 256)] == [4, 4, 4]
     assert decode.launch_config("replay", 80, 128, 256).flush_persistent == 0
     # 16-row flush tiles where 32 rows do not divide head_dim (80), from batch 128
     assert [(decode.launch_config("replay", hd, 128, b).flush_block_p, decode.launch_config("replay", hd, 128, b)
@@ -345,11 +348,12 @@ def test_launch_config_rejects_unknown_options():
 
 @pytest.mark.skipif(HAS_CUDA, reason="interpreter test; the GPU grid covers it on CUDA")
 @pytest.mark.parametrize("dims", [(4, 16, 16, 2), (3, 20, 24, 3)])
-def test_standard_kernel_interpreter(dims):
+@pytest.mark.parametrize("batch", [1, 3])  # a lone row takes 4-row tiles, more rows 8
+def test_standard_kernel_interpreter(dims, batch):
     def run(st, x, dt, A, B, C, D, z, dt_bias, softplus, lo, hi, idx, pad):
         return decode.standard_step(st, x, dt, A, B, C, D, z, dt_bias, softplus, lo, hi, idx, pad)
 
-    check_standard(dims, torch.float32, 3, 3, "cpu", run=run)
+    check_standard(dims, torch.float32, batch, 3, "cpu", run=run)
 
 
 # -- GPU -----------------------------------------------------------------------------------------------

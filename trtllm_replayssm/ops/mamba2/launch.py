@@ -158,8 +158,10 @@ def launch_config(kind: str, head_dim: int, d_state: int, batch: int) -> LaunchC
     block_n = triton.next_power_of_2(d_state)
     if kind == "standard":
         # Small tiles, many programs: the most loads in flight for a pure stream (518 us at
-        # batch 256, 4.2 TB/s; 7.7 us at batch 1).
-        return LaunchConfig(block_p=8 if block_n <= 128 else 4, num_warps=2)
+        # batch 256, 4.2 TB/s; 7.7 us at batch 1). A lone row takes 4-row tiles: twice the
+        # programs for one slot's 4 MiB (probe_batch1_paired.py, four graphs a side, Nemotron-H:
+        # 3% shorter than 8-row tiles, Nemotron-3-Nano even; at batch 2-8 neither leads).
+        return LaunchConfig(block_p=8 if block_n <= 128 and batch > 1 else 4, num_warps=2)
     if batch < (12 if block_n <= 128 else 16):
         # Latency-bound: the replay saves no bandwidth here, only adds dependent work, so every
         # step folds its token into the checkpoint (the standard step's kernel and tiles,

@@ -130,6 +130,8 @@ def delta_paired(kind, batch, flush, rounds, aa=False, graphs=4):
     default ReplaySSM step at ``batch`` (every slot at phase 0), or fla again with ``aa``."""
     from _delta_layer import Layer, fla_fn, replay_fn
 
+    from trtllm_replayssm.ops.gdn._wrappers import default_refold
+
     HV, H, d_k, d_v = DELTA_DIMS[kind]
     layer = Layer(kind, HV, H, d_k, d_v, torch.bfloat16, WINDOW)
     x = layer.tokens(batch)
@@ -140,7 +142,7 @@ def delta_paired(kind, batch, flush, rounds, aa=False, graphs=4):
         return capture_graph(fla_fn(layer, batch, x))
 
     def other():
-        return standard() if aa else capture_graph(replay_fn(layer, state, x, idx, refold=False))
+        return standard() if aa else capture_graph(replay_fn(layer, state, x, idx, refold=default_refold(layer.per_channel, batch)))
 
     def at_phase_zero():
         state.committed.zero_()

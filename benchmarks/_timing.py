@@ -73,11 +73,14 @@ def time_replays(
     graphs: Sequence[torch.cuda.CUDAGraph] | torch.cuda.CUDAGraph,
     rounds: int = 20,
     flush: L2Flusher | None = None,
+    rotate: bool = False,
 ) -> list[list[float]]:
     """Replay ``graphs`` in order, ``rounds`` times; returns microseconds ``[rounds][len(graphs)]``.
 
     Each replay is timed alone between two events, with L2 flushed before it when ``flush`` is
-    given; the flush is outside the timed region.
+    given; the flush is outside the timed region. ``rotate``: round ``r`` starts at graph
+    ``r % len(graphs)`` (results stay indexed as ``graphs``), so that no graph keeps one place in
+    the rounds.
     """
     if isinstance(graphs, torch.cuda.CUDAGraph):
         graphs = [graphs]
@@ -85,11 +88,12 @@ def time_replays(
     starts = [[torch.cuda.Event(enable_timing=True) for _ in range(n)] for _ in range(rounds)]
     ends = [[torch.cuda.Event(enable_timing=True) for _ in range(n)] for _ in range(rounds)]
     for r in range(rounds):
-        for i, g in enumerate(graphs):
+        for k in range(n):
+            i = (k + r) % n if rotate else k
             if flush is not None:
                 flush()
             starts[r][i].record()
-            g.replay()
+            graphs[i].replay()
             ends[r][i].record()
     torch.cuda.synchronize()
     return [[1e3 * starts[r][i].elapsed_time(ends[r][i]) for i in range(n)] for r in range(rounds)]

@@ -29,10 +29,12 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _derive import parse_fields  # noqa: E402
-from _timing import WARMUP_ROUNDS, L2Flusher, capture_graph, device_info, graph_floor_us  # noqa: E402
+from _delta_layer import Cursors, Layer, fla_fn, replay_fn  # noqa: E402
+from _timing import WARMUP_ROUNDS, L2Flusher, capture_graph, device_info, graph_floor_us, time_replays  # noqa: E402
 from bench_mamba2_decode import DIMS, WINDOW, _inputs  # noqa: E402
 
 from trtllm_replayssm.config import ReplaySSMConfig  # noqa: E402
+from trtllm_replayssm.ops.gdn._wrappers import default_refold  # noqa: E402
 from trtllm_replayssm.ops.mamba2 import Mamba2ReplayState, decode  # noqa: E402
 from trtllm_replayssm.ops.mamba2.launch import launch_config  # noqa: E402
 
@@ -51,34 +53,17 @@ def configs(dims, batch, standard_with: str = "", replay_with: str = ""):
 DELTA_DIMS = {"gdn": (32, 16, 128, 128), "kda": (32, 32, 128, 128)}
 
 
-def rotated_replays(graphs, rounds, flush):
-    """Microseconds ``[rounds][len(graphs)]`` (indexed as ``graphs``), each replay timed alone
-    between two events after ``flush()`` as ``_timing.time_replays`` does; round ``r`` starts at
-    graph ``r % len(graphs)``, so that no graph keeps one place in the rounds."""
-    n = len(graphs)
-    events = [[(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
-              for _ in range(rounds)]
-    for r in range(rounds):
-        for k in range(n):
-            i = (r + k) % n
-            flush()
-            events[r][i][0].record()
-            graphs[i].replay()
-            events[r][i][1].record()
-    torch.cuda.synchronize()
-    return [[1e3 * a.elapsed_time(b) for a, b in row] for row in events]
-
-
 def compare(make_standard, make_other, before, rounds, graphs):
     """``(standard us, other us, per-round other / standard speedups, per-graph medians)`` of two
     steps, each captured ``graphs`` times in the order A B B A A B ... (at batch 1 two graphs of
     the same kernel on the same memory time up to ~6% apart, steadily, so one graph per side would
-    put that in the ratio) and replayed by :func:`rotated_replays` with ``before()`` ahead of each
-    replay. A round's speedup is the mean of its standard replays over the mean of its others."""
+    put that in the ratio) and replayed in rotated rounds (``time_replays(rotate=True)``) with
+    ``before()`` ahead of each replay. A round's speedup is the mean of its standard replays over
+    the mean of its others."""
     sides = [(k % 4 in (0, 3)) for k in range(2 * graphs)]  # True: a standard graph
     captured = [make_standard() if is_std else make_other() for is_std in sides]
-    rotated_replays(captured, WARMUP_ROUNDS, before)
-    times = rotated_replays(captured, rounds, before)
+    time_replays(captured, rounds=WARMUP_ROUNDS, flush=before, rotate=True)
+    times = time_replays(captured, rounds=rounds, flush=before, rotate=True)
     std_cols = [i for i, is_std in enumerate(sides) if is_std]
     other_cols = [i for i, is_std in enumerate(sides) if not is_std]
     std_t = [statistics.fmean(t[i] for i in std_cols) for t in times]
@@ -115,23 +100,19 @@ def paired(dims, batch, dtype, flush, rounds, std_cfg, rep_cfg, aa=False, graphs
                                                         C, D, z, dt_bias, True, None, None, idx, -1, out=y,
                                                         config=rep_cfg))
 
-    def at_phase_zero():
-        # A write-through step keeps (0, window); a replay step moves the cursors: reset either way.
-        state.committed.zero_()
-        state.flush_at.fill_(state.window)
-        flush()
+    return compare(standard, other, at_phase_zero(state, batch, flush), rounds, graphs)
 
-    return compare(standard, other, at_phase_zero, rounds, graphs)
+
+def at_phase_zero(state, batch, flush):
+    """Before each replay: every slot back to phase 0, L2 flushed (a write-through step keeps
+    ``(0, window)``, a replay step moves the cursors: reset either way)."""
+    return Cursors(state, [torch.zeros(batch, dtype=torch.int32, device="cuda")], flush)
 
 
 def delta_paired(kind, batch, flush, rounds, aa=False, graphs=4):
     """Gated DeltaNet / KDA (the decode benchmarks' dims, bf16): :func:`compare` of fla's
     standard step (its own state buffers, as ``bench_gdn_decode.py`` times it) and the ops'
     default ReplaySSM step at ``batch`` (every slot at phase 0), or fla again with ``aa``."""
-    from _delta_layer import Layer, fla_fn, replay_fn
-
-    from trtllm_replayssm.ops.gdn._wrappers import default_refold
-
     HV, H, d_k, d_v = DELTA_DIMS[kind]
     layer = Layer(kind, HV, H, d_k, d_v, torch.bfloat16, WINDOW)
     x = layer.tokens(batch)
@@ -141,15 +122,12 @@ def delta_paired(kind, batch, flush, rounds, aa=False, graphs=4):
     def standard():
         return capture_graph(fla_fn(layer, batch, x))
 
+    refold = default_refold(layer.per_channel, batch)
+
     def other():
-        return standard() if aa else capture_graph(replay_fn(layer, state, x, idx, refold=default_refold(layer.per_channel, batch)))
+        return standard() if aa else capture_graph(replay_fn(layer, state, x, idx, refold=refold))
 
-    def at_phase_zero():
-        state.committed.zero_()
-        state.flush_at.fill_(state.window)
-        flush()
-
-    return compare(standard, other, at_phase_zero, rounds, graphs)
+    return compare(standard, other, at_phase_zero(state, batch, flush), rounds, graphs)
 
 
 def main(argv=None):
@@ -204,6 +182,7 @@ def main(argv=None):
                       f"{statistics.median(ratios):.3f} ({q[0]:.3f}-{q[-1]:.3f}) | {wins:.0%} | "
                       f"{' '.join(f'{t:.2f}' for t in per_graph['standard'])} / "
                       f"{' '.join(f'{t:.2f}' for t in per_graph['other'])} |", flush=True)
+
 
 if __name__ == "__main__":
     main()

@@ -26,8 +26,11 @@ __all__ = [
     "device_info",
     "graph_floor_us",
     "graph_timeline",
+    "graphs_for",
     "median",
+    "per_step_us",
     "time_replays",
+    "time_steps",
 ]
 
 
@@ -97,6 +100,54 @@ def time_replays(
             ends[r][i].record()
     torch.cuda.synchronize()
     return [[1e3 * starts[r][i].elapsed_time(ends[r][i]) for i in range(n)] for r in range(rounds)]
+
+
+#: Batches up to this one capture each step in :data:`SMALL_BATCH_GRAPHS` graphs (:func:`graphs_for`).
+SMALL_BATCH = 32
+#: At batch 1 two graphs of the same kernel on the same memory replayed up to 6% apart, steadily
+#: (an A/A control, NOTES_mamba2.md, twenty-ninth run): one graph a side put that in the ratio.
+#: Four graphs a side in rotated rounds read 0.992-1.002x in the same control.
+SMALL_BATCH_GRAPHS = 4
+
+
+def graphs_for(batch: int) -> int:
+    """How many graphs a benchmark captures of one step at ``batch`` (several only where a step
+    is a few microseconds, and a graph's own steady offset is a visible share of it)."""
+    return SMALL_BATCH_GRAPHS if batch <= SMALL_BATCH else 1
+
+
+def time_steps(
+    graphs: Sequence[torch.cuda.CUDAGraph],
+    steps: int = 1,
+    rounds: int = 20,
+    flush: Callable[[], None] | None = None,
+) -> list[float]:
+    """Microseconds of each of ``steps`` consecutive steps, every step replayed by all ``graphs``
+    (captures of the same step) in turn.
+
+    A round replays ``n`` times in a row (``n`` the smallest multiple of ``steps`` with ``n >=
+    len(graphs)``): the ``k``-th replay of a round is step ``k % steps``, so a round must bring
+    the state back to step 0 (a window of a ReplaySSM step, ``steps=1`` for a step whose replays
+    do not move it, or ``flush`` resetting it). Rounds are rotated (:func:`time_replays`), so a
+    step's replays go to every graph; its figure is :func:`per_step_us`.
+    """
+    n = steps * -(-len(graphs) // steps)
+    sequence = [graphs[i % len(graphs)] for i in range(n)]
+    times = time_replays(sequence, rounds=rounds, flush=flush, rotate=True)
+    return per_step_us(times, steps, len(graphs))
+
+
+def per_step_us(times: Sequence[Sequence[float]], steps: int, graphs: int) -> list[float]:
+    """Per step, the mean over graphs of each graph's median, from ``times[r][i]``: round ``r``'s
+    replay of entry ``i`` of a :func:`time_steps` sequence (entry ``i`` is graph ``i % graphs``;
+    in round ``r`` it ran ``(i - r) % n``-th, i.e. as step ``((i - r) % n) % steps``). With one
+    graph this is each step's median over the rounds."""
+    n = len(times[0])
+    samples: list[dict[int, list[float]]] = [{} for _ in range(steps)]
+    for r, row in enumerate(times):
+        for i, us in enumerate(row):
+            samples[((i - r) % n) % steps].setdefault(i % graphs, []).append(us)
+    return [statistics.fmean(median(v) for v in by_graph.values()) for by_graph in samples]
 
 
 def graph_timeline(graph: torch.cuda.CUDAGraph, replays: int, flush: L2Flusher) -> list[dict]:

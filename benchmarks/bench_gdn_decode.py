@@ -2,7 +2,8 @@
 
 For each batch (one slot per row, Qwen3.5-4B dims by default: HV=32, H=16, d_k=d_v=128,
 bf16 activations, fp32 state, L=16) it times, as CUDA-graph replays with L2 flushed before
-each replay (benchmarks/_timing.py):
+each replay (benchmarks/_timing.py; at batches up to 32 each step captured in four graphs and
+replayed in rotated rounds, its time the mean of its graphs' medians: ``_timing.time_steps``):
 
 * ``fla``: fla's ``fused_recurrent_gated_delta_rule`` (gates, l2norm, sigmoid in-kernel,
   ``state_v_first`` so it reads our ``[HV, d_v, d_k]`` layout; layouts converted outside the
@@ -47,12 +48,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from _delta_layer import (DTYPES, Cursors, Layer, default_with, fla_fn, replay_fn, staged_with,  # noqa: E402
-                          steady_mean, steady_start, window_cycle)
+                          steady_start, window_cycle)
 from _delta_variants import derive_variants, run_variants  # noqa: E402
 from _derive import label, parse_fields, parse_fields_of  # noqa: E402
 from _spread import spread, spread_lines  # noqa: E402
 from _timing import (WARMUP_ROUNDS, L2Flusher, SameSizeCopy, capture_graph, copy_bandwidth_gbps, device_info,  # noqa: E402
-                     graph_floor_us, median, time_replays)
+                     graph_floor_us, graphs_for, time_steps)
 
 from trtllm_replayssm.ops.gdn import decode  # noqa: E402
 from trtllm_replayssm.ops.gdn._wrappers import default_refold  # noqa: E402
@@ -75,18 +76,20 @@ def bench_batch(layer, batch, flusher, rounds, copy_bw, with_fla, sweep, same_co
                      "GBps": nbytes / (us * 1e-6) / 1e9 if nbytes else None, **extra})
         return us
 
-    def timed(fn, before=None):
-        graph = capture_graph(fn)
-        time_replays([graph], rounds=WARMUP_ROUNDS, flush=before or flusher)
-        return time_replays([graph], rounds=rounds, flush=before or flusher)
+    def captured(fn):  # several graphs of one step at small batches (_timing.graphs_for)
+        return [capture_graph(fn) for _ in range(graphs_for(batch))]
+
+    def timed(fn):
+        graphs = captured(fn)
+        time_steps(graphs, rounds=WARMUP_ROUNDS, flush=flusher)
+        return time_steps(graphs, rounds=rounds, flush=flusher)[0]
 
     if with_fla:
-        t = timed(fla_fn(layer, batch, x))
-        row("fla", median([r[0] for r in t]), 2 * layer.state_bytes(batch) + layer.token_bytes(batch))
+        row("fla", timed(fla_fn(layer, batch, x)), 2 * layer.state_bytes(batch) + layer.token_bytes(batch))
     ssm = torch.randn(batch, layer.HV, layer.d_v, layer.d_k, device="cuda") * 0.05
-    t = timed(lambda: decode.delta_standard_step(ssm, **x, A_log=layer.A_log, dt_bias=layer.dt_bias,
-                                                 state_indices=idx, pad_slot_id=-1, scale=None))
-    row("standard", median([r[0] for r in t]), 2 * layer.state_bytes(batch) + layer.token_bytes(batch))
+    us = timed(lambda: decode.delta_standard_step(ssm, **x, A_log=layer.A_log, dt_bias=layer.dt_bias,
+                                                  state_indices=idx, pad_slot_id=-1, scale=None))
+    row("standard", us, 2 * layer.state_bytes(batch) + layer.token_bytes(batch))
     del ssm
 
     state = layer.state(batch)
@@ -104,15 +107,14 @@ def bench_batch(layer, batch, flusher, rounds, copy_bw, with_fla, sweep, same_co
         variants += [(None, variant, f"replay staged {label(fields)}".rstrip(), False)] if variant is not None else []
     variants.append((None, None, "replay fold u" if default else "replay refold", not default))
     for block_v, variant, name, refold in variants:
-        graph = capture_graph(replay_fn(layer, state, x, idx, refold=refold, block_v=block_v, variant=variant))
+        graphs = captured(replay_fn(layer, state, x, idx, refold=refold, block_v=block_v, variant=variant))
         # A write-through step (the default at small batches) keeps every slot at c = 0.
         launched = (variant or decode.default_variant(batch, layer.per_channel, refold, layer.d_v, layer.window)
                     if block_v is None else None)
         through = launched == "write_through"
         cycle = window_cycle(launched, refold, L)
         phases = [torch.full((batch,), 0 if through else c, dtype=torch.int32, device="cuda") for c in range(L)]
-        per_phase = [median([r[0] for r in time_replays([graph], rounds=rounds, flush=Cursors(state, [p], flusher))])
-                     for p in phases]
+        per_phase = [time_steps(graphs, rounds=rounds, flush=Cursors(state, [p], flusher))[0] for p in phases]
         nonflush = sum(per_phase[c] for c in cycle[:-1]) / (len(cycle) - 1)
         nonflush_bytes = sum(layer.step_bytes(batch, c, False) for c in cycle[:-1]) / (len(cycle) - 1)
         flush_bytes = layer.step_bytes(batch, L - 1, True, fold_u=not refold)
@@ -124,18 +126,18 @@ def bench_batch(layer, batch, flusher, rounds, copy_bw, with_fla, sweep, same_co
             (nonflush_bytes * (len(cycle) - 1) + flush_bytes) / len(cycle), per_phase_us=per_phase, cycle=cycle)
         if block_v is None:
             stagger = (cycle[0] + torch.arange(batch, device="cuda", dtype=torch.int32) % len(cycle)) * (not through)
-            t = time_replays([capture_graph(replay_fn(layer, state, x, idx, refold=refold, variant=variant))],
-                             rounds=rounds, flush=Cursors(state, [stagger], flusher))
+            staggered_us = time_steps(captured(replay_fn(layer, state, x, idx, refold=refold, variant=variant)),
+                                      rounds=rounds, flush=Cursors(state, [stagger], flusher))[0]
             st_bytes = sum(layer.step_bytes(1, c, c == L - 1 or through, fold_u=not refold or c != L - 1)
                            * int((stagger == c).sum())
                            for c in range(L))
-            row(f"{name} staggered", median([r[0] for r in t]), st_bytes)
+            row(f"{name} staggered", staggered_us, st_bytes)
             if not through:
                 # Steady state: the cache's staggered placement, then consecutive replays, each
                 # advancing the cursors (a window per round), as a server's steps do.
                 steady_start(state, L)
-                times = time_replays([graph] * len(cycle), rounds=rounds, flush=flusher)
-                row(f"{name} steady", steady_mean(times), st_bytes)
+                steady = time_steps(graphs, len(cycle), rounds=rounds, flush=flusher)
+                row(f"{name} steady", sum(steady) / len(steady), st_bytes)
     del state
     torch.cuda.empty_cache()
     for r in rows:

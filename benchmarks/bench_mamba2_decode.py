@@ -1,7 +1,8 @@
 """Mamba-2 decode: standard step vs ReplaySSM (non-flush, flush, amortized, staggered mix).
 
 Every step is captured in a CUDA graph and each replay is timed alone with the L2 flushed
-before it; the state is fp32 ``[slots, heads, head_dim, d_state]``, activations bf16, window
+before it (at batches up to 32 each step in four graphs, replayed in rotated rounds, a step's
+time the mean of its graphs' medians: ``_timing.time_steps``); the state is fp32 ``[slots, heads, head_dim, d_state]``, activations bf16, window
 L=16. Bandwidth is reported against a device-to-device copy measured in the same run.
 
 - standard: ``mamba2_standard_step`` (read + write the state every token): the baseline.
@@ -34,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _derive import parse_fields  # noqa: E402
 from _spread import spread, spread_lines  # noqa: E402
 from _timing import (WARMUP_ROUNDS, L2Flusher, SameSizeCopy, capture_graph, copy_bandwidths_gbps,  # noqa: E402
-                     device_info, graph_floor_us, median, time_replays)
+                     device_info, graph_floor_us, graphs_for, time_steps)
 
 from trtllm_replayssm.config import ReplaySSMConfig  # noqa: E402
 from trtllm_replayssm.ops.mamba2 import Mamba2ReplayState, decode  # noqa: E402
@@ -83,20 +84,20 @@ def time_standard(dims, batch, dtype, flush, rounds, config=None):
     def step():
         decode.standard_step(state, x, dt, A, B, C, D, z, dt_bias, True, None, None, idx, -1, out=y, config=config)
 
-    graph = capture_graph(step)
+    graphs = [capture_graph(step) for _ in range(graphs_for(batch))]
     # Replayed first, untimed, as the delta-rule benchmarks do their baselines (a process's first
     # timing ran slow on the H200: _timing.WARMUP_ROUNDS). Without it the variants mode (10
     # rounds) read this step at 579-584 us where a plain run (30 rounds) read 537.8 us in the
     # same call; with it, 532.2-532.7 us, the plain runs' figure on that kind of H200
     # (NOTES_mamba2.md, twenty-second run).
-    time_replays(graph, rounds=WARMUP_ROUNDS, flush=flush)
-    times = time_replays(graph, rounds=rounds, flush=flush)
+    time_steps(graphs, rounds=WARMUP_ROUNDS, flush=flush)
+    us = time_steps(graphs, rounds=rounds, flush=flush)[0]
     del state
-    return median([t[0] for t in times])
+    return us
 
 
 def time_replay(dims, batch, dtype, flush, rounds, stagger, config=None):
-    """Per-phase medians of 16 consecutive steps (microseconds, list of 16)."""
+    """Per-phase times of 16 consecutive steps (microseconds, list of 16; `_timing.time_steps`)."""
     heads, head_dim, d_state, groups = dims
     cfg = ReplaySSMConfig(window=WINDOW, flush_stagger=stagger)
     state = Mamba2ReplayState.allocate(batch, heads, head_dim, d_state, groups, cfg, activation_dtype=dtype, device="cuda")
@@ -110,16 +111,16 @@ def time_replay(dims, batch, dtype, flush, rounds, stagger, config=None):
                            state.flush_at, state.window, x, dt, A, B, C, D, z, dt_bias, True, None, None,
                            idx, -1, out=y, config=config)
 
-    graph = capture_graph(step)
-    time_replays([graph] * WINDOW, rounds=max(1, WARMUP_ROUNDS // 2), flush=flush)  # untimed, as the standard step's
+    graphs = [capture_graph(step) for _ in range(graphs_for(batch))]
+    time_steps(graphs, WINDOW, rounds=max(1, WARMUP_ROUNDS // 2), flush=flush)  # untimed, as the standard step's
     # Back to phase 0 of every slot's window after the warm-up (the checkpoint keeps its
     # random contents: timing zeros can flatter a kernel).
     state.committed.zero_()
     state.flush_at.copy_(torch.tensor([cfg.first_flush_at(s) for s in range(batch)], dtype=torch.int32))
     torch.cuda.synchronize()
-    times = time_replays([graph] * WINDOW, rounds=rounds, flush=flush)
+    phases = time_steps(graphs, WINDOW, rounds=rounds, flush=flush)
     del state
-    return [median([t[i] for t in times]) for i in range(WINDOW)]
+    return phases
 
 
 def bench(dims_name, batch, dtype, flush, rounds, copy_gbps, configs=None, same_copy=None):

@@ -104,10 +104,11 @@ def time_replays(
 
 #: Batches up to this one capture each step in :data:`SMALL_BATCH_GRAPHS` graphs (:func:`graphs_for`).
 SMALL_BATCH = 32
-#: At batch 1 two graphs of the same kernel on the same memory replayed up to 6% apart, steadily
-#: (an A/A control, NOTES_mamba2.md, twenty-ninth run): one graph a side put that in the ratio.
-#: Four graphs a side in rotated rounds read 0.992-1.002x in the same control.
-SMALL_BATCH_GRAPHS = 4
+#: At batch 1 two graphs of the same kernel on the same memory replay up to 6% apart, steadily
+#: (an A/A control: NOTES_mamba2.md, twenty-ninth and thirtieth runs), so one graph a side puts
+#: that in a ratio. Four graphs a side in rotated rounds read 0.978-1.029x in the same control on
+#: another H200; sixteen read 1.000-1.005x at all four batch-1 shapes.
+SMALL_BATCH_GRAPHS = 16
 
 
 def graphs_for(batch: int) -> int:

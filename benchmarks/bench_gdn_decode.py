@@ -2,7 +2,7 @@
 
 For each batch (one slot per row, Qwen3.5-4B dims by default: HV=32, H=16, d_k=d_v=128,
 bf16 activations, fp32 state, L=16) it times, as CUDA-graph replays with L2 flushed before
-each replay (benchmarks/_timing.py; at batches up to 32 each step captured in four graphs and
+each replay (benchmarks/_timing.py; at batches up to 32 each step captured in sixteen graphs and
 replayed in rotated rounds, its time the mean of its graphs' medians: ``_timing.time_steps``):
 
 * ``fla``: fla's ``fused_recurrent_gated_delta_rule`` (gates, l2norm, sigmoid in-kernel,

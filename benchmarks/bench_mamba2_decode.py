@@ -1,7 +1,7 @@
 """Mamba-2 decode: standard step vs ReplaySSM (non-flush, flush, amortized, staggered mix).
 
 Every step is captured in a CUDA graph and each replay is timed alone with the L2 flushed
-before it (at batches up to 32 each step in four graphs, replayed in rotated rounds, a step's
+before it (at batches up to 32 each step in sixteen graphs, replayed in rotated rounds, a step's
 time the mean of its graphs' medians: ``_timing.time_steps``); the state is fp32 ``[slots, heads, head_dim, d_state]``, activations bf16, window
 L=16. Bandwidth is reported against a device-to-device copy measured in the same run.
 

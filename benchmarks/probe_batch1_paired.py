@@ -14,7 +14,7 @@ either side's default ``LaunchConfig`` (``field=value, ...``).
 ops' default ReplaySSM step instead.
 
     PYTHONPATH=$PWD python3 benchmarks/probe_batch1_paired.py [--kind mamba2] [--batches 1 4] [--dims nemotron_h]
-        [--rounds 300] [--graphs 4] [--aa] [--replay-with "num_warps=2"] [--standard-with "num_warps=1"]
+        [--rounds 300] [--graphs 16] [--aa] [--replay-with "num_warps=2"] [--standard-with "num_warps=1"]
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def compare(make_standard, make_other, before, rounds, graphs):
     return statistics.median(std_t), statistics.median(other_t), ratios, per_graph
 
 
-def paired(dims, batch, dtype, flush, rounds, std_cfg, rep_cfg, aa=False, graphs=4):
+def paired(dims, batch, dtype, flush, rounds, std_cfg, rep_cfg, aa=False, graphs=16):
     """Mamba-2: :func:`compare` of the standard step and the ReplaySSM step (every slot at phase
     0) or, with ``aa``, the standard step again. Both sides step one state tensor (the ReplaySSM
     checkpoint)."""
@@ -109,7 +109,7 @@ def at_phase_zero(state, batch, flush):
     return Cursors(state, [torch.zeros(batch, dtype=torch.int32, device="cuda")], flush)
 
 
-def delta_paired(kind, batch, flush, rounds, aa=False, graphs=4):
+def delta_paired(kind, batch, flush, rounds, aa=False, graphs=16):
     """Gated DeltaNet / KDA (the decode benchmarks' dims, bf16): :func:`compare` of fla's
     standard step (its own state buffers, as ``bench_gdn_decode.py`` times it) and the ops'
     default ReplaySSM step at ``batch`` (every slot at phase 0), or fla again with ``aa``."""
@@ -140,7 +140,7 @@ def main(argv=None):
                    help="Mamba-2 dims (default: nemotron_h nemotron3_nano)")
     p.add_argument("--rounds", type=int, default=300)
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
-    p.add_argument("--graphs", type=int, default=4, help="graphs captured of each side (default 4)")
+    p.add_argument("--graphs", type=int, default=16, help="graphs captured of each side (default 16)")
     p.add_argument("--aa", action="store_true", help="add the standard step against itself (a control row)")
     p.add_argument("--standard-with", default="", metavar="FIELDS", help="LaunchConfig fields of the standard side")
     p.add_argument("--replay-with", default="", metavar="FIELDS", help="LaunchConfig fields of the ReplaySSM side")

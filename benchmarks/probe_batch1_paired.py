@@ -10,11 +10,16 @@ side. ``--aa`` adds a control row, the standard step against itself, whose ratio
 method reads where nothing differs. ``--standard-with`` and ``--replay-with`` replace fields of
 either side's default ``LaunchConfig`` (``field=value, ...``).
 
+``--allocations K`` times only the standard step, over ``K`` separately allocated state tensors,
+once all in the same rounds and once each in a block of its own: whether a lone row's time
+depends on where its state lies, or on when its block runs.
+
 ``--kind gdn`` / ``kda`` times fla's step (the decode benchmarks' baseline there) against the
 ops' default ReplaySSM step instead.
 
     PYTHONPATH=$PWD python3 benchmarks/probe_batch1_paired.py [--kind mamba2] [--batches 1 4] [--dims nemotron_h]
         [--rounds 300] [--graphs 16] [--aa] [--replay-with "num_warps=2"] [--standard-with "num_warps=1"]
+        [--allocations 8]
 """
 
 from __future__ import annotations
@@ -30,7 +35,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _derive import parse_fields  # noqa: E402
 from _delta_layer import Cursors, Layer, fla_fn, replay_fn  # noqa: E402
-from _timing import WARMUP_ROUNDS, L2Flusher, capture_graph, device_info, graph_floor_us, time_replays  # noqa: E402
+from _timing import (WARMUP_ROUNDS, L2Flusher, capture_graph, device_info, graph_floor_us, time_replays,  # noqa: E402
+                     time_steps)
 from bench_mamba2_decode import DIMS, WINDOW, _inputs  # noqa: E402
 
 from trtllm_replayssm.config import ReplaySSMConfig  # noqa: E402
@@ -103,6 +109,33 @@ def paired(dims, batch, dtype, flush, rounds, std_cfg, rep_cfg, aa=False, graphs
     return compare(standard, other, at_phase_zero(state, batch, flush), rounds, graphs)
 
 
+def allocation_spread(dims, batch, dtype, flush, rounds, std_cfg, allocations, graphs=16):
+    """The standard step over ``allocations`` separately allocated state tensors, ``graphs``
+    graphs each: ``[(us when all are replayed in the same rotated rounds, us in a block of its
+    own)]`` per allocation, each the mean of its graphs' medians. The first spread is the
+    allocations' own; the second adds what changes between blocks timed one after the other
+    (as the plain benchmarks time their steps)."""
+    heads, head_dim, d_state, groups = dims
+    x, dt, A, B, C, D, z, dt_bias = _inputs(batch, *dims, dtype)
+    idx = torch.arange(batch, dtype=torch.int32, device="cuda")
+    sets = []
+    for _ in range(allocations):
+        ssm = torch.randn(batch, heads, head_dim, d_state, device="cuda") * 0.1
+        y = torch.empty_like(x)
+
+        def step(ssm=ssm, y=y):
+            decode.standard_step(ssm, x, dt, A, B, C, D, z, dt_bias, True, None, None, idx, -1, out=y, config=std_cfg)
+
+        sets.append([capture_graph(step) for _ in range(graphs)])
+    flat = [g for graph_set in sets for g in graph_set]
+    time_replays(flat, rounds=WARMUP_ROUNDS, flush=flush, rotate=True)
+    times = time_replays(flat, rounds=rounds, flush=flush, rotate=True)
+    per_graph = [statistics.median(t[i] for t in times) for i in range(len(flat))]
+    together = [statistics.fmean(per_graph[a * graphs:(a + 1) * graphs]) for a in range(allocations)]
+    alone = [time_steps(graph_set, rounds=rounds, flush=flush)[0] for graph_set in sets]
+    return list(zip(together, alone))
+
+
 def at_phase_zero(state, batch, flush):
     """Before each replay: every slot back to phase 0, L2 flushed (a write-through step keeps
     ``(0, window)``, a replay step moves the cursors: reset either way)."""
@@ -142,6 +175,8 @@ def main(argv=None):
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     p.add_argument("--graphs", type=int, default=16, help="graphs captured of each side (default 16)")
     p.add_argument("--aa", action="store_true", help="add the standard step against itself (a control row)")
+    p.add_argument("--allocations", type=int, default=0, metavar="K",
+                   help="Mamba-2: instead, the standard step over K state allocations, timed together and alone")
     p.add_argument("--standard-with", default="", metavar="FIELDS", help="LaunchConfig fields of the standard side")
     p.add_argument("--replay-with", default="", metavar="FIELDS", help="LaunchConfig fields of the ReplaySSM side")
     args = p.parse_args(argv)
@@ -154,12 +189,19 @@ def main(argv=None):
             parse_fields(text, decode.LaunchConfig)
         except SystemExit as err:
             p.error(f"{name}: {str(err).removeprefix('--derive: ')}")
-    if args.kind != "mamba2" and (args.dims or args.standard_with or args.replay_with or args.dtype != "bfloat16"):
-        p.error(f"--dims / --dtype / --standard-with / --replay-with: Mamba-2 only, got --kind {args.kind}")
+    if args.kind != "mamba2" and (args.dims or args.standard_with or args.replay_with or args.dtype != "bfloat16"
+                                  or args.allocations):
+        p.error(f"--dims / --dtype / --standard-with / --replay-with / --allocations: Mamba-2 only, "
+                f"got --kind {args.kind}")
+    if args.allocations == 1 or args.allocations < 0:
+        p.error(f"--allocations: expected 0 (off) or >= 2, got {args.allocations}")
     if not torch.cuda.is_available():
         p.error("needs a CUDA GPU")
     flush = L2Flusher()
     print(f"# {device_info()}; graph floor {graph_floor_us(flush):.1f} us; {args.rounds} paired rounds")
+    if args.allocations:
+        print_allocations(args, flush)
+        return
     print(f"# standard with: {args.standard_with or '(default)'}; replay with: {args.replay_with or '(default)'}")
     print("| dims | batch | other side | standard us | other us | x standard: median of rounds (10th-90th percentile) "
           "| rounds the other side is faster | per-graph medians, standard / other us |")
@@ -182,6 +224,21 @@ def main(argv=None):
                       f"{statistics.median(ratios):.3f} ({q[0]:.3f}-{q[-1]:.3f}) | {wins:.0%} | "
                       f"{' '.join(f'{t:.2f}' for t in per_graph['standard'])} / "
                       f"{' '.join(f'{t:.2f}' for t in per_graph['other'])} |", flush=True)
+
+
+def print_allocations(args, flush):
+    """``--allocations``: one table per dims and batch, a row per state allocation."""
+    for name in args.dims or ["nemotron_h", "nemotron3_nano"]:
+        for batch in args.batches:
+            std_cfg, _ = configs(DIMS[name], batch, args.standard_with)
+            rows = allocation_spread(DIMS[name], batch, getattr(torch, args.dtype), flush, args.rounds, std_cfg,
+                                     args.allocations, args.graphs)
+            print(f"\n| {name}, batch {batch}: allocation | us, all replayed together | us, in a block of its own |")
+            print("|---|---|---|")
+            for k, (together, alone) in enumerate(rows):
+                print(f"| {k} | {together:.2f} | {alone:.2f} |")
+            spread = [max(col) / min(col) for col in zip(*rows)]
+            print(f"| max / min | {spread[0]:.3f} | {spread[1]:.3f} |", flush=True)
 
 
 if __name__ == "__main__":

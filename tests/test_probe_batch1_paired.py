@@ -51,3 +51,16 @@ def test_mamba2_options_refused_for_delta_kinds(capsys):
     with pytest.raises(SystemExit):
         probe.main(["--kind", "gdn", "--replay-with", "num_warps=2"])
     assert "Mamba-2 only, got --kind gdn" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("count", ["1", "-2"])
+def test_one_allocation_refused(count, capsys):
+    with pytest.raises(SystemExit):
+        probe.main(["--allocations", count])
+    assert f"--allocations: expected 0 (off) or >= 2, got {count}" in capsys.readouterr().err
+
+
+def test_allocations_refused_for_delta_kinds(capsys):
+    with pytest.raises(SystemExit):
+        probe.main(["--kind", "kda", "--allocations", "4"])
+    assert "--allocations: Mamba-2 only, got --kind kda" in capsys.readouterr().err

@@ -2,8 +2,10 @@
 
 Every step is captured in a CUDA graph and each replay is timed alone with the L2 flushed
 before it (at batches up to 32 each step in sixteen graphs, replayed in rotated rounds, a step's
-time the mean of its graphs' medians: ``_timing.time_steps``); the state is fp32 ``[slots, heads, head_dim, d_state]``, activations bf16, window
-L=16. Bandwidth is reported against a device-to-device copy measured in the same run.
+time the mean of its graphs' medians: ``_timing.time_steps``); the state is fp32 ``[slots,
+heads, head_dim, d_state]``, activations bf16, window L=16. Bandwidth is reported against a
+device-to-device copy measured in the same run. Batch-1 ratios move by a few percent between
+processes here (RESULTS.md, thirtieth run); ``probe_batch1_paired.py`` times them in pairs.
 
 - standard: ``mamba2_standard_step`` (read + write the state every token): the baseline.
 - non-flush: mean over ring positions 0..14 of a window with every slot in phase.

@@ -22,7 +22,9 @@ replayed in rotated rounds, its time the mean of its graphs' medians: ``_timing.
 
 The cursors are set before each replay, outside the timed region, so the same graph is timed at
 every phase. GB/s counts the bytes each step must move; ``% copy`` is against a device-to-device
-copy measured in the same run. Prints a table and writes JSON (``--json``).
+copy measured in the same run. Prints a table and writes JSON (``--json``). Batch-1 ratios
+move by a few percent between processes here (RESULTS.md, thirtieth run);
+``probe_batch1_paired.py --kind gdn|kda`` times them in pairs.
 
 ``--variants`` instead checks every replay kernel variant of ``_delta_variants.VARIANTS``
 (row-wise, chunked, the staged step, the write-through step) against the row-wise replay kernel

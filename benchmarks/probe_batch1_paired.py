@@ -80,6 +80,15 @@ def compare(make_standard, make_other, before, rounds, graphs):
     return statistics.median(std_t), statistics.median(other_t), ratios, per_graph
 
 
+def standard_graph(ssm, inputs, idx, cfg):
+    """A graph of the Mamba-2 standard step on ``ssm`` (``inputs``: ``_inputs``' tensors), with an
+    output buffer of its own."""
+    x, dt, A, B, C, D, z, dt_bias = inputs
+    y = torch.empty_like(x)
+    return capture_graph(lambda: decode.standard_step(ssm, x, dt, A, B, C, D, z, dt_bias, True, None, None, idx, -1,
+                                                      out=y, config=cfg))
+
+
 def paired(dims, batch, dtype, flush, rounds, std_cfg, rep_cfg, aa=False, graphs=16):
     """Mamba-2: :func:`compare` of the standard step and the ReplaySSM step (every slot at phase
     0) or, with ``aa``, the standard step again. Both sides step one state tensor (the ReplaySSM
@@ -93,9 +102,7 @@ def paired(dims, batch, dtype, flush, rounds, std_cfg, rep_cfg, aa=False, graphs
     ssm = state.checkpoint
 
     def standard():
-        y = torch.empty_like(x)
-        return capture_graph(lambda: decode.standard_step(ssm, x, dt, A, B, C, D, z, dt_bias, True, None, None, idx,
-                                                          -1, out=y, config=std_cfg))
+        return standard_graph(ssm, (x, dt, A, B, C, D, z, dt_bias), idx, std_cfg)
 
     def other():
         if aa:
@@ -121,12 +128,7 @@ def allocation_spread(dims, batch, dtype, flush, rounds, std_cfg, allocations, g
     sets = []
     for _ in range(allocations):
         ssm = torch.randn(batch, heads, head_dim, d_state, device="cuda") * 0.1
-        y = torch.empty_like(x)
-
-        def step(ssm=ssm, y=y):
-            decode.standard_step(ssm, x, dt, A, B, C, D, z, dt_bias, True, None, None, idx, -1, out=y, config=std_cfg)
-
-        sets.append([capture_graph(step) for _ in range(graphs)])
+        sets.append([standard_graph(ssm, (x, dt, A, B, C, D, z, dt_bias), idx, std_cfg) for _ in range(graphs)])
     flat = [g for graph_set in sets for g in graph_set]
     time_replays(flat, rounds=WARMUP_ROUNDS, flush=flush, rotate=True)
     times = time_replays(flat, rounds=rounds, flush=flush, rotate=True)

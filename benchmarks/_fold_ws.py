@@ -1,5 +1,6 @@
-"""Launches of ``fold_ws.cu`` (the warp-specialised window fold) for ``bench_fold_ceiling.py``:
-shapes named ``cuda ws c<consumer warps> s<stages> b<blocks per SM> h<heads per stage> <stores>[ l<load
+"""Launches of ``fold_ws.cu`` (the warp-specialised window fold) and ``fold_grid.cu`` (the fold as a
+grid of small blocks, ``cuda grid r<rows per warp> w<warps> b<blocks per SM>[ none]``) for
+``bench_fold_ceiling.py``: warp-specialised shapes named ``cuda ws c<consumer warps> s<stages> b<blocks per SM> h<heads per stage> <stores>[ l<load
 chunks>][ none]`` (``none``: no product). Measured on an H200 (benchmarks/NOTES_mamba2.md, twenty-eighth
 run): with bulk stores 89-91% of copy at Nemotron-H dims, 93% at Gated DeltaNet's.
 
@@ -13,19 +14,35 @@ import ctypes
 from pathlib import Path
 
 KERNEL_FILE = Path(__file__).with_name("fold_ws.cu")
+GRID_FILE = Path(__file__).with_name("fold_grid.cu")
+#: (rows per warp, warps per block, blocks per SM asked of ptxas, no product, X through shared
+#: memory, Y through shared memory (2: widened to fp32 there)[, persistent]) of ``fold_grid``.
+GRID_SHAPES = ((8, 2, 8, False, False, False), (8, 2, 8, True, False, False), (4, 2, 16, False, False, False),
+               (4, 4, 8, False, False, False), (8, 4, 4, False, False, False), (16, 1, 8, False, False, False),
+               (8, 1, 16, False, False, False), (8, 2, 8, False, True, False), (8, 1, 16, False, True, False),
+               (8, 2, 8, False, True, True), (8, 4, 4, False, True, True), (8, 8, 2, False, True, True),
+               (16, 4, 2, False, True, True), (4, 8, 4, False, False, True), (16, 2, 4, False, True, True),
+               (8, 2, 12, False, True, True), (8, 4, 6, False, True, True), (8, 8, 3, False, True, True),
+               (8, 8, 2, False, True, 2), (16, 4, 2, False, True, 2), (8, 4, 4, False, True, 2),
+               (8, 8, 2, False, True, True, True), (16, 4, 2, False, True, True, True),
+               (8, 4, 4, False, True, True, True), (8, 8, 3, False, True, 2, True))
 #: ``fold_ws``'s parameters: S, X, Y, a, C, out, then the number of head tiles.
 SIGNATURE = (ctypes.c_void_p,) * 6 + (ctypes.c_int32,)
+GRID_SIGNATURE = (ctypes.c_void_p,) * 6 + (ctypes.c_int32,)
 BARRIER_BYTES = 128
 #: Stores: from registers, by a bulk copy per warp out of the stage (``lag``: the stage released a
 #: tile later, the copy left in flight meanwhile), or none (a read ceiling).
-STORES = {"reg": 0, "bulk": 1, "nostore": 2, "lag": 1}
+STORES = {"reg": 0, "bulk": 1, "nostore": 2, "lag": 1, "pstore": 3, "plag": 3}
 #: (consumer warps, stages, blocks per SM, no product, store, load chunks, heads per stage). A block
 #: holds at most 227 KB of stages: Nemotron-H's 36 KB head stages (tile and X) fit 5, two heads
 #: (76 KB) fit 2; Gated DeltaNet's 72 KB head stages 2.
 SHAPES = ((16, 5, 1, False, "bulk", 1, 1), (16, 5, 1, True, "bulk", 1, 1), (16, 5, 1, True, "nostore", 1, 1),
           (16, 5, 1, False, "reg", 1, 1), (16, 5, 1, False, "lag", 1, 1), (8, 5, 1, False, "bulk", 1, 1),
           (16, 2, 1, False, "bulk", 1, 2), (16, 2, 1, False, "bulk", 1, 1), (8, 2, 1, False, "bulk", 1, 1),
-          (16, 2, 1, True, "bulk", 1, 1), (16, 2, 1, True, "nostore", 1, 1))
+          (16, 2, 1, True, "bulk", 1, 1), (16, 2, 1, True, "nostore", 1, 1),
+          (16, 5, 1, False, "pstore", 1, 1), (16, 5, 1, True, "pstore", 1, 1), (16, 5, 1, False, "plag", 1, 1),
+          (8, 5, 1, False, "pstore", 1, 1), (16, 4, 1, False, "pstore", 1, 1), (16, 2, 1, False, "pstore", 1, 1),
+          (16, 2, 1, True, "pstore", 1, 1), (16, 2, 1, False, "plag", 1, 1), (8, 2, 1, False, "pstore", 1, 1))
 
 
 def stage_bytes(head_dim: int, d_state: int, window: int, heads: int = 1) -> int:
@@ -37,7 +54,19 @@ def stage_bytes(head_dim: int, d_state: int, window: int, heads: int = 1) -> int
 def defines(head_dim: int, d_state: int, window: int, hpg: int, warps: int, stages: int, blocks: int,
             nofold: bool, store: str = "reg", chunks: int = 1, heads: int = 1) -> dict:
     return dict(P=head_dim, N=d_state, J=window, HPG=hpg, CW=warps, STAGES=stages, MIN_BLOCKS=blocks,
-                NOFOLD=int(nofold), STORE=STORES[store], STORE_LAG=int(store == "lag"), LOAD_CHUNKS=chunks, HS=heads)
+                NOFOLD=int(nofold), STORE=STORES[store], STORE_LAG=int(store in ("lag", "plag")), LOAD_CHUNKS=chunks, HS=heads)
+
+
+def grid_defines(head_dim: int, d_state: int, window: int, hpg: int, rows_per_warp: int, warps: int, blocks: int,
+                 nofold: bool, x_shared: bool = False, y_shared: int = 0, persistent: bool = False) -> dict:
+    return dict(P=head_dim, N=d_state, J=window, HPG=hpg, RW=rows_per_warp, WARPS=warps, MIN_BLOCKS=blocks,
+                NOFOLD=int(nofold), XS=int(x_shared), YS=int(y_shared), PERSIST=int(persistent))
+
+
+def grid_name(rows_per_warp: int, warps: int, blocks: int, nofold: bool, x_shared: bool, y_shared: int,
+              persistent: bool = False) -> str:
+    return (f"cuda grid r{rows_per_warp} w{warps} b{blocks}" + " xs" * x_shared + " ys" * (y_shared == 1)
+            + " ys32" * (y_shared == 2) + " persist" * persistent + " none" * nofold)
 
 
 def shared_bytes(head_dim: int, d_state: int, window: int, stages: int, heads: int = 1) -> int:
@@ -85,6 +114,24 @@ def launches(S, X, Y, a, C, out, head_dim, hpg, sms, shapes=SHAPES) -> dict:
 
         def launch(kernel=kernel, grid=grid, threads=threads, smem=smem, args=args):
             kernel.launch(grid, threads, smem, args, torch.cuda.current_stream().cuda_stream)
+
+        out_[name] = launch
+    grid_source = GRID_FILE.read_text()
+    for shape in GRID_SHAPES:
+        rw, warps = shape[:2]
+        x_shared, y_shared = shape[4:6]
+        if (d_state != 128 or head_dim % (rw * warps) or (x_shared and (window * rw // 4) % 32)
+                or (y_shared and (window * d_state // 8) % (warps * 32))):
+            continue
+        kernel = _nvrtc.load_kernel(grid_source, "fold_grid", grid_defines(head_dim, d_state, window, hpg, *shape),
+                                    GRID_SIGNATURE, S.device)
+        name = grid_name(*shape)
+        n_blocks = rows // (rw * warps)
+        args = (S.data_ptr(), X.data_ptr(), Y.data_ptr(), a.data_ptr(), C.data_ptr(), out.data_ptr(), n_blocks)
+        grid = min(n_blocks, sms * shape[2]) if len(shape) > 6 and shape[6] else n_blocks
+
+        def launch(kernel=kernel, grid=grid, threads=warps * 32, args=args):
+            kernel.launch(grid, threads, 0, args, torch.cuda.current_stream().cuda_stream)
 
         out_[name] = launch
     return out_

@@ -14,10 +14,12 @@
 // Defines: P (rows of a head), N (columns; 128), J (window), HPG (heads per Y / C group),
 // CW (consumer warps), STAGES, MIN_BLOCKS (blocks per SM asked of ptxas), NOFOLD,
 // STORE (0: each thread stores its rows from registers; 1: the folded rows go back into the stage
-// and each warp stores its rows by one bulk copy; 2: no store, the output only: a read ceiling),
-// STORE_LAG (with STORE 1: a stage is released one tile later, its store left in flight
-// meanwhile), LOAD_CHUNKS (bulk copies the tile is loaded in), HS (consecutive heads of one group per stage:
-// a stage's tile is HS head tiles, contiguous in S).
+// and each warp stores its rows by one bulk copy; 2: no store, the output only: a read ceiling;
+// 3: the folded rows go back into the stage and the producer sends the whole tile by one bulk
+// copy, so no consumer waits on a store), STORE_LAG (with STORE 1: a stage is released one tile
+// later, its store left in flight meanwhile; with STORE 3: the producer refills a stage one store
+// later), LOAD_CHUNKS (bulk copies the tile is loaded in), HS (consecutive heads of one group per
+// stage: a stage's tile is HS head tiles, contiguous in S).
 #ifndef HS
 #define HS 1
 #endif
@@ -35,7 +37,7 @@ typedef unsigned long long u64;
 #define OFF_Y (OFF_X + HS * J * P * 4)
 #define OFF_C (OFF_Y + J * N * 2)
 #define STAGE_BYTES (OFF_C + N * 2)
-#define BARRIER_BYTES 128            // full[STAGES], empty[STAGES] ahead of the stages
+#define BARRIER_BYTES 128            // full[STAGES], empty[STAGES] (STORE 3: folded) ahead of the stages
 
 static_assert(N == 128, "a tile row is 32 lanes of 4 columns");
 static_assert((HS * P) % CW == 0 && RW % 4 == 0 && RW <= 32 && P % RW == 0 && HPG % HS == 0,
@@ -81,6 +83,21 @@ __device__ __forceinline__ void bulk_load(void* dst, const void* src, unsigned b
 __device__ __forceinline__ float bf16_lo(unsigned w) { return __uint_as_float(w << 16); }
 __device__ __forceinline__ float bf16_hi(unsigned w) { return __uint_as_float(w & 0xffff0000u); }
 
+// Tile t with its X, Y and C into stage s, counted on full[s].
+__device__ __forceinline__ void load_stage(int s, unsigned char* stages, const float* S, const float* X,
+                                           const u16* Y, const u16* C, u64* full, int t) {
+    unsigned char* st = stages + s * STAGE_BYTES;
+    const long long g = (long long)t * HS / HPG;
+    bar_arrive_expect(&full[s], STAGE_BYTES);
+#pragma unroll
+    for (int k = 0; k < LOAD_CHUNKS; ++k)
+        bulk_load(st + k * (TILE_F * 4 / LOAD_CHUNKS), S + (long long)t * TILE_F + k * (TILE_F / LOAD_CHUNKS),
+                  TILE_F * 4 / LOAD_CHUNKS, &full[s]);
+    bulk_load(st + OFF_X, X + (long long)t * HS * J * P, HS * J * P * 4, &full[s]);
+    bulk_load(st + OFF_Y, Y + g * J * N, J * N * 2, &full[s]);
+    bulk_load(st + OFF_C, C + g * N, N * 2, &full[s]);
+}
+
 extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 fold_ws(float* __restrict__ S, const float* __restrict__ X, const u16* __restrict__ Y, const float* __restrict__ a,
         const u16* __restrict__ C, float* __restrict__ out, int n_tiles) {
@@ -99,24 +116,47 @@ fold_ws(float* __restrict__ S, const float* __restrict__ X, const u16* __restric
     __syncthreads();
 
     if (warp == CW) {  // the producer: one thread keeps the stages filled
+#if STORE == 3
+        // ...and empties them: a folded stage goes out by one bulk copy, and the stage is
+        // refilled once that copy has read it (STORE_LAG: the copy before it), so the consumers
+        // never wait on a store. empty[] counts the consumer warps that have folded a stage.
+        if (lane == 0) {
+            const int mine = blockIdx.x < n_tiles ? (n_tiles - 1 - blockIdx.x) / gridDim.x + 1 : 0;
+            int next = 0;
+            for (; next < mine && next < STAGES; ++next)
+                load_stage(next, stages, S, X, Y, C, full, blockIdx.x + next * gridDim.x);
+            for (int is = 0; is < mine; ++is) {
+                const int s = is % STAGES;
+                bar_wait(&empty[s], (is / STAGES) & 1);
+                asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(
+                                 S + (long long)(blockIdx.x + is * gridDim.x) * TILE_F),
+                             "r"(smem_addr(stages + s * STAGE_BYTES)), "r"(TILE_F * 4)
+                             : "memory");
+                asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+                if (is >= STORE_LAG && next < mine) {  // next's stage is tile (is - STORE_LAG)'s
+#if STORE_LAG
+                    asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
+#else
+                    asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+#endif
+                    load_stage(next % STAGES, stages, S, X, Y, C, full, blockIdx.x + next * gridDim.x);
+                    ++next;
+                }
+            }
+            asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+        }
+        return;
+#else
         if (lane == 0) {
             int it = 0;
             for (int t = blockIdx.x; t < n_tiles; t += gridDim.x, ++it) {
                 const int s = it % STAGES, use = it / STAGES;
                 if (use > 0) bar_wait(&empty[s], (use - 1) & 1);
-                unsigned char* st = stages + s * STAGE_BYTES;
-                const long long g = (long long)t * HS / HPG;
-                bar_arrive_expect(&full[s], STAGE_BYTES);
-#pragma unroll
-                for (int k = 0; k < LOAD_CHUNKS; ++k)
-                    bulk_load(st + k * (TILE_F * 4 / LOAD_CHUNKS), S + (long long)t * TILE_F + k * (TILE_F / LOAD_CHUNKS),
-                              TILE_F * 4 / LOAD_CHUNKS, &full[s]);
-                bulk_load(st + OFF_X, X + (long long)t * HS * J * P, HS * J * P * 4, &full[s]);
-                bulk_load(st + OFF_Y, Y + g * J * N, J * N * 2, &full[s]);
-                bulk_load(st + OFF_C, C + g * N, N * 2, &full[s]);
+                load_stage(s, stages, S, X, Y, C, full, t);
             }
         }
         return;
+#endif
     }
 
     const int row0 = warp * RW, head = row0 / P;  // a warp's rows lie in one head of the stage
@@ -160,15 +200,20 @@ fold_ws(float* __restrict__ S, const float* __restrict__ X, const u16* __restric
 #pragma unroll
         for (int r = 0; r < RW; ++r)
             part[r] = acc[r][0] * c[0] + acc[r][1] * c[1] + acc[r][2] * c[2] + acc[r][3] * c[3];
-#if STORE == 1
-        // The warp's rows back into the stage (its own part: no other warp reads it), then out
-        // by one bulk copy; the stage is released once that copy has read them.
+#if STORE == 1 || STORE == 3
+        // The warp's rows back into the stage (its own part: no other warp reads it), made
+        // visible to the bulk copies that send them out.
         float* wS = (float*)st + row0 * N;
 #pragma unroll
         for (int r = 0; r < RW; ++r)
             *(float4*)(wS + r * N + 4 * lane) = make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]);
         asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
         __syncwarp();
+#endif
+#if STORE == 3
+        if (lane == 0) bar_arrive(&empty[s]);  // the producer sends the tile once every warp's rows are in
+#elif STORE == 1
+        // Out by one bulk copy per warp; the stage is released once that copy has read them.
         if (lane == 0) {
             asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(
                              S + (long long)t * TILE_F + row0 * N),

@@ -19,10 +19,11 @@ from pathlib import Path
 
 import torch
 
+from trtllm_replayssm.ops.gdn import decode
 from trtllm_replayssm.ops.gdn._wrappers import default_refold
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _delta_layer import Layer  # noqa: E402
+from _delta_layer import Layer, fla_fn  # noqa: E402
 from _delta_variants import VARIANTS, derive_variants, variant_step  # noqa: E402
 from profile_mamba2_step import kernel_times, timeline  # noqa: E402
 
@@ -74,6 +75,20 @@ def main(argv=None):
         if args.timeline:
             state.committed.zero_()
             timeline(lambda: variant_step(layer, variant, state, x, idx, refold=refold), state.window)
+    # For scale: fla's decode kernel and the in-project standard step on the same tokens.
+    ssm = torch.randn(args.batch, layer.HV, layer.d_v, layer.d_k, device="cuda") * 0.05
+    scale = {"standard": lambda: decode.delta_standard_step(ssm, **x, A_log=layer.A_log, dt_bias=layer.dt_bias,
+                                                            state_indices=idx, pad_slot_id=-1, scale=None)}
+    try:
+        scale["fla"] = fla_fn(layer, args.batch, x)
+    except ImportError as exc:  # fla-core not installed
+        print(f"  fla: not timed ({exc})")
+    for name, fn in scale.items():
+        fn()
+        torch.cuda.synchronize()
+        print(f"  {name}")
+        for kernel, us in sorted(kernel_times(fn, args.steps).items(), key=lambda kv: -kv[1]):
+            print(f"    {kernel[:60]:<60} {us:8.1f} us")
 
 
 if __name__ == "__main__":

@@ -59,3 +59,18 @@ def test_launches_refuse_cpu_tensors():
     S = torch.zeros(64, 128)
     with pytest.raises(ValueError, match="S: expected a CUDA tensor"):
         ws.launches(S, S, S, S, S, S, 64, 16, 1)
+
+
+@pytest.mark.skipif(_nvrtc.find_nvrtc() is None, reason="no NVRTC")
+@pytest.mark.skipif(not HAVE_PTXAS, reason="Triton's ptxas is not installed")
+@pytest.mark.parametrize("sm", [90, 100, 103])
+def test_grid_fold_assembles_without_spills(sm, tmp_path):
+    # the grid-of-blocks fold at Nemotron-H's 64-row heads: every shape within its blocks per SM
+    source = ws.GRID_FILE.read_text()
+    for shape in ws.GRID_SHAPES:
+        rw, warps, blocks = shape[:3]
+        defs = ws.grid_defines(64, 128, 16, 16, *shape)
+        ptx = _nvrtc.compile_ptx(source, "fold_grid.cu", sm, tuple((k, str(v)) for k, v in defs.items()))
+        name = ws.grid_name(*shape).replace(" ", "_")
+        regs, spills, log = assemble(ptx, sm, tmp_path / f"{name}_{sm}.ptx")
+        assert spills == 0 and regs * warps * 32 * blocks <= 65536, (shape, log)

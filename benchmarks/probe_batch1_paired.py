@@ -15,11 +15,12 @@ once all in the same rounds and once each in a block of its own: whether a lone 
 depends on where its state lies, or on when its block runs.
 
 ``--kind gdn`` / ``kda`` times fla's step (the decode benchmarks' baseline there) against the
-ops' default ReplaySSM step instead.
+ops' default ReplaySSM step instead. ``--no-l2-flush`` replays without the L2 flush, so that
+what a cold L2 costs either side (the cursors' loads, say) shows against the default.
 
     PYTHONPATH=$PWD python3 benchmarks/probe_batch1_paired.py [--kind mamba2] [--batches 1 4] [--dims nemotron_h]
         [--rounds 300] [--graphs 16] [--aa] [--replay-with "num_warps=2"] [--standard-with "num_warps=1"]
-        [--allocations 8]
+        [--allocations 8] [--no-l2-flush]
 """
 
 from __future__ import annotations
@@ -165,6 +166,12 @@ def delta_paired(kind, batch, flush, rounds, aa=False, graphs=16):
     return compare(standard, other, at_phase_zero(state, batch, flush), rounds, graphs)
 
 
+def step_flush(flusher, off: bool):
+    """What runs before each timed replay besides the cursors' reset: the L2 flush, or nothing
+    (``--no-l2-flush``)."""
+    return (lambda: None) if off else flusher
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--kind", default="mamba2", choices=["mamba2", "gdn", "kda"],
@@ -181,6 +188,9 @@ def main(argv=None):
                    help="Mamba-2: instead, the standard step over K state allocations, timed together and alone")
     p.add_argument("--standard-with", default="", metavar="FIELDS", help="LaunchConfig fields of the standard side")
     p.add_argument("--replay-with", default="", metavar="FIELDS", help="LaunchConfig fields of the ReplaySSM side")
+    p.add_argument("--no-l2-flush", action="store_true",
+                   help="replay without flushing the L2 first (the cursors and any operand still cached): "
+                        "what a cold L2 adds to either side")
     args = p.parse_args(argv)
     if any(b < 1 for b in args.batches) or args.rounds < 2:
         p.error(f"--batches: expected >= 1, --rounds: expected >= 2; got {args.batches}, {args.rounds}")
@@ -199,8 +209,10 @@ def main(argv=None):
         p.error(f"--allocations: expected 0 (off) or >= 2, got {args.allocations}")
     if not torch.cuda.is_available():
         p.error("needs a CUDA GPU")
-    flush = L2Flusher()
-    print(f"# {device_info()}; graph floor {graph_floor_us(flush):.1f} us; {args.rounds} paired rounds")
+    flusher = L2Flusher()
+    print(f"# {device_info()}; graph floor {graph_floor_us(flusher):.1f} us; {args.rounds} paired rounds"
+          + ("; no L2 flush before the replays" if args.no_l2_flush else ""))
+    flush = step_flush(flusher, args.no_l2_flush)
     if args.allocations:
         print_allocations(args, flush)
         return

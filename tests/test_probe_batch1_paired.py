@@ -64,3 +64,12 @@ def test_allocations_refused_for_delta_kinds(capsys):
     with pytest.raises(SystemExit):
         probe.main(["--kind", "kda", "--allocations", "4"])
     assert "--allocations: Mamba-2 only, got --kind kda" in capsys.readouterr().err
+
+
+def test_no_l2_flush_replaces_only_the_flush():
+    calls = []
+    flusher = lambda: calls.append("flush")  # noqa: E731
+    probe.step_flush(flusher, off=True)()
+    assert calls == []
+    probe.step_flush(flusher, off=False)()
+    assert calls == ["flush"]

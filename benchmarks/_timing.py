@@ -57,6 +57,9 @@ def capture_graph(fn: Callable[[], object], warmup: int = 2) -> torch.cuda.CUDAG
 
     The warm-up runs compile and autotune every kernel first: neither may happen inside the
     capture. ``fn`` must be replayable (its state must come back after the sequence timed).
+    The graph keeps ``fn`` alive: the tensors only its closure holds (a baseline's own state,
+    an output buffer) are what the replays read and write, and once freed the allocator may
+    release or reuse their memory (fla's batch-16 state, freed so, made replays fault).
     """
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
@@ -69,6 +72,7 @@ def capture_graph(fn: Callable[[], object], warmup: int = 2) -> torch.cuda.CUDAG
     with torch.cuda.graph(graph):
         fn()
     torch.cuda.synchronize()
+    graph.replayed_fn = fn
     return graph
 
 

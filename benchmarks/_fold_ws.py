@@ -1,11 +1,16 @@
 """Launches of ``fold_ws.cu`` (the warp-specialised window fold) and ``fold_grid.cu`` (the fold as a
-grid of small blocks, ``cuda grid r<rows per warp> w<warps> b<blocks per SM>[ none]``) for
-``bench_fold_ceiling.py``: warp-specialised shapes named ``cuda ws c<consumer warps> s<stages> b<blocks per SM> h<heads per stage> <stores>[ l<load
-chunks>][ none]`` (``none``: no product). Measured on an H200 (benchmarks/NOTES_mamba2.md, twenty-eighth
-run): with bulk stores 89-91% of copy at Nemotron-H dims, 93% at Gated DeltaNet's.
+grid of small blocks) for ``bench_fold_ceiling.py``.
 
-The kernel is compiled by NVRTC for the device's architecture (``trtllm_replayssm/ops/_nvrtc.py``)
-and needs ``cp.async.bulk`` and mbarrier transaction counts (sm_90 and later).
+Warp-specialised shapes are named ``cuda ws c<consumer warps> s<stages> b<blocks per SM> h<heads per
+stage> <stores>[ l<load chunks>][ none]`` (``none``: no product); grid shapes ``cuda grid r<rows per
+warp> w<warps> b<blocks per SM>[ xs][ ys| ys32][ persist][ none]``. Measured on an H200
+(benchmarks/NOTES_mamba2.md, twenty-eighth and thirty-first runs): the warp-specialised fold with
+bulk stores at 89-91.6% of copy at Nemotron-H dims and 93-94% at Gated DeltaNet's; the grid of
+64-row blocks with ``X`` and ``Y`` in shared memory at 91.4% and 98.8%, the same blocks as a fixed
+wave (``persist``) 6 points lower.
+
+The kernels are compiled by NVRTC for the device's architecture (``trtllm_replayssm/ops/_nvrtc.py``);
+``fold_ws`` needs ``cp.async.bulk`` and mbarrier transaction counts (sm_90 and later).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ GRID_SHAPES = ((8, 2, 8, False, False, False), (8, 2, 8, True, False, False), (4
                (8, 4, 4, False, True, True, True), (8, 8, 3, False, True, 2, True))
 #: ``fold_ws``'s parameters: S, X, Y, a, C, out, then the number of head tiles.
 SIGNATURE = (ctypes.c_void_p,) * 6 + (ctypes.c_int32,)
+#: ``fold_grid``'s: the same pointers, then the number of blocks' items (rows / (rows per warp x warps)).
 GRID_SIGNATURE = (ctypes.c_void_p,) * 6 + (ctypes.c_int32,)
 BARRIER_BYTES = 128
 #: Stores: from registers, by a bulk copy per warp out of the stage (``lag``: the stage released a
@@ -54,7 +60,8 @@ def stage_bytes(head_dim: int, d_state: int, window: int, heads: int = 1) -> int
 def defines(head_dim: int, d_state: int, window: int, hpg: int, warps: int, stages: int, blocks: int,
             nofold: bool, store: str = "reg", chunks: int = 1, heads: int = 1) -> dict:
     return dict(P=head_dim, N=d_state, J=window, HPG=hpg, CW=warps, STAGES=stages, MIN_BLOCKS=blocks,
-                NOFOLD=int(nofold), STORE=STORES[store], STORE_LAG=int(store in ("lag", "plag")), LOAD_CHUNKS=chunks, HS=heads)
+                NOFOLD=int(nofold), STORE=STORES[store], STORE_LAG=int(store in ("lag", "plag")), LOAD_CHUNKS=chunks,
+                HS=heads)
 
 
 def grid_defines(head_dim: int, d_state: int, window: int, hpg: int, rows_per_warp: int, warps: int, blocks: int,

@@ -18,7 +18,9 @@ MMA accumulator layout from load to store, ``gluon fma ...`` rank-1 fp32 FMAs wi
 of the tile per thread, ``gluon tma ...`` the tf32x2 fold with tiles streamed through shared
 memory by TMA (``STAGES`` in flight per program, folded in place, stored by TMA); ``cuda ws ...``
 (``fold_ws.cu``, CUDA C++ by NVRTC) a producer warp keeping whole head tiles in flight by bulk
-copies while consumer warps fold them in fp32 FMAs and store them. ``delta chain ...`` / ``delta after ...``: the ``tl.dot`` fold with a
+copies while consumer warps fold them in fp32 FMAs and store them; ``cuda grid ...``
+(``fold_grid.cu``) one small hardware-scheduled block per tile, its loads issued first, the fold in
+fp32 FMAs (names in ``_fold_ws.py``). ``delta chain ...`` / ``delta after ...``: the ``tl.dot`` fold with a
 delta rule's row reduction ``S k`` (its result multiplied by a runtime zero, so the check holds)
 before the fold, where the token's ``u`` needs it, or after the store, where a fold of the ring
 alone leaves it (the next window's first ``u``).

@@ -61,7 +61,8 @@ def main(argv=None):
     flusher = L2Flusher()
     print(f"# {device_info()}; graph floor {graph_floor_us(flusher):.1f} us; ring length {args.committed}, "
           f"{args.warps}-warp exit blocks, median of {args.rounds} replays")
-    print("| batch | exit blocks | step alone us | exits alone us | exits, then the step us | the step, then exits us |")
+    print("| batch | exit blocks | step alone us | exits alone us | exits, then the step us "
+          "| the step, then exits us |")
     print("|---|---|---|---|---|---|")
     layer = Layer("gdn", *DIMS, torch.bfloat16, WINDOW)
     word = torch.zeros(1, dtype=torch.int32, device="cuda")

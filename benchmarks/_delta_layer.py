@@ -132,6 +132,13 @@ def window_cycle(variant, refold: bool, L: int) -> list[int]:
     return list(range(1 if folds_first(variant, refold, L) else 0, L))
 
 
+def standard_fn(layer, ssm, x, idx, block_v=None, num_warps=None):
+    """One in-project standard step over ``ssm`` ``[slots, HV, d_v, d_k]`` (its launch's tiles by
+    default, or ``block_v`` rows with ``num_warps`` warps)."""
+    return lambda: decode.delta_standard_step(ssm, **x, A_log=layer.A_log, dt_bias=layer.dt_bias, state_indices=idx,
+                                              pad_slot_id=-1, scale=None, block_v=block_v, num_warps=num_warps)
+
+
 def replay_fn(layer, state, x, idx, refold=True, block_v=None, variant=None):
     """One replay step of the ops' default launch (``variant=None``), or of ``variant``."""
     return lambda: decode.delta_replay_step(

@@ -13,7 +13,7 @@ import time
 
 import torch
 
-from _delta_layer import DTYPES, Cursors, Layer, fla_fn, window_cycle
+from _delta_layer import DTYPES, Cursors, Layer, fla_fn, standard_fn, window_cycle
 from _derive import label, parse_fields
 from _timing import L2Flusher, capture_graph, copy_bandwidth_gbps, device_info, median, time_replays
 
@@ -255,12 +255,9 @@ def bench_variants_batch(layer, batch, flusher, rounds, copy_bw, with_fla, names
     if with_fla:
         base_row("fla", fla_fn(layer, batch, x))
     ssm = torch.randn(batch, layer.HV, layer.d_v, layer.d_k, device="cuda") * 0.05
-    base_row("standard", lambda: decode.delta_standard_step(ssm, **x, A_log=layer.A_log, dt_bias=layer.dt_bias,
-                                                            state_indices=idx, pad_slot_id=-1, scale=None))
+    base_row("standard", standard_fn(layer, ssm, x, idx))
     for bv, warps in STANDARD_TILES:
-        base_row(f"standard BV={bv} {warps} warps", lambda bv=bv, warps=warps: decode.delta_standard_step(
-            ssm, **x, A_log=layer.A_log, dt_bias=layer.dt_bias, state_indices=idx, pad_slot_id=-1, scale=None,
-            block_v=bv, num_warps=warps))
+        base_row(f"standard BV={bv} {warps} warps", standard_fn(layer, ssm, x, idx, block_v=bv, num_warps=warps))
     del ssm
     phases = nonflush_phases(L)
     nonflush_bytes = sum(layer.step_bytes(batch, c, False) for c in phases) / len(phases)

@@ -50,7 +50,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from _delta_layer import (DTYPES, Cursors, Layer, default_with, fla_fn, replay_fn, staged_with,  # noqa: E402
-                          steady_start, window_cycle)
+                          standard_fn, steady_start, window_cycle)
 from _delta_variants import derive_variants, run_variants  # noqa: E402
 from _derive import label, parse_fields, parse_fields_of  # noqa: E402
 from _spread import spread, spread_lines  # noqa: E402
@@ -89,8 +89,7 @@ def bench_batch(layer, batch, flusher, rounds, copy_bw, with_fla, sweep, same_co
     if with_fla:
         row("fla", timed(fla_fn(layer, batch, x)), 2 * layer.state_bytes(batch) + layer.token_bytes(batch))
     ssm = torch.randn(batch, layer.HV, layer.d_v, layer.d_k, device="cuda") * 0.05
-    us = timed(lambda: decode.delta_standard_step(ssm, **x, A_log=layer.A_log, dt_bias=layer.dt_bias,
-                                                  state_indices=idx, pad_slot_id=-1, scale=None))
+    us = timed(standard_fn(layer, ssm, x, idx))
     row("standard", us, 2 * layer.state_bytes(batch) + layer.token_bytes(batch))
     del ssm
 

@@ -123,13 +123,13 @@ def allocation_spread(dims, batch, dtype, flush, rounds, std_cfg, allocations, g
     own)]`` per allocation, each the mean of its graphs' medians. The first spread is the
     allocations' own; the second adds what changes between blocks timed one after the other
     (as the plain benchmarks time their steps)."""
-    heads, head_dim, d_state, groups = dims
-    x, dt, A, B, C, D, z, dt_bias = _inputs(batch, *dims, dtype)
+    heads, head_dim, d_state, _ = dims
+    inputs = _inputs(batch, *dims, dtype)
     idx = torch.arange(batch, dtype=torch.int32, device="cuda")
     sets = []
     for _ in range(allocations):
         ssm = torch.randn(batch, heads, head_dim, d_state, device="cuda") * 0.1
-        sets.append([standard_graph(ssm, (x, dt, A, B, C, D, z, dt_bias), idx, std_cfg) for _ in range(graphs)])
+        sets.append([standard_graph(ssm, inputs, idx, std_cfg) for _ in range(graphs)])
     flat = [g for graph_set in sets for g in graph_set]
     time_replays(flat, rounds=WARMUP_ROUNDS, flush=flush, rotate=True)
     times = time_replays(flat, rounds=rounds, flush=flush, rotate=True)

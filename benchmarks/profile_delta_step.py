@@ -19,11 +19,10 @@ from pathlib import Path
 
 import torch
 
-from trtllm_replayssm.ops.gdn import decode
 from trtllm_replayssm.ops.gdn._wrappers import default_refold
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _delta_layer import Layer, fla_fn  # noqa: E402
+from _delta_layer import Layer, fla_fn, standard_fn  # noqa: E402
 from _delta_variants import VARIANTS, derive_variants, variant_step  # noqa: E402
 from profile_mamba2_step import kernel_times, timeline  # noqa: E402
 
@@ -77,8 +76,7 @@ def main(argv=None):
             timeline(lambda: variant_step(layer, variant, state, x, idx, refold=refold), state.window)
     # For scale: fla's decode kernel and the in-project standard step on the same tokens.
     ssm = torch.randn(args.batch, layer.HV, layer.d_v, layer.d_k, device="cuda") * 0.05
-    scale = {"standard": lambda: decode.delta_standard_step(ssm, **x, A_log=layer.A_log, dt_bias=layer.dt_bias,
-                                                            state_indices=idx, pad_slot_id=-1, scale=None)}
+    scale = {"standard": standard_fn(layer, ssm, x, idx)}
     try:
         scale["fla"] = fla_fn(layer, args.batch, x)
     except ImportError as exc:  # fla-core not installed

@@ -63,6 +63,7 @@ def test_unsupported_names_the_reason():
 @pytest.mark.parametrize("fields,error", [
     (dict(flush_impl="nvrtc"), "^FusedVariant.flush_impl: expected one of"),
     (dict(flush_cuda_blocks=0), r"^FusedVariant.flush_cuda_blocks: expected an int in \[1, 8\], got 0"),
+    (dict(flush_cuda_prefetch="yes"), "^FusedVariant.flush_cuda_prefetch: expected a bool, got 'yes'"),
 ])
 def test_variant_rejects_bad_cuda_fields(fields, error):
     with pytest.raises(ValueError, match=error):

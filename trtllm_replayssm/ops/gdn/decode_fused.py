@@ -141,6 +141,8 @@ class FusedVariant:
                                                   or self.flush_cuda_heads < 1):
             raise ValueError(f"FusedVariant.flush_cuda_heads: expected a positive int or None, got "
                              f"{self.flush_cuda_heads!r}")
+        if not isinstance(self.flush_cuda_prefetch, bool):
+            raise ValueError(f"FusedVariant.flush_cuda_prefetch: expected a bool, got {self.flush_cuda_prefetch!r}")
         if self.precision not in _PRECISIONS:
             raise ValueError(f"FusedVariant.precision: expected one of {_PRECISIONS}, got {self.precision!r}")
 

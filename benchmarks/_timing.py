@@ -31,6 +31,7 @@ __all__ = [
     "per_step_us",
     "time_replays",
     "time_steps",
+    "time_warmed",
 ]
 
 
@@ -140,6 +141,13 @@ def time_steps(
     sequence = [graphs[i % len(graphs)] for i in range(n)]
     times = time_replays(sequence, rounds=rounds, flush=flush, rotate=True)
     return per_step_us(times, steps, len(graphs))
+
+
+def time_warmed(graphs: Sequence[torch.cuda.CUDAGraph], rounds: int, flush: Callable[[], None] | None) -> float:
+    """Microseconds of one step replayed by ``graphs`` (:func:`time_steps` with ``steps=1``),
+    after :data:`WARMUP_ROUNDS` untimed rounds of the same replays."""
+    time_steps(graphs, rounds=WARMUP_ROUNDS, flush=flush)
+    return time_steps(graphs, rounds=rounds, flush=flush)[0]
 
 
 def per_step_us(times: Sequence[Sequence[float]], steps: int, graphs: int) -> list[float]:

@@ -54,8 +54,8 @@ from _delta_layer import (DTYPES, Cursors, Layer, default_with, fla_fn, replay_f
 from _delta_variants import derive_variants, run_variants  # noqa: E402
 from _derive import label, parse_fields, parse_fields_of  # noqa: E402
 from _spread import spread, spread_lines  # noqa: E402
-from _timing import (WARMUP_ROUNDS, L2Flusher, SameSizeCopy, capture_graph, copy_bandwidth_gbps, device_info,  # noqa: E402
-                     graph_floor_us, graphs_for, time_steps)
+from _timing import (L2Flusher, SameSizeCopy, capture_graph, copy_bandwidth_gbps, device_info,  # noqa: E402
+                     graph_floor_us, graphs_for, time_steps, time_warmed)
 
 from trtllm_replayssm.ops.gdn import decode  # noqa: E402
 from trtllm_replayssm.ops.gdn._wrappers import default_refold  # noqa: E402
@@ -82,9 +82,7 @@ def bench_batch(layer, batch, flusher, rounds, copy_bw, with_fla, sweep, same_co
         return [capture_graph(fn) for _ in range(graphs_for(batch))]
 
     def timed(fn):
-        graphs = captured(fn)
-        time_steps(graphs, rounds=WARMUP_ROUNDS, flush=flusher)
-        return time_steps(graphs, rounds=rounds, flush=flusher)[0]
+        return time_warmed(captured(fn), rounds, flusher)
 
     if with_fla:
         row("fla", timed(fla_fn(layer, batch, x)), 2 * layer.state_bytes(batch) + layer.token_bytes(batch))

@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _derive import parse_fields  # noqa: E402
 from _spread import spread, spread_lines  # noqa: E402
 from _timing import (WARMUP_ROUNDS, L2Flusher, SameSizeCopy, capture_graph, copy_bandwidths_gbps,  # noqa: E402
-                     device_info, graph_floor_us, graphs_for, time_steps)
+                     device_info, graph_floor_us, graphs_for, time_steps, time_warmed)
 
 from trtllm_replayssm.config import ReplaySSMConfig  # noqa: E402
 from trtllm_replayssm.ops.mamba2 import Mamba2ReplayState, decode  # noqa: E402
@@ -92,8 +92,7 @@ def time_standard(dims, batch, dtype, flush, rounds, config=None):
     # rounds) read this step at 579-584 us where a plain run (30 rounds) read 537.8 us in the
     # same call; with it, 532.2-532.7 us, the plain runs' figure on that kind of H200
     # (NOTES_mamba2.md, twenty-second run).
-    time_steps(graphs, rounds=WARMUP_ROUNDS, flush=flush)
-    us = time_steps(graphs, rounds=rounds, flush=flush)[0]
+    us = time_warmed(graphs, rounds, flush)
     del state
     return us
 

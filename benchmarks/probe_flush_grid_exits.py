@@ -9,7 +9,7 @@ stand-in launch of ``batch x items`` blocks of ``--warps`` warps that load the c
 alone, before the step and after it, in one graph each, replayed with the L2 flushed and every
 row reset to ring length ``--committed`` first.
 
-    PYTHONPATH=$PWD python3 benchmarks/probe_flush_grid_exits.py [--batches 128 256] [--items 2 4 8]
+    PYTHONPATH=$PWD python3 benchmarks/probe_flush_grid_exits.py [--batches 128 256] [--items 16 32 64]
         [--warps 8] [--committed 7] [--rounds 30]
 """
 
@@ -25,7 +25,7 @@ import triton.language as tl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _delta_layer import Cursors, Layer, replay_fn  # noqa: E402
-from _timing import WARMUP_ROUNDS, L2Flusher, capture_graph, device_info, graph_floor_us, time_steps  # noqa: E402
+from _timing import L2Flusher, capture_graph, device_info, graph_floor_us, time_warmed  # noqa: E402
 
 WINDOW = 16
 #: Qwen3.5-4B: (value heads, key heads, d_k, d_v), as bench_gdn_decode.py times it.
@@ -73,11 +73,11 @@ def main(argv=None):
         phase = [torch.full((batch,), args.committed, dtype=torch.int32, device="cuda")]
         step = replay_fn(layer, state, x, idx, refold=False)
 
+        reset = Cursors(state, phase, flusher)
+
         def timed(fn):
-            Cursors(state, phase, flusher)()  # the warm-up calls move the cursors two entries on
-            graph = [capture_graph(fn)]
-            time_steps(graph, rounds=WARMUP_ROUNDS, flush=Cursors(state, phase, flusher))
-            return time_steps(graph, rounds=args.rounds, flush=Cursors(state, phase, flusher))[0]
+            reset()  # the capture's warm-up calls move the cursors two entries on
+            return time_warmed([capture_graph(fn)], args.rounds, reset)
 
         alone = timed(step)
         for items in args.items:

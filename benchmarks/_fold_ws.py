@@ -1,5 +1,6 @@
-"""Launches of ``fold_ws.cu`` (the warp-specialised window fold) and ``fold_grid.cu`` (the fold as a
-grid of small blocks) for ``bench_fold_ceiling.py``.
+"""Launches of ``fold_ws.cu`` (the warp-specialised window fold), ``fold_grid.cu`` (the fold as a
+grid of small blocks) and ``fold_mma.cu`` (that grid with the product on the tensor cores) for
+``bench_fold_ceiling.py``.
 
 Warp-specialised shapes are named ``cuda ws c<consumer warps> s<stages> b<blocks per SM> h<heads per
 stage> <stores>[ l<load chunks>][ none]`` (``none``: no product); grid shapes ``cuda grid r<rows per
@@ -7,7 +8,8 @@ warp> w<warps> b<blocks per SM>[ xs][ ys| ys32][ persist][ none]``. Measured on 
 (benchmarks/NOTES_mamba2.md, twenty-eighth and thirty-first runs): the warp-specialised fold with
 bulk stores at 89-91.6% of copy at Nemotron-H dims and 93-94% at Gated DeltaNet's; the grid of
 64-row blocks with ``X`` and ``Y`` in shared memory at 91.4% and 98.8%, the same blocks as a fixed
-wave (``persist``) 6 points lower.
+wave (``persist``) 6 points lower; ``cuda mma w<warps> b<blocks per SM> x<bf16 parts of X>[ yf][ persist]``
+(thirty-third run) 88-89% and 95%: fewer product instructions do not make the fold faster.
 
 The kernels are compiled by NVRTC for the device's architecture (``trtllm_replayssm/ops/_nvrtc.py``);
 ``fold_ws`` needs ``cp.async.bulk`` and mbarrier transaction counts (sm_90 and later).
@@ -20,6 +22,7 @@ from pathlib import Path
 
 KERNEL_FILE = Path(__file__).with_name("fold_ws.cu")
 GRID_FILE = Path(__file__).with_name("fold_grid.cu")
+MMA_FILE = Path(__file__).with_name("fold_mma.cu")
 #: (rows per warp, warps per block, blocks per SM asked of ptxas, no product, X through shared
 #: memory, Y through shared memory (2: widened to fp32 there)[, persistent]) of ``fold_grid``.
 GRID_SHAPES = ((8, 2, 8, False, False, False), (8, 2, 8, True, False, False), (4, 2, 16, False, False, False),
@@ -31,6 +34,11 @@ GRID_SHAPES = ((8, 2, 8, False, False, False), (8, 2, 8, True, False, False), (4
                (8, 8, 2, False, True, 2), (16, 4, 2, False, True, 2), (8, 4, 4, False, True, 2),
                (8, 8, 2, False, True, True, True), (16, 4, 2, False, True, True, True),
                (8, 4, 4, False, True, True, True), (8, 8, 3, False, True, 2, True))
+#: (warps per block, blocks per SM asked of ptxas, bf16 parts of X, Y pre-arranged as B fragments,
+#: persistent) of ``fold_mma``.
+MMA_SHAPES = ((4, 4, 3, False, False), (4, 4, 3, True, False), (4, 3, 3, True, False), (2, 8, 3, False, False),
+              (2, 8, 3, True, False), (1, 16, 3, True, False), (4, 4, 2, True, False),
+              (4, 4, 3, True, True), (2, 8, 3, True, True), (4, 4, 3, False, True), (8, 2, 3, True, True))
 #: ``fold_ws``'s parameters: S, X, Y, a, C, out, then the number of head tiles.
 SIGNATURE = (ctypes.c_void_p,) * 6 + (ctypes.c_int32,)
 #: ``fold_grid``'s: the same pointers, then the number of blocks' items (rows / (rows per warp x warps)).
@@ -74,6 +82,30 @@ def grid_name(rows_per_warp: int, warps: int, blocks: int, nofold: bool, x_share
               persistent: bool = False) -> str:
     return (f"cuda grid r{rows_per_warp} w{warps} b{blocks}" + " xs" * x_shared + " ys" * (y_shared == 1)
             + " ys32" * (y_shared == 2) + " persist" * persistent + " none" * nofold)
+
+
+def mma_name(warps: int, blocks: int, split: int, pre_arranged: bool, persistent: bool) -> str:
+    return (f"cuda mma w{warps} b{blocks} x{split}" + " yf" * pre_arranged + " persist" * persistent)
+
+
+def mma_defines(head_dim: int, hpg: int, warps: int, blocks: int, split: int, pre_arranged: bool,
+                persistent: bool) -> dict:
+    return dict(P=head_dim, N=128, J=16, HPG=hpg, WARPS=warps, MIN_BLOCKS=blocks, SPLIT=split, YF=int(pre_arranged),
+                PERSIST=int(persistent))
+
+
+def b_fragments(Y):
+    """``Y`` ``[groups, 16, 128]`` bf16 as ``fold_mma.cu``'s B fragments, ``[groups, 16 n-tiles, 32
+    lanes, 4]``: lane ``(n, q)`` of n-tile ``t`` holds ``Y[4q .. 4q + 3]`` of column
+    ``16 (t // 2) + 4 (n // 2) + n % 2 + 2 (t % 2)``."""
+    import torch
+
+    t = torch.arange(16, device=Y.device)[:, None]
+    lane = torch.arange(32, device=Y.device)[None, :]
+    n, q = lane // 4, lane % 4
+    col = 16 * (t // 2) + 4 * (n // 2) + n % 2 + 2 * (t % 2)  # [16, 32]
+    j = 4 * q[..., None] + torch.arange(4, device=Y.device)  # [1, 32, 4]
+    return Y[:, j.expand(16, 32, 4), col[..., None].expand(16, 32, 4)].contiguous()
 
 
 def shared_bytes(head_dim: int, d_state: int, window: int, stages: int, heads: int = 1) -> int:
@@ -138,6 +170,25 @@ def launches(S, X, Y, a, C, out, head_dim, hpg, sms, shapes=SHAPES) -> dict:
         grid = min(n_blocks, sms * shape[2]) if len(shape) > 6 and shape[6] else n_blocks
 
         def launch(kernel=kernel, grid=grid, threads=warps * 32, args=args):
+            kernel.launch(grid, threads, 0, args, torch.cuda.current_stream().cuda_stream)
+
+        out_[name] = launch
+    mma_source = MMA_FILE.read_text()
+    Yf = b_fragments(Y) if Y.shape[1:] == (16, 128) else None
+    for warps, blocks, split, pre_arranged, persistent in MMA_SHAPES:
+        if d_state != 128 or window != 16 or head_dim % (16 * warps):
+            continue
+        kernel = _nvrtc.load_kernel(mma_source, "fold_mma", mma_defines(head_dim, hpg, warps, blocks, split,
+                                                                        pre_arranged, persistent),
+                                    GRID_SIGNATURE, S.device)
+        n_blocks = rows // (16 * warps)
+        args = (S.data_ptr(), X.data_ptr(), (Yf if pre_arranged else Y).data_ptr(), a.data_ptr(), C.data_ptr(),
+                out.data_ptr(), n_blocks)
+        grid = min(n_blocks, sms * blocks) if persistent else n_blocks
+        name = mma_name(warps, blocks, split, pre_arranged, persistent)
+        print(f"# {name}: {kernel.num_regs} registers, {kernel.local_bytes} B local")
+
+        def launch(kernel=kernel, grid=grid, threads=warps * 32, args=args, keep=Yf):  # keep: args points into it
             kernel.launch(grid, threads, 0, args, torch.cuda.current_stream().cuda_stream)
 
         out_[name] = launch

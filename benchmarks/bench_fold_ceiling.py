@@ -20,7 +20,9 @@ memory by TMA (``STAGES`` in flight per program, folded in place, stored by TMA)
 (``fold_ws.cu``, CUDA C++ by NVRTC) a producer warp keeping whole head tiles in flight by bulk
 copies while consumer warps fold them in fp32 FMAs and store them; ``cuda grid ...``
 (``fold_grid.cu``) one small hardware-scheduled block per tile, its loads issued first, the fold in
-fp32 FMAs (names in ``_fold_ws.py``). ``delta chain ...`` / ``delta after ...``: the ``tl.dot`` fold with a
+fp32 FMAs; ``cuda mma ...`` (``fold_mma.cu``) the same grid with the product on the tensor cores
+(``mma.sync`` on bf16 parts of ``X``, the tile kept in the accumulator layout) (names in
+``_fold_ws.py``). ``delta chain ...`` / ``delta after ...``: the ``tl.dot`` fold with a
 delta rule's row reduction ``S k`` (its result multiplied by a runtime zero, so the check holds)
 before the fold, where the token's ``u`` needs it, or after the store, where a fold of the ring
 alone leaves it (the next window's first ``u``).

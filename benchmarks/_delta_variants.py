@@ -15,7 +15,7 @@ import torch
 
 from _delta_layer import DTYPES, Cursors, Layer, fla_fn, standard_fn, window_cycle
 from _derive import label, parse_fields
-from _timing import L2Flusher, capture_graph, copy_bandwidth_gbps, device_info, median, time_replays
+from _timing import L2Flusher, capture_graph, copy_bandwidth_gbps, device_info, warmed_median
 
 from trtllm_replayssm.ops.gdn import decode
 from trtllm_replayssm.ops.gdn.decode_chunked import ChunkedVariant, chunked_config
@@ -249,7 +249,7 @@ def bench_variants_batch(layer, batch, flusher, rounds, copy_bw, with_fla, names
     rows = []
 
     def base_row(mode, fn):
-        us = median([r[0] for r in time_replays([capture_graph(fn)], rounds=rounds, flush=flusher)])
+        us = warmed_median(capture_graph(fn), rounds, flusher)
         rows.append({"batch": batch, "mode": mode, "amortized_us": us, "pct_copy": 100 * std_bytes / us / 1e3 / copy_bw})
 
     if with_fla:
@@ -276,8 +276,7 @@ def bench_variants_batch(layer, batch, flusher, rounds, copy_bw, with_fla, names
         graph = capture_graph(lambda: variant_step(layer, variant, state, x, idx))
 
         def phase_us(phases):
-            t = time_replays([graph], rounds=rounds, flush=Cursors(state, [phases], flusher))
-            return median([r[0] for r in t])
+            return warmed_median(graph, rounds, Cursors(state, [phases], flusher))
 
         if isinstance(variant, WriteThrough):
             # Every step of a write-through slot starts at c = 0 (no ring to replay or fold).

@@ -4,12 +4,11 @@ grid of small blocks) and ``fold_mma.cu`` (that grid with the product on the ten
 
 Warp-specialised shapes are named ``cuda ws c<consumer warps> s<stages> b<blocks per SM> h<heads per
 stage> <stores>[ l<load chunks>][ none]`` (``none``: no product); grid shapes ``cuda grid r<rows per
-warp> w<warps> b<blocks per SM>[ xs][ ys| ys32][ persist][ none]``. Measured on an H200
-(benchmarks/NOTES_mamba2.md, twenty-eighth and thirty-first runs): the warp-specialised fold with
-bulk stores at 89-91.6% of copy at Nemotron-H dims and 93-94% at Gated DeltaNet's; the grid of
-64-row blocks with ``X`` and ``Y`` in shared memory at 91.4% and 98.8%, the same blocks as a fixed
-wave (``persist``) 6 points lower; ``cuda mma w<warps> b<blocks per SM> x<bf16 parts of X>[ yf][ persist]``
-(thirty-third run) 88-89% and 95%: fewer product instructions do not make the fold faster.
+warp> w<warps> b<blocks per SM>[ xs][ ys| ys32][ persist[ ahead]][ none]`` (`` full``: a persistent
+shape's wave at every block that fits); tensor-core shapes ``cuda mma w<warps> b<blocks per SM>
+x<bf16 parts of X>[ yf][ persist]``. Timed warm on an H200 (benchmarks/NOTES_mamba2.md, thirty-third
+run) at Nemotron-H dims: the grid fold at 100.5% of copy, the warp-specialised fixed wave at 97.6%,
+the MMA grid at 96.0%, fixed waves of the grid's blocks at 88-93%.
 
 The kernels are compiled by NVRTC for the device's architecture (``trtllm_replayssm/ops/_nvrtc.py``);
 ``fold_ws`` needs ``cp.async.bulk`` and mbarrier transaction counts (sm_90 and later).
@@ -24,7 +23,8 @@ KERNEL_FILE = Path(__file__).with_name("fold_ws.cu")
 GRID_FILE = Path(__file__).with_name("fold_grid.cu")
 MMA_FILE = Path(__file__).with_name("fold_mma.cu")
 #: (rows per warp, warps per block, blocks per SM asked of ptxas, no product, X through shared
-#: memory, Y through shared memory (2: widened to fp32 there)[, persistent]) of ``fold_grid``.
+#: memory, Y through shared memory (2: widened to fp32 there)[, persistent (2: each warp's next tile
+#: loaded ahead)]) of ``fold_grid``.
 GRID_SHAPES = ((8, 2, 8, False, False, False), (8, 2, 8, True, False, False), (4, 2, 16, False, False, False),
                (4, 4, 8, False, False, False), (8, 4, 4, False, False, False), (16, 1, 8, False, False, False),
                (8, 1, 16, False, False, False), (8, 2, 8, False, True, False), (8, 1, 16, False, True, False),
@@ -33,7 +33,10 @@ GRID_SHAPES = ((8, 2, 8, False, False, False), (8, 2, 8, True, False, False), (4
                (8, 2, 12, False, True, True), (8, 4, 6, False, True, True), (8, 8, 3, False, True, True),
                (8, 8, 2, False, True, 2), (16, 4, 2, False, True, 2), (8, 4, 4, False, True, 2),
                (8, 8, 2, False, True, True, True), (16, 4, 2, False, True, True, True),
-               (8, 4, 4, False, True, True, True), (8, 8, 3, False, True, 2, True))
+               (8, 4, 4, False, True, True, True), (8, 8, 3, False, True, 2, True),
+               (8, 1, 16, False, True, True), (8, 1, 16, True, False, False), (8, 1, 16, False, True, True, True),
+               (8, 2, 8, False, True, True, True), (8, 1, 12, False, True, True, 2), (8, 2, 6, False, True, True, 2),
+               (8, 8, 2, False, True, True, 2), (8, 4, 3, False, True, True, 2))
 #: (warps per block, blocks per SM asked of ptxas, bf16 parts of X, Y pre-arranged as B fragments,
 #: persistent) of ``fold_mma``.
 MMA_SHAPES = ((4, 4, 3, False, False), (4, 4, 3, True, False), (4, 3, 3, True, False), (2, 8, 3, False, False),
@@ -73,15 +76,17 @@ def defines(head_dim: int, d_state: int, window: int, hpg: int, warps: int, stag
 
 
 def grid_defines(head_dim: int, d_state: int, window: int, hpg: int, rows_per_warp: int, warps: int, blocks: int,
-                 nofold: bool, x_shared: bool = False, y_shared: int = 0, persistent: bool = False) -> dict:
+                 nofold: bool, x_shared: bool = False, y_shared: int = 0, persistent: int = 0) -> dict:
     return dict(P=head_dim, N=d_state, J=window, HPG=hpg, RW=rows_per_warp, WARPS=warps, MIN_BLOCKS=blocks,
-                NOFOLD=int(nofold), XS=int(x_shared), YS=int(y_shared), PERSIST=int(persistent))
+                NOFOLD=int(nofold), XS=int(x_shared), YS=int(y_shared), PERSIST=int(bool(persistent)),
+                AHEAD=int(persistent == 2))
 
 
 def grid_name(rows_per_warp: int, warps: int, blocks: int, nofold: bool, x_shared: bool, y_shared: int,
-              persistent: bool = False) -> str:
+              persistent: int = 0) -> str:
     return (f"cuda grid r{rows_per_warp} w{warps} b{blocks}" + " xs" * x_shared + " ys" * (y_shared == 1)
-            + " ys32" * (y_shared == 2) + " persist" * persistent + " none" * nofold)
+            + " ys32" * (y_shared == 2) + " persist" * bool(persistent) + " ahead" * (persistent == 2)
+            + " none" * nofold)
 
 
 def mma_name(warps: int, blocks: int, split: int, pre_arranged: bool, persistent: bool) -> str:
@@ -167,12 +172,18 @@ def launches(S, X, Y, a, C, out, head_dim, hpg, sms, shapes=SHAPES) -> dict:
         name = grid_name(*shape)
         n_blocks = rows // (rw * warps)
         args = (S.data_ptr(), X.data_ptr(), Y.data_ptr(), a.data_ptr(), C.data_ptr(), out.data_ptr(), n_blocks)
-        grid = min(n_blocks, sms * shape[2]) if len(shape) > 6 and shape[6] else n_blocks
+        resident = kernel.blocks_per_sm(warps * 32, 0)
+        print(f"# {name}: {kernel.num_regs} registers, {resident} blocks per SM resident")
+        persistent = len(shape) > 6 and shape[6]
+        # a fixed wave of the blocks asked of ptxas, and one of every block that fits (" full")
+        waves = {name: min(n_blocks, sms * shape[2])} if persistent else {name: n_blocks}
+        if persistent and resident > shape[2]:
+            waves[name + " full"] = min(n_blocks, sms * resident)
+        for wave_name, grid in waves.items():
+            def launch(kernel=kernel, grid=grid, threads=warps * 32, args=args):
+                kernel.launch(grid, threads, 0, args, torch.cuda.current_stream().cuda_stream)
 
-        def launch(kernel=kernel, grid=grid, threads=warps * 32, args=args):
-            kernel.launch(grid, threads, 0, args, torch.cuda.current_stream().cuda_stream)
-
-        out_[name] = launch
+            out_[wave_name] = launch
     mma_source = MMA_FILE.read_text()
     Yf = b_fragments(Y) if Y.shape[1:] == (16, 128) else None
     for warps, blocks, split, pre_arranged, persistent in MMA_SHAPES:

@@ -32,6 +32,7 @@ __all__ = [
     "time_replays",
     "time_steps",
     "time_warmed",
+    "warmed_median",
 ]
 
 
@@ -150,6 +151,13 @@ def time_warmed(graphs: Sequence[torch.cuda.CUDAGraph], rounds: int, flush: Call
     return time_steps(graphs, rounds=rounds, flush=flush)[0]
 
 
+def warmed_median(graph: torch.cuda.CUDAGraph, rounds: int, flush: L2Flusher | None) -> float:
+    """Median microseconds of ``graph``'s replays (:func:`time_replays`), after
+    :data:`WARMUP_ROUNDS` untimed ones."""
+    time_replays(graph, rounds=WARMUP_ROUNDS, flush=flush)
+    return median([t[0] for t in time_replays(graph, rounds=rounds, flush=flush)])
+
+
 def per_step_us(times: Sequence[Sequence[float]], steps: int, graphs: int) -> list[float]:
     """Per step, the mean over graphs of each graph's median, from ``times[r][i]``: round ``r``'s
     replay of entry ``i`` of a :func:`time_steps` sequence (entry ``i`` is graph ``i % graphs``;
@@ -211,9 +219,7 @@ def graph_floor_us(flush: L2Flusher | None, rounds: int = 20, device: str = "cud
     row of the decode tables includes it; inside a model's graph a layer's step does not pay it
     alone."""
     word = torch.zeros(1, dtype=torch.int32, device=device)
-    graph = capture_graph(lambda: _one_word_kernel[(1,)](word))
-    time_replays(graph, rounds=WARMUP_ROUNDS, flush=flush)
-    return median([t[0] for t in time_replays(graph, rounds=rounds, flush=flush)])
+    return warmed_median(capture_graph(lambda: _one_word_kernel[(1,)](word)), rounds, flush)
 
 
 @triton.jit
@@ -259,9 +265,7 @@ class SameSizeCopy:
         if mib not in self.cache:
             src = torch.empty(mib << 18, dtype=torch.float32, device=self.device).uniform_()
             dst = torch.empty_like(src)
-            graph = capture_graph(lambda: _triton_copy(src, dst))
-            time_replays(graph, rounds=WARMUP_ROUNDS, flush=self.flush)
-            us = median([t[0] for t in time_replays(graph, rounds=self.rounds, flush=self.flush)])
+            us = warmed_median(capture_graph(lambda: _triton_copy(src, dst)), self.rounds, self.flush)
             self.cache[mib] = 2 * (mib << 20) / (us * 1e-6) / 1e9
         return self.cache[mib]
 

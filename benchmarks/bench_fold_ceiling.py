@@ -42,7 +42,7 @@ import triton
 import triton.language as tl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _timing import L2Flusher, capture_graph, copy_bandwidths_gbps, median, time_replays  # noqa: E402
+from _timing import L2Flusher, capture_graph, copy_bandwidths_gbps, warmed_median  # noqa: E402
 
 from trtllm_replayssm.ops._tf32 import dot_bf16x3, dot_tf32x2  # noqa: E402
 
@@ -248,6 +248,8 @@ def main(argv=None):
     p.add_argument("--window", type=int, default=16)
     p.add_argument("--rounds", type=int, default=15)
     p.add_argument("--only", nargs="*", default=[], help="run only kernels whose name starts with one of these")
+    p.add_argument("--standard", action="store_true",
+                   help="first time the in-project standard decode step at these dims (bf16 inputs; its own state)")
     args = p.parse_args(argv)
     heads, head_dim, d_state, hpg = args.dims
     nh = args.batch * heads
@@ -268,11 +270,23 @@ def main(argv=None):
     copy = max(copy_bandwidths_gbps().values())
     flush = L2Flusher()
     nbytes = 2 * S.numel() * 4 + X.numel() * 4 + Y.numel() * 2 + out.numel() * 4
+
+    def moved_bytes(name):
+        # what a kernel must move: "nostore" leaves the state unwritten, "none" reads no X or Y
+        return (nbytes - S.numel() * 4 * (" nostore" in name)
+                - (X.numel() * 4 + Y.numel() * 2) * name.endswith(" none"))
     print(f"# {torch.cuda.get_device_name()}, {sms} SMs, triton {triton.__version__}; copy {copy:.0f} GB/s; "
           f"batch {args.batch}, dims {tuple(args.dims)}, window {args.window}: "
           f"{S.numel() * 4 / 2**30:.2f} GiB of fp32 state read and written; at copy speed "
           f"{nbytes / copy / 1e3:.1f} us")
     print(f"{'kernel':<34}{'us':>9}{'GB/s':>8}{'% copy':>8}  check")
+    if args.standard:
+        import bench_mamba2_decode as m2
+
+        dims = (heads, head_dim, d_state, heads // hpg)
+        us = m2.time_standard(dims, args.batch, torch.bfloat16, flush, args.rounds)
+        gbps = (2 * m2._state_bytes(args.batch, *dims[:3]) + m2._io_bytes(args.batch, *dims, 2)) / (us * 1e-6) / 1e9
+        print(f"{'standard step':<34}{us:>9.1f}{gbps:>8.0f}{100 * gbps / copy:>7.1f}%", flush=True)
     for name, fn in launches(S, X, Y, a, C, out, head_dim, hpg, sms).items():
         if args.only and not any(name.startswith(o) for o in args.only):
             continue
@@ -284,8 +298,8 @@ def main(argv=None):
             reads_only = " nostore" in name
             want = S0.double() if reads_only else scaled if name.endswith(" none") else ref
             err = float(((S.double() - want).abs().max() / want.abs().max()))
-            us = median([t[0] for t in time_replays(capture_graph(fn), rounds=args.rounds, flush=flush)])
-            gbps = (nbytes - S.numel() * 4 * reads_only) / (us * 1e-6) / 1e9
+            us = warmed_median(capture_graph(fn), args.rounds, flush)
+            gbps = moved_bytes(name) / (us * 1e-6) / 1e9
             print(f"{name:<34}{us:>9.1f}{gbps:>8.0f}{100 * gbps / copy:>7.1f}%  "
                   f"{'ok' if err < 1e-5 else 'WRONG'} {err:.1e}", flush=True)
         except Exception as exc:  # one failing shape must not end the run

@@ -5,14 +5,15 @@
 // (S [P, N] fp32, X [J, P] fp32, Y [J, N] bf16 and C [N] bf16 shared by HPG heads).
 //
 // The standard decode step reaches ~98% of copy with one small program per tile, scheduled by
-// the hardware; the CUDA flush launch (a fixed wave of blocks walking items) and the
-// warp-specialised fold (fold_ws.cu) stop at 89-91% at Nemotron-H dims. This is the standard
+// the hardware; the CUDA flush launch (a fixed wave of blocks walking items) stops at ~89% at
+// Nemotron-H dims. This is the standard
 // step's schedule with the fold's product: each block owns WARPS x RW rows of one head, every
 // thread four columns of its warp's rows; a thread issues its tile loads and the group's Y
 // (J x 4 columns, L2 hits after the group's first block) at once, folds in FMAs, stores.
-// On an H200 (benchmarks/NOTES_mamba2.md, thirty-first run), 64-row blocks with X and Y through
-// shared memory fold at 91.4% of copy at Nemotron-H dims and 98.8% at Gated DeltaNet's; the
-// same blocks as a fixed wave (PERSIST) run 6 points lower.
+// On an H200, timed warm (benchmarks/NOTES_mamba2.md, thirty-third run), 64-row blocks with X
+// and Y through shared memory fold at 100.5% of copy at Nemotron-H dims and 99.3% at Gated
+// DeltaNet's; the same blocks as a fixed wave (PERSIST) run 8 points lower, with or without
+// AHEAD.
 //
 // Defines: P (rows of a head), N (columns; 128), J (window), HPG (heads per Y / C group),
 // RW (rows per warp, a multiple of 4), WARPS (per block), MIN_BLOCKS (blocks per SM asked of
@@ -21,7 +22,8 @@
 // where ptxas may leave one L2 round trip per entry), YS (1: the group's Y loaded once per block
 // into shared memory; 2: the same, widened to fp32 there; 0: each thread loads its own columns
 // of it), PERSIST (1: a fixed wave of blocks, each looping over the blocks' items; 0: one block
-// per item).
+// per item), AHEAD (PERSIST: each warp loads its next item's tile into registers before it folds
+// this one).
 
 typedef unsigned short u16;
 
@@ -33,6 +35,9 @@ typedef unsigned short u16;
 #endif
 #ifndef PERSIST
 #define PERSIST 0
+#endif
+#ifndef AHEAD
+#define AHEAD 0
 #endif
 #define ROWS (RW * WARPS)  // rows of a block
 #define X_CHUNKS (J * RW / 4)  // float4 of a warp's X
@@ -50,6 +55,14 @@ extern "C" __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
 fold_grid(float* __restrict__ S, const float* __restrict__ X, const u16* __restrict__ Y, const float* __restrict__ a,
           const u16* __restrict__ C, float* __restrict__ out, int n_blocks) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+#if PERSIST && AHEAD
+    float4 next[RW];  // the block's next item's tile, loaded while this one folds
+    if (blockIdx.x < n_blocks) {
+        const float* t0 = S + ((long long)blockIdx.x * ROWS + warp * RW) * N + 4 * lane;
+#pragma unroll
+        for (int r = 0; r < RW; ++r) next[r] = *(const float4*)(t0 + r * N);
+    }
+#endif
 #if PERSIST
     for (long long blk = blockIdx.x; blk < n_blocks; blk += gridDim.x) {
 #else
@@ -61,8 +74,18 @@ fold_grid(float* __restrict__ S, const float* __restrict__ X, const u16* __restr
     const int p0 = (int)(row0 % P);
     float* tile = S + row0 * N + 4 * lane;
     float4 acc[RW];
+#if PERSIST && AHEAD
+#pragma unroll
+    for (int r = 0; r < RW; ++r) acc[r] = next[r];
+    if (blk + gridDim.x < n_blocks) {
+        const float* tn = tile + (long long)gridDim.x * ROWS * N;
+#pragma unroll
+        for (int r = 0; r < RW; ++r) next[r] = *(const float4*)(tn + r * N);
+    }
+#else
 #pragma unroll
     for (int r = 0; r < RW; ++r) acc[r] = *(const float4*)(tile + r * N);
+#endif
 #if !NOFOLD
 #if XS
     __shared__ __align__(16) float xs_all[WARPS][J * RW];  // [j][row] of each warp

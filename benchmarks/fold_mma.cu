@@ -4,13 +4,13 @@
 // (S [P, N] fp32, X [J, P] fp32, Y [J, N] bf16 and C [N] bf16 shared by HPG heads).
 //
 // fold_grid.cu folds in exact fp32 FMAs: 16 per state element, ~20% of an H200's issue slots at
-// copy speed, and the grid stops at 91% of copy at Nemotron-H dims against 97% without the
-// product. Here each warp owns 16 rows of a head and keeps them in the accumulator layout of
+// copy speed. Here each warp owns 16 rows of a head and keeps them in the accumulator layout of
 // mma.sync.m16n8k16 (bf16 in, fp32 accumulate): the tile is loaded from global memory straight
 // into that layout and stored from it, so no shared memory or layout change touches the state.
 // Y is bf16 and exact as an operand; X (fp32) is split into SPLIT bf16 parts (three carry its 24
 // bits), one MMA per part: J x SPLIT multiply-adds per element at a 32nd of the FMA form's
-// instructions.
+// instructions. On an H200, timed warm (benchmarks/NOTES_mamba2.md, thirty-third run), it folds
+// at 96.0% of copy at Nemotron-H dims against the FMA grid's 100.5%: no gain.
 //
 // Layout: a thread (group gq = lane / 4, q = lane % 4) holds rows gq and gq + 8 of its warp's
 // 16, columns 16 pr + 4 q .. + 3 of every 16-column pair pr (one float4 each). The MMA's columns

@@ -20,6 +20,7 @@ import ctypes
 from pathlib import Path
 
 KERNEL_FILE = Path(__file__).with_name("fold_ws.cu")
+BULK_COPY_FILE = Path(__file__).resolve().parents[1] / "trtllm_replayssm" / "ops" / "_bulk_copy.cuh"
 GRID_FILE = Path(__file__).with_name("fold_grid.cu")
 MMA_FILE = Path(__file__).with_name("fold_mma.cu")
 #: (rows per warp, warps per block, blocks per SM asked of ptxas, no product, X through shared
@@ -60,6 +61,11 @@ SHAPES = ((16, 5, 1, False, "bulk", 1, 1), (16, 5, 1, True, "bulk", 1, 1), (16, 
           (16, 5, 1, False, "pstore", 1, 1), (16, 5, 1, True, "pstore", 1, 1), (16, 5, 1, False, "plag", 1, 1),
           (8, 5, 1, False, "pstore", 1, 1), (16, 4, 1, False, "pstore", 1, 1), (16, 2, 1, False, "pstore", 1, 1),
           (16, 2, 1, True, "pstore", 1, 1), (16, 2, 1, False, "plag", 1, 1), (8, 2, 1, False, "pstore", 1, 1))
+
+
+def ws_source() -> str:
+    """``fold_ws.cu`` behind the package's barrier and bulk-copy helpers."""
+    return BULK_COPY_FILE.read_text() + "\n" + KERNEL_FILE.read_text()
 
 
 def stage_bytes(head_dim: int, d_state: int, window: int, heads: int = 1) -> int:
@@ -132,7 +138,7 @@ def launches(S, X, Y, a, C, out, head_dim, hpg, sms, shapes=SHAPES) -> dict:
         return {}
     rows, d_state = S.shape
     window = X.shape[1]
-    source = KERNEL_FILE.read_text()
+    source = ws_source()
     limit = torch.cuda.get_device_properties(S.device).shared_memory_per_block_optin
     out_ = {}
     for warps, stages, blocks, nofold, store, chunks, heads in shapes:

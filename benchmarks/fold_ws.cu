@@ -28,7 +28,6 @@
 #endif
 
 typedef unsigned short u16;
-typedef unsigned long long u64;
 
 #define THREADS ((CW + 1) * 32)
 #define RW (HS * P / CW)             // rows of a stage's tile per consumer warp
@@ -44,41 +43,6 @@ static_assert((HS * P) % CW == 0 && RW % 4 == 0 && RW <= 32 && P % RW == 0 && HP
               "rows per consumer warp: a multiple of 4, at most 32, within one head");
 static_assert(STAGE_BYTES % 16 == 0 && 16 * STAGES <= BARRIER_BYTES, "bulk copies move 16-byte multiples");
 static_assert((TILE_F * 4 / LOAD_CHUNKS) % 16 == 0 && TILE_F % LOAD_CHUNKS == 0, "tile chunks of 16-byte multiples");
-
-__device__ __forceinline__ unsigned smem_addr(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
-
-__device__ __forceinline__ void bar_init(u64* bar, unsigned count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
-}
-
-// One arrival that also expects `bytes` of bulk copies to complete on the barrier's phase.
-__device__ __forceinline__ void bar_arrive_expect(u64* bar, unsigned bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes)
-                 : "memory");
-}
-
-// Release semantics: this thread's earlier shared-memory reads are done before it counts.
-__device__ __forceinline__ void bar_arrive(u64* bar) {
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
-}
-
-__device__ __forceinline__ void bar_wait(u64* bar, unsigned parity) {
-    unsigned done = 0;
-    while (!done) {
-        asm volatile(
-            "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}"
-            : "=r"(done)
-            : "r"(smem_addr(bar)), "r"(parity)
-            : "memory");
-    }
-}
-
-__device__ __forceinline__ void bulk_load(void* dst, const void* src, unsigned bytes, u64* bar) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                     smem_addr(dst)),
-                 "l"(src), "r"(bytes), "r"(smem_addr(bar))
-                 : "memory");
-}
 
 __device__ __forceinline__ float bf16_lo(unsigned w) { return __uint_as_float(w << 16); }
 __device__ __forceinline__ float bf16_hi(unsigned w) { return __uint_as_float(w & 0xffff0000u); }

@@ -37,7 +37,7 @@ def test_stage_bytes_are_the_operands():
 @pytest.mark.skipif(not HAVE_PTXAS, reason="Triton's ptxas is not installed")
 @pytest.mark.parametrize("sm", [90, 100, 103])
 def test_assembles_without_spills(sm, tmp_path):
-    source = ws.KERNEL_FILE.read_text()
+    source = ws.ws_source()
     for warps, stages, blocks, nofold, store, chunks, heads in _nemotron_h_shapes():
         defs = ws.defines(64, 128, 16, 16, warps, stages, blocks, nofold, store, chunks, heads)
         ptx = _nvrtc.compile_ptx(source, "fold_ws.cu", sm, tuple((k, str(v)) for k, v in defs.items()))
@@ -52,7 +52,7 @@ def test_shapes_outside_the_kernel_are_refused_at_compile_time():
     # 12 consumer warps do not divide 64 rows into multiples of 4: the static_assert names it
     defs = ws.defines(64, 128, 16, 16, 12, 2, 1, False)
     with pytest.raises(_nvrtc.NvrtcError, match="rows per consumer warp"):
-        _nvrtc.compile_ptx(ws.KERNEL_FILE.read_text(), "fold_ws.cu", 90, tuple((k, str(v)) for k, v in defs.items()))
+        _nvrtc.compile_ptx(ws.ws_source(), "fold_ws.cu", 90, tuple((k, str(v)) for k, v in defs.items()))
 
 
 def test_launches_refuse_cpu_tensors():

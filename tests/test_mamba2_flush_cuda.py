@@ -4,9 +4,10 @@
 CPU: its launch choices (tile rows, defines, shared memory, which steps it serves), the
 configuration's checks, and, where an NVRTC library is installed (the ``nvidia-cuda-nvrtc`` wheel),
 that the kernel compiles for sm_90 / sm_100 / sm_103 and, assembled by Triton's ptxas, does not
-spill at the defaults. GPU (``gpu``): the steps against the float64 reference over dims, dtypes,
-batches, padded rows and staggered flush phases, 4 windows at Nemotron-H dims, and a captured
-step against eager calls.
+spill at the defaults; the same for the warp-specialised form (``flush_impl="cuda_ws"``,
+``flush_ws.cu``) with its shared-memory plan and the steps it serves. GPU (``gpu``): the steps of
+both forms against the float64 reference over dims, dtypes, batches, padded rows and staggered
+flush phases, 4 windows at Nemotron-H dims, and a captured step against eager calls.
 """
 
 from __future__ import annotations
@@ -80,6 +81,39 @@ def test_launch_config_checks_cuda_flush_fields():
             decode.LaunchConfig(**bad)
 
 
+def test_ws_shared_memory_and_stages():
+    # Nemotron-H, bf16: five 37376-byte stages (the head's 32 KB tile, 16 ring B rows, B_t, C_t),
+    # 16 warps x (17 x 4 + 2 x 4) fp32, 16 bytes per batch row; Nemotron-3-Nano's 40 KB tiles fit four.
+    stage = 64 * 128 * 4 + 16 * 128 * 2 + 2 * 128 * 2
+    assert fc.ws_shared_bytes(256, 64, 128, 16, 2, 2, 5) == 128 + 5 * stage + 4 * 16 * (17 * 4 + 2 * 4) + 16 * 256
+    assert fc.ws_stages(256, 64, 128, 16, 2, 2, 232448) == 5
+    assert fc.ws_stages(256, 80, 128, 16, 2, 2, 232448) == 4
+    assert fc.ws_stages(256, 256, 128, 16, 2, 2, 232448) == 0  # a 128 KB tile: not two stages
+    assert fc.ws_stages(4096, 128, 128, 16, 4, 4, 232448) == 2  # 64 KB of rows leave two fp32 stages
+    assert fc.ws_stages(4096, 128, 128, 16, 4, 4, 200000) == 0
+    d = fc.ws_defines(128, 8, 64, 128, 16, torch.bfloat16, torch.bfloat16, torch.float32, torch.float32, True, False,
+                      None, 64, 5)
+    assert (d["CW"], d["THREADS"], d["STAGES"], d["HPG"], d["RING_KIND"], d["HAS_INDICES"]) == (16, 544, 5, 16, 0, 0)
+    with pytest.raises(ValueError, match="ring: expected one of"):
+        fc.ws_defines(8, 2, 64, 128, 16, torch.bfloat16, torch.bfloat16, torch.int8, None, False, False, None, 64, 2)
+
+
+def test_ws_unsupported_names_each_reason():
+    ring_B = torch.zeros(4, 2, 16, 128)
+    assert "d_state 64" in fc.ws_unsupported(torch.zeros(4, 2, 64, 64), torch.zeros(4, 2, 16, 64), 4)
+    assert "not contiguous" in fc.ws_unsupported(torch.zeros(4, 2, 64, 256)[..., :128], ring_B, 4)
+    assert "not contiguous" in fc.ws_unsupported(torch.zeros(4, 2, 64, 128), torch.zeros(4, 2, 16, 256)[..., :128], 4)
+    assert "head_dim 72" in fc.ws_unsupported(torch.zeros(4, 2, 72, 128), ring_B, 4)
+    assert "ring of 32" in fc.ws_unsupported(torch.zeros(4, 2, 64, 128), torch.zeros(4, 2, 32, 128), 4)
+    assert "CUDA device" in fc.ws_unsupported(torch.zeros(4, 2, 64, 128), ring_B, 4)
+
+
+def test_launch_config_takes_the_ws_flush():
+    assert decode.LaunchConfig(**dict(CUDA_FLUSH, flush_impl="cuda_ws")).flush_impl == "cuda_ws"
+    with pytest.raises(ValueError, match="needs flush_launch=True"):
+        decode.LaunchConfig(**dict(CUDA_FLUSH, flush_impl="cuda_ws", flush_launch=False, flush_stream=False))
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter path; the GPU tests run the kernel")
 def test_cuda_flush_config_off_cuda_takes_the_triton_launch():
     # Off CUDA the step keeps the Triton flush launch (the interpreter), exactly as without flush_impl.
@@ -141,31 +175,48 @@ def test_defaults_assemble_without_spills(sm, tmp_path):
         assert regs * fc.THREADS * cfg.flush_cuda_blocks <= 65536 and spills == 0, (sm, head_dim, log)
 
 
+@NEEDS_NVRTC
+@pytest.mark.skipif(not HAVE_PTXAS, reason="Triton's ptxas is not installed")
+@pytest.mark.parametrize("sm", [90, 100, 103])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_ws_kernel_assembles_without_spills(sm, dtype, tmp_path):
+    # One 544-thread block per SM: within 120 registers a thread, no spill, at the dims it serves.
+    for heads, groups, head_dim in [(128, 8, 64), (96, 8, 80), (8, 2, 128)]:
+        stages = fc.ws_stages(256, head_dim, 128, 16, dtype.itemsize, dtype.itemsize, 232448)
+        defs = fc.ws_defines(heads, groups, head_dim, 128, 16, dtype, dtype, dtype, torch.float32, True, True,
+                             torch.int32, head_dim, stages)
+        ptx = _nvrtc.compile_ptx(fc.source(fc.WS_FILE), "flush_ws.cu", sm, tuple((k, str(v)) for k, v in defs.items()))
+        assert "cp.async.bulk.shared::cluster.global" in ptx and "mbarrier.try_wait" in ptx
+        regs, spills, log = assemble(ptx, sm, tmp_path / f"flush_ws_{sm}_{head_dim}.ptx")
+        assert regs * defs["THREADS"] <= 65536 and spills == 0, (sm, head_dim, log)
+
+
 # -- GPU ---------------------------------------------------------------------------------------------
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("params", [{}, dict(flush_cuda_rows=8, flush_cuda_blocks=3, flush_heads=2)],
-                         ids=["default", "rows8-heads2"])
+@pytest.mark.parametrize("params", [{}, dict(flush_cuda_rows=8, flush_cuda_blocks=3, flush_heads=2),
+                                    dict(flush_impl="cuda_ws")], ids=["default", "rows8-heads2", "ws"])
 @pytest.mark.parametrize("batch", [1, 3, 64])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize("dims", [(8, 64, 128, 2), (8, 80, 128, 8), (4, 128, 64, 1), (6, 256, 128, 3)])
 def test_cuda_flush_steps_gpu(dims, dtype, batch, params):
-    run = _kernel_replay(decode.LaunchConfig(**CUDA_FLUSH, **params))
+    run = _kernel_replay(decode.LaunchConfig(**dict(CUDA_FLUSH, **params)))
     check_replay(dims, dtype, batch, window=8, steps=26, device="cuda", run=run, stagger=True)
     check_replay(dims, dtype, batch, window=4, steps=13, device="cuda", run=run, seed=1)
 
 
 @pytest.mark.gpu
-def test_cuda_flush_nemotron_dims_four_windows_gpu():
+@pytest.mark.parametrize("impl", ["cuda", "cuda_ws"])
+def test_cuda_flush_nemotron_dims_four_windows_gpu(impl):
     # The accuracy target: the fp32 checkpoint within 1e-5 of float64 over 4 windows at L=16.
     run = _kernel_replay(decode.LaunchConfig(**dict(CUDA_FLUSH, flush_persistent=4, flush_list_items="heads",
-                                                    flush_heads=16)))
+                                                    flush_heads=16, flush_impl=impl)))
     check_replay((128, 64, 128, 8), torch.bfloat16, 3, 16, 66, "cuda", run=run, ckpt_tol=1e-5)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("impl", ["triton", "cuda"])
+@pytest.mark.parametrize("impl", ["triton", "cuda", "cuda_ws"])
 def test_flush_ignores_unwritten_ring_entries_gpu(impl):
     # Window 8 of a 16-entry ring, NaN in every entry until written: entries past c never reach a sum.
     run = _kernel_replay(decode.LaunchConfig(**dict(CUDA_FLUSH, flush_impl=impl)))
@@ -180,11 +231,24 @@ def test_cuda_flush_falls_back_where_unsupported_gpu():
 
 
 @pytest.mark.gpu
-def test_cuda_flush_cuda_graph_equals_eager_gpu():
+@pytest.mark.parametrize("impl", ["cuda", "cuda_ws"])
+def test_cuda_flush_cuda_graph_equals_eager_gpu(impl):
     dims = (16, 64, 128, 2)
     gen = torch.Generator().manual_seed(8)
     base, _ = allocate(6, *dims, 4, torch.bfloat16, "cuda", gen)
-    eager, graph = _graph_vs_eager(_kernel_replay(decode.LaunchConfig(**CUDA_FLUSH)), base.clone, 5, *dims,
-                                   torch.bfloat16)
+    eager, graph = _graph_vs_eager(_kernel_replay(decode.LaunchConfig(**dict(CUDA_FLUSH, flush_impl=impl))),
+                                   base.clone, 5, *dims, torch.bfloat16)
     for name, t in eager.tensors().items():
         assert torch.equal(t, getattr(graph, name)), name
+
+
+@pytest.mark.gpu
+def test_ws_flush_serves_the_model_dims_gpu():
+    # The GPU tests above run flush_ws.cu only where it serves: Nemotron-H's, Nemotron-3-Nano's and
+    # the 128-row heads' steps must take it (not fall back to the per-warp CUDA launch).
+    for head_dim, ring_dtype in [(64, torch.bfloat16), (80, torch.bfloat16), (128, torch.float32), (64, torch.float32)]:
+        ck = torch.zeros(64, 8, head_dim, 128, device="cuda")
+        ring_B = torch.zeros(64, 2, 16, 128, device="cuda", dtype=ring_dtype)
+        assert fc.ws_unsupported(ck, ring_B, 64) is None, head_dim
+    assert "d_state 64" in fc.ws_unsupported(torch.zeros(4, 2, 128, 64, device="cuda"),
+                                             torch.zeros(4, 1, 16, 64, device="cuda"), 4)

@@ -113,3 +113,45 @@ __device__ __forceinline__ int number_flush_rows(RowInfo row_info, int batch, in
     }
     return flushing;
 }
+
+// The parameters of Mamba-2's flush-row kernels (ops/mamba2/flush_cuda.cu, flush_ws.cu; the
+// launchers in decode_flush_cuda.py document them). Expects the operand types RA, XA, BA, DA.
+#define MAMBA2_FLUSH_PARAMS                                                                          \
+    float *__restrict__ ckpt, const typename RA::T *__restrict__ ring_x,                             \
+        const typename RA::T *__restrict__ ring_B, const float *__restrict__ coef,                   \
+        const int *__restrict__ info, const typename XA::T *__restrict__ x,                          \
+        const typename BA::T *__restrict__ Bm, const typename BA::T *__restrict__ Cm,                \
+        const typename DA::T *__restrict__ Dv, const typename XA::T *__restrict__ z,                 \
+        const IdxT *__restrict__ idx, typename XA::T *__restrict__ y, int batch, long long s_ck_slot, \
+        long long s_ck_head, long long s_rx_slot, long long s_rx_head, long long s_rB_slot,          \
+        long long s_rB_group, long long s_x_row, long long s_x_head, long long s_B_row,              \
+        long long s_B_group, long long s_C_row, long long s_C_group, long long s_z_row,              \
+        long long s_z_head, long long s_y_row, long long s_y_head
+
+// Mamba-2's flush rows, from the ring launch's info ([batch, 2]: c, then whether the row flushes)
+// and the rows' slots (idx, or the row itself).
+__device__ __forceinline__ int mamba2_number_flush_rows(const int* info, const IdxT* idx, int batch, int* rows,
+                                                        int* ring_len, long long* slots, int* warp_count) {
+    return number_flush_rows(
+        [&](int r, int& c, long long& s) {
+            c = info[2 * r];
+#if HAS_INDICES
+            s = (long long)idx[r];
+#else
+            s = r;
+#endif
+            return info[2 * r + 1] != 0;
+        },
+        batch, rows, ring_len, slots, warp_count);
+}
+
+// Mamba-2's output gate on a row's y = S C: (y + D x) silu(z), as HAS_D and HAS_Z say.
+__device__ __forceinline__ float mamba2_gated(float y, float d_h, float x, float z) {
+#if HAS_D
+    y += d_h * x;
+#endif
+#if HAS_Z
+    y = y * z / (1.f + __expf(-z));
+#endif
+    return y;
+}

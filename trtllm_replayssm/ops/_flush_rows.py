@@ -20,8 +20,11 @@ KINDS = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 @functools.lru_cache(maxsize=None)
 def source(kernel_file: str) -> str:
     """The text NVRTC compiles for a flush-row kernel file: ``_flush_rows.cuh`` (the device code
-    the launches share), then the file's own."""
-    return Path(__file__).with_name("_flush_rows.cuh").read_text() + "\n" + Path(kernel_file).read_text()
+    the launches share) and ``_bulk_copy.cuh`` (barriers and bulk copies, for the warp-specialised
+    launch; inline functions the others never call), then the file's own."""
+    here = Path(__file__)
+    return "\n".join(p.read_text() for p in (here.with_name("_flush_rows.cuh"), here.with_name("_bulk_copy.cuh"),
+                                              Path(kernel_file)))
 
 
 def chunked(t: torch.Tensor) -> bool:

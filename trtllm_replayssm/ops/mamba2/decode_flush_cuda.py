@@ -25,6 +25,7 @@ not start on 16-byte boundaries, or a batch above ``LIST_MAX_BATCH``.
 from __future__ import annotations
 
 import ctypes
+import functools
 from pathlib import Path
 
 import torch
@@ -33,7 +34,8 @@ from .._flush_rows import KINDS as _KINDS
 from .._flush_rows import checkpoint_reason, chunked, launch_plan
 from .._flush_rows import source as _source
 
-__all__ = ["THREADS", "defines", "flush_rows_cuda", "rows_per_instr", "shared_bytes", "unsupported", "warp_rows"]
+__all__ = ["THREADS", "WS_CONSUMERS", "defines", "flush_rows_cuda", "flush_rows_ws", "rows_per_instr", "shared_bytes",
+           "unsupported", "warp_rows", "ws_defines", "ws_shared_bytes", "ws_stages", "ws_unsupported"]
 
 #: Threads per block: 8 warps, each walking its own warp items.
 THREADS = 256
@@ -48,11 +50,15 @@ SIGNATURE = (_P,) * 12 + (_I32,) + (_I64,) * 16
 
 
 KERNEL_FILE = str(Path(__file__).with_name("flush_cuda.cu"))
+WS_FILE = str(Path(__file__).with_name("flush_ws.cu"))
+#: ``flush_impl="cuda_ws"``: consumer warps of a block (a producer warp beside them) and the most
+#: head tiles in flight per block. Five stages were the probe's best (benchmarks/fold_ws.cu).
+WS_CONSUMERS, WS_MAX_STAGES = 16, 5
 
 
-def source() -> str:
-    """``flush_cuda.cu`` behind the shared device code (``ops/_flush_rows.cuh``)."""
-    return _source(KERNEL_FILE)
+def source(kernel_file: str = KERNEL_FILE) -> str:
+    """``flush_cuda.cu`` (or ``flush_ws.cu``) behind the shared device code (``ops/_flush_rows.cuh``)."""
+    return _source(kernel_file)
 
 
 def rows_per_instr(d_state: int) -> int | None:
@@ -163,3 +169,100 @@ def flush_rows_cuda(checkpoint, ring_x, ring_B, coef, info, x, B, C, D, z, idx, 
     args = (*ptrs, batch, s_ck_slot, s_ck_head, s_rx_slot, s_rx_head, s_rB_slot, s_rB_group, s_x_row,
             s_x_head, s_B_row, s_B_group, s_C_row, s_C_group, s_z_row, s_z_head, s_y_row, s_y_head)
     kernel.launch(blocks, THREADS, shared, args, torch.cuda.current_stream(x.device).cuda_stream)
+
+
+# -- flush_impl="cuda_ws": the warp-specialised form (flush_ws.cu) ---------------------------------
+
+
+def _ws_stage_bytes(head_dim: int, d_state: int, capacity: int, ring_bytes: int, bc_bytes: int) -> int:
+    return head_dim * d_state * 4 + capacity * d_state * ring_bytes + 2 * d_state * bc_bytes
+
+
+def ws_shared_bytes(batch: int, head_dim: int, d_state: int, capacity: int, ring_bytes: int, bc_bytes: int,
+                    stages: int) -> int:
+    """Dynamic shared memory of a ``flush_ws.cu`` block: barriers, ``stages`` stages (a head's
+    checkpoint tile, the group's ring ``B``, the token's ``B`` and ``C``), each consumer warp's
+    weighted ``x`` with ``x`` and ``z`` (fp32), and the batch's flush rows (slot int64, row and
+    ``c`` int32)."""
+    rows = head_dim // WS_CONSUMERS
+    ops = WS_CONSUMERS * ((capacity + 1) * rows + 2 * rows)
+    return (128 + stages * _ws_stage_bytes(head_dim, d_state, capacity, ring_bytes, bc_bytes) + 4 * (ops + ops % 2)
+            + 16 * batch)
+
+
+def ws_stages(batch: int, head_dim: int, d_state: int, capacity: int, ring_bytes: int, bc_bytes: int,
+              limit: int) -> int:
+    """The most stages (at most :data:`WS_MAX_STAGES`) whose block fits ``limit`` bytes of shared
+    memory; 0 where not even two do."""
+    fits = [s for s in range(2, WS_MAX_STAGES + 1)
+            if ws_shared_bytes(batch, head_dim, d_state, capacity, ring_bytes, bc_bytes, s) <= limit]
+    return max(fits, default=0)
+
+
+@functools.lru_cache(maxsize=None)
+def _device_limits(index: int) -> tuple[int, int]:
+    props = torch.cuda.get_device_properties(index)
+    return props.major, props.shared_memory_per_block_optin
+
+
+def ws_unsupported(checkpoint: torch.Tensor, ring_B: torch.Tensor, batch: int) -> str | None:
+    """Why a step that :func:`unsupported` accepts cannot take the warp-specialised form (``None``
+    when it can): ``d_state`` other than 128, a head's checkpoint rows or the ring's ``B`` entries
+    not contiguous (each is one bulk copy), ``head_dim`` not split evenly over the consumer warps,
+    a ring of more than 30 entries (a coef line spans one warp's lanes), no bulk copies (a device before sm_90, or not CUDA), or too little shared memory for two
+    stages."""
+    _, _, head_dim, d_state = checkpoint.shape
+    if d_state != 128:
+        return f"d_state {d_state}: the warp-specialised flush takes d_state 128"
+    if checkpoint.stride(2) != d_state or ring_B.stride(2) != d_state:
+        return "a head's checkpoint rows or the ring's B entries are not contiguous"
+    if head_dim % WS_CONSUMERS or head_dim // WS_CONSUMERS > 32:
+        return f"head_dim {head_dim}: expected a multiple of {WS_CONSUMERS}, at most {32 * WS_CONSUMERS}"
+    if ring_B.shape[2] > 30:
+        return f"a ring of {ring_B.shape[2]} entries: a coef line of at most 32 (30 entries)"
+    if checkpoint.device.type != "cuda":
+        return "bulk copies need a CUDA device"
+    major, limit = _device_limits(checkpoint.device.index if checkpoint.device.index is not None
+                                  else torch.cuda.current_device())
+    if major < 9:
+        return "bulk copies need sm_90 or later"
+    if not ws_stages(batch, head_dim, d_state, ring_B.shape[2], ring_B.element_size(), 2, limit):
+        return "two stages do not fit the device's shared memory"
+    return None
+
+
+def ws_defines(heads: int, groups: int, head_dim: int, d_state: int, capacity: int, x_dtype, bc_dtype, ring_dtype,
+               d_dtype, has_d: bool, has_z: bool, idx_dtype, rx_stride: int, stages: int) -> dict:
+    """The ``-D`` values ``flush_ws.cu`` is compiled with; ``rx_stride``: ``ring_x``'s row stride."""
+    for name, dt in (("x", x_dtype), ("B", bc_dtype), ("ring", ring_dtype)):
+        if dt not in _KINDS:
+            raise ValueError(f"{name}: expected one of {tuple(_KINDS)}, got {dt}")
+    return dict(RX_J=rx_stride, P=head_dim, N=d_state, CAP=capacity, HEADS=heads, HPG=heads // groups,
+                CW=WS_CONSUMERS, STAGES=stages, THREADS=(WS_CONSUMERS + 1) * 32, X_KIND=_KINDS[x_dtype],
+                BC_KIND=_KINDS[bc_dtype], RING_KIND=_KINDS[ring_dtype],
+                D_KIND=_KINDS.get(d_dtype, 0) if has_d else 0, HAS_D=int(has_d), HAS_Z=int(has_z),
+                HAS_INDICES=int(idx_dtype is not None), IDX_64=int(idx_dtype == torch.int64))
+
+
+def flush_rows_ws(checkpoint, ring_x, ring_B, coef, info, x, B, C, D, z, idx, y, batch, strides, capacity):
+    """Launch ``mamba2_flush_ws`` on the current stream: the arguments of :func:`flush_rows_cuda`
+    (its ``strides``: the staged step's 16 flush strides), for a step :func:`ws_unsupported`
+    accepts. One block per SM walks the (flush row, head) items."""
+    _, heads, head_dim, d_state = checkpoint.shape
+    groups = B.shape[1]
+    index = x.device.index if x.device.index is not None else torch.cuda.current_device()
+    stages = ws_stages(batch, head_dim, d_state, capacity, ring_B.element_size(), B.element_size(),
+                       _device_limits(index)[1])
+    defs = ws_defines(heads, groups, head_dim, d_state, capacity, x.dtype, B.dtype, ring_x.dtype,
+                      None if D is None else D.dtype, D is not None, z is not None,
+                      None if idx is None else idx.dtype, ring_x.stride(2), stages)
+    shared = ws_shared_bytes(batch, head_dim, d_state, capacity, ring_B.element_size(), B.element_size(), stages)
+    threads = defs["THREADS"]
+    kernel, blocks = launch_plan(WS_FILE, "mamba2_flush_ws", SIGNATURE, tuple(defs.items()), index, batch * heads,
+                                 shared, threads)
+    anchor = checkpoint  # the pointer of an absent operand (never read: its HAS_ flag is 0)
+    ptrs = [t.data_ptr() for t in (checkpoint, ring_x, ring_B, coef, info, x, B, C,
+                                   D if D is not None else anchor, z if z is not None else anchor,
+                                   idx if idx is not None else anchor, y)]
+    kernel.launch(blocks, threads, shared, (*ptrs, batch, *strides),
+                  torch.cuda.current_stream(x.device).cuda_stream)

@@ -51,7 +51,8 @@ what a per-row program does (``"heads"``; both ``_flush_kernel``'s ``ITEMS``; th
 that find no item instead of ``batch x chunks`` early exits (``benchmarks/NOTES_mamba2.md``).
 Every flush program asks the L2 for its next tile before each tile's load
 (``flush_l2_prefetch``, ``ops/_prefetch.py``; the defaults from batch 128).
-``flush_impl="cuda"`` replaces the flush launch by its CUDA C++ twin (``decode_flush_cuda.py``).
+``flush_impl="cuda"`` replaces the flush launch by its CUDA C++ twin (``decode_flush_cuda.py``),
+``flush_impl="cuda_ws"`` by that twin's warp-specialised form (``flush_ws.cu``) where it serves.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ from .._flush_list import LIST_MAX_BATCH, _sm_count, flush_ranks, flush_row, lau
 from .._prefetch import prefetch_l2, prefetch_mode
 from .._side_stream import fork, join
 from .._tf32 import fp32_dot
-from .decode_flush_cuda import flush_rows_cuda, unsupported
+from .decode_flush_cuda import flush_rows_cuda, flush_rows_ws, unsupported, ws_unsupported
 from .decode import _common, _mixer_gate, _mixer_output, _program_ids, _slot_of, _softplus_clamp, _state_strides
 
 __all__ = ["flush_heads_per_program", "flush_register_cap", "replay_step_staged"]
@@ -511,6 +512,11 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
                       AHEAD=cfg.flush_l2_ahead)
 
     def flush_rows():
+        if ws_flush:
+            flush_rows_ws(checkpoint, ring_x, ring_B, coef, info, x, B, C, D_ if flags["HAS_D"] else None,
+                          z_ if flags["HAS_Z"] else None, idx_ if flags["HAS_INDICES"] else None, y, batch,
+                          flush_strides, capacity)
+            return
         if cuda_flush:
             flush_rows_cuda(checkpoint, ring_x, ring_B, coef, info, x, B, C, D_ if flags["HAS_D"] else None,
                             z_ if flags["HAS_Z"] else None, idx_ if flags["HAS_INDICES"] else None, y, batch,
@@ -535,8 +541,10 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
         if items != ROW_GRID:
             note_resident(key, compiled, x.device)
 
-    cuda_flush = cfg.flush_launch and cfg.flush_impl == "cuda" and unsupported(
+    cuda_flush = cfg.flush_launch and cfg.flush_impl in ("cuda", "cuda_ws") and unsupported(
         checkpoint, batch, dict(ring_x=ring_x, ring_B=ring_B, x=x, B=B, C=C, z=z)) is None
+    ws_flush = cuda_flush and cfg.flush_impl == "cuda_ws" and ws_unsupported(
+        checkpoint, ring_B, batch) is None
     # flush_stream: the flush launch first, on a side stream, so that it runs under the stream
     # launch (disjoint rows); joined before returning.
     side = fork(x.device) if cfg.flush_launch and cfg.flush_stream else None

@@ -49,18 +49,7 @@ static_assert(THREADS % 32 == 0 && P % WARP_ROWS == 0 && HEADS % HEADS_PER_ITEM 
 // of the ring launch: w_j for j < CAP, Gamma at CAP, dt_t at CAP + 1), stored; y = S C,
 // (y + D x) silu(z).
 extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
-mamba2_flush_rows(float* __restrict__ ckpt, const typename RA::T* __restrict__ ring_x,
-                  const typename RA::T* __restrict__ ring_B, const float* __restrict__ coef,
-                  const int* __restrict__ info, const typename XA::T* __restrict__ x,
-                  const typename BA::T* __restrict__ Bm, const typename BA::T* __restrict__ Cm,
-                  const typename DA::T* __restrict__ Dv, const typename XA::T* __restrict__ z,
-                  const IdxT* __restrict__ idx, typename XA::T* __restrict__ y,
-                  int batch, long long s_ck_slot, long long s_ck_head,
-                  long long s_rx_slot, long long s_rx_head,
-                  long long s_rB_slot, long long s_rB_group,
-                  long long s_x_row, long long s_x_head, long long s_B_row, long long s_B_group,
-                  long long s_C_row, long long s_C_group, long long s_z_row, long long s_z_head,
-                  long long s_y_row, long long s_y_head) {
+mamba2_flush_rows(MAMBA2_FLUSH_PARAMS) {
     // The rows' strides are compile-time (CK_P, RX_J, RB_J: the cache's layout), so a thread's
     // PASSES tile addresses are one base plus constants rather than live 64-bit registers.
     extern __shared__ float smem[];
@@ -76,17 +65,7 @@ mamba2_flush_rows(float* __restrict__ ckpt, const typename RA::T* __restrict__ r
     float* xs = xw + ENTRIES * WARP_ROWS;   // [WARP_ROWS]: x_t
     float* zs = xs + WARP_ROWS;             // [WARP_ROWS]: z_t
     // Number the flush rows, with their c and slot, so that an item's loads wait for nothing.
-    const int flushing = number_flush_rows(
-        [&](int r, int& c, long long& s) {
-            c = info[2 * r];
-#if HAS_INDICES
-            s = (long long)idx[r];
-#else
-            s = r;
-#endif
-            return info[2 * r + 1] != 0;
-        },
-        batch, rows, ring_len, slots, warp_count);
+    const int flushing = mamba2_number_flush_rows(info, idx, batch, rows, ring_len, slots, warp_count);
 
     const int col4 = lane % LANES, sub = lane / LANES;  // a thread's columns and row in an instruction
     const int items = flushing * ITEMS_PER_ROW;
@@ -203,9 +182,7 @@ mamba2_flush_rows(float* __restrict__ ckpt, const typename RA::T* __restrict__ r
                     }
                 }
             }
-#if HAS_D
-            const float d_h = DA::load(Dv + h);
-#endif
+            const float d_h = HAS_D ? DA::load(Dv + h) : 0.f;
 #pragma unroll
             for (int i = 0; i < PASSES; ++i) {
                 const int p = i * ROWS_PER_INSTR + sub;
@@ -213,16 +190,7 @@ mamba2_flush_rows(float* __restrict__ ckpt, const typename RA::T* __restrict__ r
                 float s = acc[i].x * cv.x + acc[i].y * cv.y + acc[i].z * cv.z + acc[i].w * cv.w;
 #pragma unroll
                 for (int o = LANES / 2; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-                if (col4 == 0) {
-#if HAS_D
-                    s += d_h * xs[p];
-#endif
-#if HAS_Z
-                    const float zz = zs[p];
-                    s = s * zz / (1.f + __expf(-zz));
-#endif
-                    y[row * s_y_row + h * s_y_head + pt + p] = XA::from(s);
-                }
+                if (col4 == 0) y[row * s_y_row + h * s_y_head + pt + p] = XA::from(mamba2_gated(s, d_h, xs[p], zs[p]));
             }
             __syncwarp();  // the warp's weights are rewritten by its next item
         }

@@ -27,7 +27,7 @@ KERNELS = ("v3", "v4", "staged", "write_through")
 #: 32-column chunks (the delta rules' one-launch step's form).
 PIPELINES = ("regs", "range", "cols")
 #: Flush launches of the "staged" kernel with flush_launch: Triton's, or the CUDA C++ kernel.
-FLUSH_IMPLS = ("triton", "cuda")
+FLUSH_IMPLS = ("triton", "cuda", "cuda_ws")
 
 
 @dataclass(frozen=True)
@@ -83,6 +83,8 @@ class LaunchConfig:
     # "cuda": the flush launch as the CUDA C++ kernel of decode_flush_cuda.py (NVRTC-compiled; a
     # wave of blocks walking (flush row, flush_heads heads) items, each warp its own rows), where
     # it supports the step, else the Triton launch above; the other flush_* fields are Triton's.
+    # "cuda_ws": its warp-specialised form (flush_ws.cu: one block per SM, a producer thread keeping
+    # head tiles in flight by bulk copies; sm_90+, d_state 128), else "cuda" where that serves.
     flush_impl: str = "triton"
     flush_cuda_blocks: int = 4  # "cuda": blocks per SM its registers are bounded for (__launch_bounds__)
     flush_cuda_rows: int | None = None  # "cuda": rows of a warp item (None: decode_flush_cuda.warp_rows)

@@ -136,15 +136,16 @@ mamba2_flush_ws(MAMBA2_FLUSH_PARAMS) {
     const int pt = warp * RW;           // the warp's rows of the head
     // An item's operands in registers, loaded one item ahead: its coef line (lane j holds entry j),
     // the ring's x of the warp's rows (entry q / RW, row q % RW at lane q % 32, round q / 32),
-    // x_t and z_t (lane p < RW). Loaded when the item starts they would add a DRAM round trip to
+    // x_t and z_t (lane p < RW), D. Loaded when the item starts they would add a DRAM round trip to
     // every item of the warp's walk.
-    float lv = 0.f, rv[XR], xv = 0.f, zv = 0.f;
+    float lv = 0.f, rv[XR], xv = 0.f, zv = 0.f, dv = 0.f;
     auto fetch = [&](int i) {
         const int it = blockIdx.x + i * gridDim.x, k = it / HEADS, h = it % HEADS;
         const long long row = rows[k], slot = slots[k];
         const int c = ring_len[k];
         const float* line = coef + (row * HEADS + h) * (CAP + 2);
         lv = lane < CAP + 2 ? line[lane] : 0.f;
+        dv = HAS_D ? DA::load(Dv + h) : 0.f;
         const typename RA::T* rx = ring_x + slot * s_rx_slot + h * s_rx_head + pt;
 #pragma unroll
         for (int r = 0; r < XR; ++r) {
@@ -176,7 +177,7 @@ mamba2_flush_ws(MAMBA2_FLUSH_PARAMS) {
             xs[lane] = xv;
             zs[lane] = zv;
         }
-        const float d_h = HAS_D ? DA::load(Dv + h) : 0.f;
+        const float d_h = dv;
         __syncwarp();
         if (i + 1 < mine) fetch(i + 1);
 

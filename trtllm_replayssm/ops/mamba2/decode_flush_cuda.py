@@ -17,6 +17,15 @@ wave of blocks that find none, as the Triton list launches do; a block loads the
 ``B`` once and its warps walk their own warp items (one head's :func:`warp_rows` rows) without
 block-wide barriers.
 
+``flush_impl="cuda_ws"`` takes ``flush_ws.cu`` instead (:func:`flush_rows_ws`): the same items as
+(flush row, head) pairs, walked by one block per SM in which a producer thread keeps up to
+:data:`WS_MAX_STAGES` head tiles (with the group's ring ``B`` and the token's ``B`` and ``C``) in
+flight by bulk copies and sends the folded tiles back by bulk stores, while
+:data:`WS_CONSUMERS` warps fold them. As a probe that form folds at 97.6% of copy bandwidth on an
+H200; in the step it is correct but not yet fast (856 us at Nemotron-H batch 256 against 614 us
+for the default launch; ``benchmarks/NOTES_mamba2.md``, thirty-third run). :func:`ws_unsupported`
+says when it falls back to this file's launch.
+
 :func:`unsupported` says when a step keeps the Triton flush launch: a checkpoint that is not fp32
 or not 16-byte aligned rows, ``d_state`` other than 64 or 128, rings or activations whose rows do
 not start on 16-byte boundaries, or a batch above ``LIST_MAX_BATCH``.

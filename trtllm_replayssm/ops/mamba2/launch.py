@@ -84,7 +84,10 @@ class LaunchConfig:
     # wave of blocks walking (flush row, flush_heads heads) items, each warp its own rows), where
     # it supports the step, else the Triton launch above; the other flush_* fields are Triton's.
     # "cuda_ws": its warp-specialised form (flush_ws.cu: one block per SM, a producer thread keeping
-    # head tiles in flight by bulk copies; sm_90+, d_state 128), else "cuda" where that serves.
+    # head tiles in flight by bulk copies; sm_90+, d_state 128), else "cuda" where that serves. An
+    # option under study: its form folds at 97.6% of copy as a probe, but in the step it measures
+    # 856 us at Nemotron-H batch 256 against the default's 614 (benchmarks/NOTES_mamba2.md,
+    # thirty-third run).
     flush_impl: str = "triton"
     flush_cuda_blocks: int = 4  # "cuda": blocks per SM its registers are bounded for (__launch_bounds__)
     flush_cuda_rows: int | None = None  # "cuda": rows of a warp item (None: decode_flush_cuda.warp_rows)

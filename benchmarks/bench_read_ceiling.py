@@ -27,7 +27,7 @@ import triton
 import triton.language as tl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _timing import L2Flusher, capture_graph, copy_bandwidths_gbps, median, time_replays  # noqa: E402
+from _timing import L2Flusher, capture_graph, copy_bandwidths_gbps, warmed_median  # noqa: E402
 
 
 @triton.jit
@@ -114,7 +114,7 @@ def main(argv=None):
             fn()
             torch.cuda.synchronize()
             err = float((y - ref).abs().max() / ref.abs().max())
-            us = median([t[0] for t in time_replays(capture_graph(fn), rounds=args.rounds, flush=flush)])
+            us = warmed_median(capture_graph(fn), args.rounds, flush)
             gbps = nbytes / (us * 1e-6) / 1e9
             print(f"{name:<32}{us:>9.1f}{gbps:>8.0f}{100 * gbps / copy:>7.1f}%  {'ok' if err < 1e-4 else f'WRONG {err:.1e}'}",
                   flush=True)

@@ -28,7 +28,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _delta_layer import Cursors, Layer, replay_fn  # noqa: E402
-from _timing import L2Flusher, capture_graph, copy_bandwidth_gbps, device_info, median, time_replays  # noqa: E402
+from _timing import L2Flusher, capture_graph, copy_bandwidth_gbps, device_info, warmed_median  # noqa: E402
 
 DIMS = {"gdn": (32, 16, 128, 128), "kda": (32, 32, 128, 128)}
 
@@ -121,7 +121,7 @@ def main(argv=None):
                 with ring_beside() if mode == "beside" else contextlib.nullcontext():
                     at_c()
                     graph = capture_graph(fn)
-                times[mode] = median([r[0] for r in time_replays([graph], rounds=args.rounds, flush=at_c)])
+                times[mode] = warmed_median(graph, args.rounds, at_c)
         finally:
             ds.torch = torch
         step_bytes = layer.step_bytes(batch, args.committed, False)

@@ -26,7 +26,8 @@ KERNELS = ("v3", "v4", "staged", "write_through")
 #: Tile pipelining of the "v4" kernel (decode_v4.py); "cols": one tile per program walked in
 #: 32-column chunks (the delta rules' one-launch step's form).
 PIPELINES = ("regs", "range", "cols")
-#: Flush launches of the "staged" kernel with flush_launch: Triton's, or the CUDA C++ kernel.
+#: Flush launches of the "staged" kernel with flush_launch: Triton's, the CUDA C++ kernel, or its
+#: warp-specialised form.
 FLUSH_IMPLS = ("triton", "cuda", "cuda_ws")
 
 

@@ -147,6 +147,14 @@ def shared_bytes(batch: int, d_state: int, capacity: int, rows: int) -> int:
     return 4 * ((capacity + 1) * d_state + d_state + warps * ((capacity + 1) * rows + 2 * rows)) + 16 * batch
 
 
+def _pointers(checkpoint, ring_x, ring_B, coef, info, x, B, C, D, z, idx, y) -> list[int]:
+    """The kernels' 12 pointers (``MAMBA2_FLUSH_PARAMS``); an absent ``D``, ``z`` or ``idx`` takes the
+    checkpoint's (never read: its ``HAS_`` flag is 0)."""
+    return [t.data_ptr() for t in (checkpoint, ring_x, ring_B, coef, info, x, B, C,
+                                   checkpoint if D is None else D, checkpoint if z is None else z,
+                                   checkpoint if idx is None else idx, y)]
+
+
 def flush_rows_cuda(checkpoint, ring_x, ring_B, coef, info, x, B, C, D, z, idx, y, batch, strides, capacity,
                     min_blocks: int = 4, rows: int | None = None, heads_per_item: int = 1):
     """Launch ``mamba2_flush_rows`` on the current stream.
@@ -171,10 +179,7 @@ def flush_rows_cuda(checkpoint, ring_x, ring_B, coef, info, x, B, C, D, z, idx, 
                                  batch * (heads // heads_per_item), shared, THREADS)
     (s_ck_slot, s_ck_head, s_rx_slot, s_rx_head, s_rB_slot, s_rB_group, s_x_row, s_x_head, s_B_row, s_B_group,
      s_C_row, s_C_group, s_z_row, s_z_head, s_y_row, s_y_head) = strides
-    anchor = checkpoint  # the pointer of an absent operand (never read: its HAS_ flag is 0)
-    ptrs = [t.data_ptr() for t in (checkpoint, ring_x, ring_B, coef, info, x, B, C,
-                                   D if D is not None else anchor, z if z is not None else anchor,
-                                   idx if idx is not None else anchor, y)]
+    ptrs = _pointers(checkpoint, ring_x, ring_B, coef, info, x, B, C, D, z, idx, y)
     args = (*ptrs, batch, s_ck_slot, s_ck_head, s_rx_slot, s_rx_head, s_rB_slot, s_rB_group, s_x_row,
             s_x_head, s_B_row, s_B_group, s_C_row, s_C_group, s_z_row, s_z_head, s_y_row, s_y_head)
     kernel.launch(blocks, THREADS, shared, args, torch.cuda.current_stream(x.device).cuda_stream)
@@ -269,9 +274,6 @@ def flush_rows_ws(checkpoint, ring_x, ring_B, coef, info, x, B, C, D, z, idx, y,
     threads = defs["THREADS"]
     kernel, blocks = launch_plan(WS_FILE, "mamba2_flush_ws", SIGNATURE, tuple(defs.items()), index, batch * heads,
                                  shared, threads)
-    anchor = checkpoint  # the pointer of an absent operand (never read: its HAS_ flag is 0)
-    ptrs = [t.data_ptr() for t in (checkpoint, ring_x, ring_B, coef, info, x, B, C,
-                                   D if D is not None else anchor, z if z is not None else anchor,
-                                   idx if idx is not None else anchor, y)]
+    ptrs = _pointers(checkpoint, ring_x, ring_B, coef, info, x, B, C, D, z, idx, y)
     kernel.launch(blocks, threads, shared, (*ptrs, batch, *strides),
                   torch.cuda.current_stream(x.device).cuda_stream)

@@ -1,7 +1,8 @@
 """One all-flush ReplaySSM step at serving batch, twice (compile, then the run to profile), for
 Nsight Compute: every live slot at ``committed = L - 1`` so that the step's flush launch folds
 every row. Mamba-2 at Nemotron-H dims, GDN / KDA at the benchmarks' dims, bf16, the ops' default
-launch (``--refold`` for the delta rules' refolding flush, else the cached ``u``).
+launch (``--launch "flush_impl=cuda_ws"``: Mamba-2's with ``LaunchConfig`` fields replaced;
+``--refold`` for the delta rules' refolding flush, else the cached ``u``).
 
     ncu --clock-control none -k regex:flush --launch-skip 1 -c 1 --set full \\
         python3 benchmarks/ncu_flush_step.py --kind kda --batch 256
@@ -27,9 +28,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 WINDOW = 16
 
 
-def mamba2_step(batch: int, standard: bool = False):
+def mamba2_step(batch: int, standard: bool = False, fields: dict | None = None):
     """The all-flush replay step, or with ``standard`` the standard step on the same checkpoint
-    (the kernel whose memory throughput the flush launch is measured against)."""
+    (the kernel whose memory throughput the flush launch is measured against); ``fields``: the
+    default ``LaunchConfig`` at ``batch`` with these fields replaced (``--launch``)."""
+    import dataclasses
+
     from trtllm_replayssm.config import ReplaySSMConfig
     from trtllm_replayssm.ops.mamba2 import Mamba2ReplayState, decode
 
@@ -54,11 +58,13 @@ def mamba2_step(batch: int, standard: bool = False):
     def standard_step():
         decode.standard_step(st.checkpoint, x, dt, A, B, C, D, z, dt_bias, True, None, None, idx, -1)
 
+    cfg = dataclasses.replace(decode.launch_config("replay", head_dim, d_state, batch), **(fields or {}))
+
     def step():
         st.committed.fill_(WINDOW - 1)
         st.flush_at.fill_(WINDOW)
         decode.replay_step(st.checkpoint, st.ring_x, st.ring_dt, st.ring_B, st.committed, st.flush_at, st.window,
-                           x, dt, A, B, C, D, z, dt_bias, True, None, None, idx, -1)
+                           x, dt, A, B, C, D, z, dt_bias, True, None, None, idx, -1, config=cfg)
     return standard_step if standard else step
 
 
@@ -120,6 +126,8 @@ def main(argv=None):
     p.add_argument("--batch", type=int, default=256)
     p.add_argument("--standard", action="store_true",
                    help="mamba2: the standard step (_standard_step_kernel) on the same checkpoint instead")
+    p.add_argument("--launch", metavar="FIELDS",
+                   help='mamba2: the default LaunchConfig with these fields replaced ("flush_impl=cuda_ws")')
     p.add_argument("--refold", action="store_true", help="delta rules: the refolding flush")
     p.add_argument("--fused", metavar="FIELDS", help='gdn: the one-launch step, FusedVariant fields ("" for defaults)')
     p.add_argument("--committed", type=int, metavar="C",
@@ -140,12 +148,17 @@ def main(argv=None):
         p.error(f"--committed: expected 0 <= C < {WINDOW - 1} (a non-flush step), got {args.committed}")
     if args.staged is not None and args.fused is not None:
         p.error("--staged: not with --fused (one launch kind per run)")
+    if args.launch is not None and (args.kind != "mamba2" or args.standard):
+        p.error("--launch: the Mamba-2 replay step only (--kind mamba2, not --standard)")
     if args.standard and args.kind != "mamba2":
         p.error(f"--standard: Mamba-2 only (--kind mamba2), got --kind {args.kind}")
     if args.paper_root:
         step = paper_step(args.paper_root, tuple(int(v) for v in args.paper_config.split(",")), args.batch)
     elif args.kind == "mamba2":
-        step = mamba2_step(args.batch, args.standard)
+        from _derive import parse_fields
+        from trtllm_replayssm.ops.mamba2.launch import LaunchConfig
+
+        step = mamba2_step(args.batch, args.standard, parse_fields(args.launch or "", LaunchConfig))
     else:
         variant = None
         if args.fused is not None:

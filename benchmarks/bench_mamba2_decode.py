@@ -304,7 +304,8 @@ def short(cfg) -> str:
     """A LaunchConfig in a table column: the fields that differ from the defaults."""
     if cfg.kernel == "staged" and cfg.flush_launch and cfg.flush_impl == "cuda_ws":
         # The warp-specialised CUDA flush reads none of the other flush fields.
-        return f"staged bp{cfg.block_p} w{cfg.num_warps} +flush cuda_ws" + (" side" if cfg.flush_stream else "")
+        return (f"staged bp{cfg.block_p} w{cfg.num_warps} +flush cuda_ws"
+                + (f" s{cfg.flush_ws_stages}" if cfg.flush_ws_stages else "") + (" side" if cfg.flush_stream else ""))
     if cfg.kernel == "staged" and cfg.flush_launch and cfg.flush_impl == "cuda":
         # The CUDA flush launch reads only its own fields and flush_heads.
         return (f"staged bp{cfg.block_p} w{cfg.num_warps} +flush cuda h{cfg.flush_heads} b{cfg.flush_cuda_blocks}"

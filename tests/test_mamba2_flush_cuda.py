@@ -82,34 +82,59 @@ def test_launch_config_checks_cuda_flush_fields():
 
 
 def test_ws_shared_memory_and_stages():
-    # Nemotron-H, bf16: five 37376-byte stages (the head's 32 KB tile, 16 ring B rows, B_t, C_t),
-    # 16 warps x (17 x 4 + 2 x 4) fp32, 16 bytes per batch row; Nemotron-3-Nano's 40 KB tiles fit four.
-    stage = 64 * 128 * 4 + 16 * 128 * 2 + 2 * 128 * 2
-    assert fc.ws_shared_bytes(256, 64, 128, 16, 2, 2, 5) == 128 + 5 * stage + 4 * 16 * (17 * 4 + 2 * 4) + 16 * 256
-    assert fc.ws_stages(256, 64, 128, 16, 2, 2, 232448) == 5
-    assert fc.ws_stages(256, 80, 128, 16, 2, 2, 232448) == 4
-    assert fc.ws_stages(256, 256, 128, 16, 2, 2, 232448) == 0  # a 128 KB tile: not two stages
-    assert fc.ws_stages(4096, 128, 128, 16, 4, 4, 232448) == 2  # 64 KB of rows leave two fp32 stages
-    assert fc.ws_stages(4096, 128, 128, 16, 4, 4, 200000) == 0
+    # Nemotron-H, bf16 with z: five 39776-byte stages (the head's 32 KB tile, 16 ring B rows and
+    # 16 ring x entries, B_t, C_t, x_t, z_t, a 96-byte coef window), 16 warps x 17 x 4 weighted x
+    # and 128 heads' D (fp32), 16 bytes per batch row; Nemotron-3-Nano's 40 KB tiles fit four.
+    stage = 64 * 128 * 4 + 16 * 128 * 2 + 16 * 64 * 2 + 2 * 128 * 2 + 2 * 64 * 2 + 96
+    assert fc.ws_stage_bytes(64, 128, 16, 2, 2, 2, True) == stage == 39776
+    assert fc.ws_stage_bytes(64, 128, 16, 2, 2, 2, False) == stage - 128
+    assert fc.ws_shared_bytes(256, 128, 64, 128, 16, 2, 2, 2, True, 5) == (
+        128 + 5 * stage + 4 * (16 * 17 * 4 + 128) + 16 * 256)
+    assert fc.ws_stages(256, 128, 64, 128, 16, 2, 2, 2, True, 232448) == 5
+    assert fc.ws_stages(256, 96, 80, 128, 16, 2, 2, 2, True, 232448) == 4
+    assert fc.ws_stages(256, 8, 256, 128, 16, 2, 2, 2, True, 232448) == 0  # a 128 KB tile: not two stages
+    assert fc.ws_stages(2048, 8, 128, 128, 16, 4, 4, 4, True, 232448) == 2  # 32 KB of rows leave two fp32 stages
+    assert fc.ws_stages(2048, 8, 128, 128, 16, 4, 4, 4, True, 200000) == 0
+    assert fc.ws_stages(4096, 8, 128, 128, 16, 4, 4, 4, True, 232448) == 0  # 64 KB of rows: not two
+    # An H200's SM (228 KB, 227 KB a block): 56 KB stay free for the stream launch, so Nemotron-H
+    # takes four stages and Nemotron-3-Nano three.
+    limit = fc.ws_shared_limit(232448, 233472)
+    assert limit == 233472 - 1024 - 56 * 1024
+    assert fc.ws_stages(256, 128, 64, 128, 16, 2, 2, 2, True, limit) == 4
+    assert fc.ws_stages(256, 96, 80, 128, 16, 2, 2, 2, True, limit) == 3
+    assert fc.ws_shared_limit(101376, 102400) == 102400 - 1024 - 56 * 1024  # a smaller SM: the reserve still holds
     d = fc.ws_defines(128, 8, 64, 128, 16, torch.bfloat16, torch.bfloat16, torch.float32, torch.float32, True, False,
-                      None, 64, 5)
+                      None, 5)
     assert (d["CW"], d["THREADS"], d["STAGES"], d["HPG"], d["RING_KIND"], d["HAS_INDICES"]) == (16, 544, 5, 16, 0, 0)
     with pytest.raises(ValueError, match="ring: expected one of"):
-        fc.ws_defines(8, 2, 64, 128, 16, torch.bfloat16, torch.bfloat16, torch.int8, None, False, False, None, 64, 2)
+        fc.ws_defines(8, 2, 64, 128, 16, torch.bfloat16, torch.bfloat16, torch.int8, None, False, False, None, 2)
+
+
+def _ws_reason(checkpoint, ring_B, ring_x=None, batch=4):
+    heads, head_dim = checkpoint.shape[1], checkpoint.shape[2]
+    ring_x = torch.zeros(4, heads, ring_B.shape[2], head_dim, device=checkpoint.device) if ring_x is None else ring_x
+    x = torch.zeros(batch, heads, head_dim, device=checkpoint.device)
+    B = torch.zeros(batch, ring_B.shape[1], checkpoint.shape[3], device=checkpoint.device)
+    return fc.ws_unsupported(checkpoint, ring_x, ring_B, x, B, x, batch)
 
 
 def test_ws_unsupported_names_each_reason():
     ring_B = torch.zeros(4, 2, 16, 128)
-    assert "d_state 64" in fc.ws_unsupported(torch.zeros(4, 2, 64, 64), torch.zeros(4, 2, 16, 64), 4)
-    assert "not contiguous" in fc.ws_unsupported(torch.zeros(4, 2, 64, 256)[..., :128], ring_B, 4)
-    assert "not contiguous" in fc.ws_unsupported(torch.zeros(4, 2, 64, 128), torch.zeros(4, 2, 16, 256)[..., :128], 4)
-    assert "head_dim 72" in fc.ws_unsupported(torch.zeros(4, 2, 72, 128), ring_B, 4)
-    assert "ring of 32" in fc.ws_unsupported(torch.zeros(4, 2, 64, 128), torch.zeros(4, 2, 32, 128), 4)
-    assert "CUDA device" in fc.ws_unsupported(torch.zeros(4, 2, 64, 128), ring_B, 4)
+    assert "d_state 64" in _ws_reason(torch.zeros(4, 2, 64, 64), torch.zeros(4, 2, 16, 64))
+    assert "not contiguous" in _ws_reason(torch.zeros(4, 2, 64, 256)[..., :128], ring_B)
+    assert "not contiguous" in _ws_reason(torch.zeros(4, 2, 64, 128), torch.zeros(4, 2, 16, 256)[..., :128])
+    assert "not contiguous" in _ws_reason(torch.zeros(4, 2, 64, 128), ring_B, torch.zeros(4, 2, 16, 128)[..., :64])
+    assert "head_dim 72" in _ws_reason(torch.zeros(4, 2, 72, 128), ring_B)
+    # A ring of 32 entries is served (its coef lines are bulk-copied, not spread over one warp's lanes).
+    assert "CUDA device" in _ws_reason(torch.zeros(4, 2, 64, 128), torch.zeros(4, 2, 32, 128))
 
 
 def test_launch_config_takes_the_ws_flush():
     assert decode.LaunchConfig(**dict(CUDA_FLUSH, flush_impl="cuda_ws")).flush_impl == "cuda_ws"
+    assert decode.LaunchConfig(**dict(CUDA_FLUSH, flush_impl="cuda_ws", flush_ws_stages=3)).flush_ws_stages == 3
+    for bad in (1, 6, -1):
+        with pytest.raises(ValueError, match="flush_ws_stages: expected 0 or 2 to 5"):
+            decode.LaunchConfig(**dict(CUDA_FLUSH, flush_impl="cuda_ws", flush_ws_stages=bad))
     with pytest.raises(ValueError, match="needs flush_launch=True"):
         decode.LaunchConfig(**dict(CUDA_FLUSH, flush_impl="cuda_ws", flush_launch=False, flush_stream=False))
 
@@ -182,9 +207,10 @@ def test_defaults_assemble_without_spills(sm, tmp_path):
 def test_ws_kernel_assembles_without_spills(sm, dtype, tmp_path):
     # One 544-thread block per SM: within 120 registers a thread, no spill, at the dims it serves.
     for heads, groups, head_dim in [(128, 8, 64), (96, 8, 80), (8, 2, 128)]:
-        stages = fc.ws_stages(256, head_dim, 128, 16, dtype.itemsize, dtype.itemsize, 232448)
+        stages = fc.ws_stages(256, heads, head_dim, 128, 16, dtype.itemsize, dtype.itemsize, dtype.itemsize, True,
+                              232448)
         defs = fc.ws_defines(heads, groups, head_dim, 128, 16, dtype, dtype, dtype, torch.float32, True, True,
-                             torch.int32, head_dim, stages)
+                             torch.int32, stages)
         ptx = _nvrtc.compile_ptx(fc.source(fc.WS_FILE), "flush_ws.cu", sm, tuple((k, str(v)) for k, v in defs.items()))
         assert "cp.async.bulk.shared::cluster.global" in ptx and "mbarrier.try_wait" in ptx
         regs, spills, log = assemble(ptx, sm, tmp_path / f"flush_ws_{sm}_{head_dim}.ptx")
@@ -196,7 +222,8 @@ def test_ws_kernel_assembles_without_spills(sm, dtype, tmp_path):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("params", [{}, dict(flush_cuda_rows=8, flush_cuda_blocks=3, flush_heads=2),
-                                    dict(flush_impl="cuda_ws")], ids=["default", "rows8-heads2", "ws"])
+                                    dict(flush_impl="cuda_ws"), dict(flush_impl="cuda_ws", flush_ws_stages=2)],
+                         ids=["default", "rows8-heads2", "ws", "ws2"])
 @pytest.mark.parametrize("batch", [1, 3, 64])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize("dims", [(8, 64, 128, 2), (8, 80, 128, 8), (4, 128, 64, 1), (6, 256, 128, 3)])
@@ -249,6 +276,6 @@ def test_ws_flush_serves_the_model_dims_gpu():
     for head_dim, ring_dtype in [(64, torch.bfloat16), (80, torch.bfloat16), (128, torch.float32), (64, torch.float32)]:
         ck = torch.zeros(64, 8, head_dim, 128, device="cuda")
         ring_B = torch.zeros(64, 2, 16, 128, device="cuda", dtype=ring_dtype)
-        assert fc.ws_unsupported(ck, ring_B, 64) is None, head_dim
-    assert "d_state 64" in fc.ws_unsupported(torch.zeros(4, 2, 128, 64, device="cuda"),
-                                             torch.zeros(4, 1, 16, 64, device="cuda"), 4)
+        ring_x = torch.zeros(64, 8, 16, head_dim, device="cuda", dtype=ring_dtype)
+        assert _ws_reason(ck, ring_B, ring_x, 64) is None, head_dim
+    assert "d_state 64" in _ws_reason(torch.zeros(4, 2, 128, 64, device="cuda"), torch.zeros(4, 1, 16, 64, device="cuda"))

@@ -44,7 +44,8 @@ from .._flush_rows import checkpoint_reason, chunked, launch_plan
 from .._flush_rows import source as _source
 
 __all__ = ["THREADS", "WS_CONSUMERS", "defines", "flush_rows_cuda", "flush_rows_ws", "rows_per_instr", "shared_bytes",
-           "unsupported", "warp_rows", "ws_defines", "ws_shared_bytes", "ws_stages", "ws_unsupported"]
+           "unsupported", "warp_rows", "ws_defines", "ws_shared_bytes", "ws_shared_limit", "ws_stage_bytes",
+           "ws_stages", "ws_unsupported"]
 
 #: Threads per block: 8 warps, each walking its own warp items.
 THREADS = 256
@@ -63,6 +64,10 @@ WS_FILE = str(Path(__file__).with_name("flush_ws.cu"))
 #: ``flush_impl="cuda_ws"``: consumer warps of a block (a producer warp beside them) and the most
 #: head tiles in flight per block. Five stages were the probe's best (benchmarks/fold_ws.cu).
 WS_CONSUMERS, WS_MAX_STAGES = 16, 5
+#: Shared memory (bytes) a ``flush_ws.cu`` block leaves free on its SM for the stream launch's
+#: programs, which run beside it (``flush_stream``). H200, Nemotron-H batch 256: five stages (a
+#: 208 KB block, 20 KB left) slowed every non-flush step from 279 to 302 us, four (168 KB) did not.
+WS_STREAM_RESERVE = 56 * 1024
 
 
 def source(kernel_file: str = KERNEL_FILE) -> str:
@@ -188,89 +193,116 @@ def flush_rows_cuda(checkpoint, ring_x, ring_B, coef, info, x, B, C, D, z, idx, 
 # -- flush_impl="cuda_ws": the warp-specialised form (flush_ws.cu) ---------------------------------
 
 
-def _ws_stage_bytes(head_dim: int, d_state: int, capacity: int, ring_bytes: int, bc_bytes: int) -> int:
-    return head_dim * d_state * 4 + capacity * d_state * ring_bytes + 2 * d_state * bc_bytes
+def ws_stage_bytes(head_dim: int, d_state: int, capacity: int, ring_bytes: int, bc_bytes: int, x_bytes: int,
+                   has_z: bool) -> int:
+    """Bytes of one ``flush_ws.cu`` stage: the head's checkpoint tile (fp32), the group's ring
+    ``B`` and the head's ring ``x``, the token's ``B``, ``C``, ``x`` (and ``z``), and the 16-byte
+    window that holds the head's coef line (``capacity + 2`` fp32 starting at most 12 bytes in)."""
+    coef_window = (12 + 4 * (capacity + 2) + 15) // 16 * 16
+    return (head_dim * d_state * 4 + capacity * (d_state + head_dim) * ring_bytes + 2 * d_state * bc_bytes
+            + (2 if has_z else 1) * head_dim * x_bytes + coef_window)
 
 
-def ws_shared_bytes(batch: int, head_dim: int, d_state: int, capacity: int, ring_bytes: int, bc_bytes: int,
-                    stages: int) -> int:
-    """Dynamic shared memory of a ``flush_ws.cu`` block: barriers, ``stages`` stages (a head's
-    checkpoint tile, the group's ring ``B``, the token's ``B`` and ``C``), each consumer warp's
-    weighted ``x`` with ``x`` and ``z`` (fp32), and the batch's flush rows (slot int64, row and
-    ``c`` int32)."""
-    rows = head_dim // WS_CONSUMERS
-    ops = WS_CONSUMERS * ((capacity + 1) * rows + 2 * rows)
-    return (128 + stages * _ws_stage_bytes(head_dim, d_state, capacity, ring_bytes, bc_bytes) + 4 * (ops + ops % 2)
-            + 16 * batch)
+def ws_shared_bytes(batch: int, heads: int, head_dim: int, d_state: int, capacity: int, ring_bytes: int,
+                    bc_bytes: int, x_bytes: int, has_z: bool, stages: int) -> int:
+    """Dynamic shared memory of a ``flush_ws.cu`` block: barriers, ``stages`` stages
+    (:func:`ws_stage_bytes`), each consumer warp's weighted ``x`` (``capacity + 1`` entries of its
+    rows, fp32), every head's ``D`` (fp32), and the batch's flush rows (slot int64, row and ``c``
+    int32)."""
+    words = WS_CONSUMERS * (capacity + 1) * (head_dim // WS_CONSUMERS) + heads
+    return (128 + stages * ws_stage_bytes(head_dim, d_state, capacity, ring_bytes, bc_bytes, x_bytes, has_z)
+            + 4 * (words + words % 2) + 16 * batch)
 
 
-def ws_stages(batch: int, head_dim: int, d_state: int, capacity: int, ring_bytes: int, bc_bytes: int,
-              limit: int) -> int:
+def ws_stages(batch: int, heads: int, head_dim: int, d_state: int, capacity: int, ring_bytes: int, bc_bytes: int,
+              x_bytes: int, has_z: bool, limit: int) -> int:
     """The most stages (at most :data:`WS_MAX_STAGES`) whose block fits ``limit`` bytes of shared
     memory; 0 where not even two do."""
     fits = [s for s in range(2, WS_MAX_STAGES + 1)
-            if ws_shared_bytes(batch, head_dim, d_state, capacity, ring_bytes, bc_bytes, s) <= limit]
+            if ws_shared_bytes(batch, heads, head_dim, d_state, capacity, ring_bytes, bc_bytes, x_bytes, has_z, s)
+            <= limit]
     return max(fits, default=0)
 
 
 @functools.lru_cache(maxsize=None)
 def _device_limits(index: int) -> tuple[int, int]:
+    """The device's major compute capability and the shared memory a ``flush_ws.cu`` block may
+    take: what one block may opt into, less :data:`WS_STREAM_RESERVE` of the SM's (and the 1 KB the
+    driver keeps per block)."""
     props = torch.cuda.get_device_properties(index)
-    return props.major, props.shared_memory_per_block_optin
+    return props.major, ws_shared_limit(props.shared_memory_per_block_optin, props.shared_memory_per_multiprocessor)
 
 
-def ws_unsupported(checkpoint: torch.Tensor, ring_B: torch.Tensor, batch: int) -> str | None:
+def ws_shared_limit(per_block_optin: int, per_sm: int) -> int:
+    """Shared memory a ``flush_ws.cu`` block may take on an SM of ``per_sm`` bytes (blocks may opt
+    into ``per_block_optin``): :data:`WS_STREAM_RESERVE` stays free for the stream launch."""
+    return min(per_block_optin, per_sm - 1024 - WS_STREAM_RESERVE)
+
+
+def ws_unsupported(checkpoint: torch.Tensor, ring_x: torch.Tensor, ring_B: torch.Tensor, x: torch.Tensor,
+                   B: torch.Tensor, z: torch.Tensor | None, batch: int) -> str | None:
     """Why a step that :func:`unsupported` accepts cannot take the warp-specialised form (``None``
-    when it can): ``d_state`` other than 128, a head's checkpoint rows or the ring's ``B`` entries
-    not contiguous (each is one bulk copy), ``head_dim`` not split evenly over the consumer warps,
-    a ring of more than 30 entries (a coef line spans one warp's lanes), no bulk copies (a device before sm_90, or not CUDA), or too little shared memory for two
-    stages."""
-    _, _, head_dim, d_state = checkpoint.shape
+    when it can): ``d_state`` other than 128, a head's checkpoint rows, its ring ``x`` entries or
+    the ring's ``B`` entries not contiguous (each is one bulk copy), ``head_dim`` not split evenly
+    over the consumer warps, no bulk copies (a device before sm_90, or not CUDA), or too little
+    shared memory for two stages."""
+    _, heads, head_dim, d_state = checkpoint.shape
     if d_state != 128:
         return f"d_state {d_state}: the warp-specialised flush takes d_state 128"
-    if checkpoint.stride(2) != d_state or ring_B.stride(2) != d_state:
-        return "a head's checkpoint rows or the ring's B entries are not contiguous"
+    if checkpoint.stride(2) != d_state or ring_B.stride(2) != d_state or ring_x.stride(2) != head_dim:
+        return "a head's checkpoint rows or the ring's x or B entries are not contiguous"
     if head_dim % WS_CONSUMERS or head_dim // WS_CONSUMERS > 32:
         return f"head_dim {head_dim}: expected a multiple of {WS_CONSUMERS}, at most {32 * WS_CONSUMERS}"
-    if ring_B.shape[2] > 30:
-        return f"a ring of {ring_B.shape[2]} entries: a coef line of at most 32 (30 entries)"
     if checkpoint.device.type != "cuda":
         return "bulk copies need a CUDA device"
     major, limit = _device_limits(checkpoint.device.index if checkpoint.device.index is not None
                                   else torch.cuda.current_device())
     if major < 9:
         return "bulk copies need sm_90 or later"
-    if not ws_stages(batch, head_dim, d_state, ring_B.shape[2], ring_B.element_size(), 2, limit):
+    if not ws_stages(batch, heads, head_dim, d_state, ring_B.shape[2], ring_B.element_size(), B.element_size(),
+                     x.element_size(), z is not None, limit):
         return "two stages do not fit the device's shared memory"
     return None
 
 
 def ws_defines(heads: int, groups: int, head_dim: int, d_state: int, capacity: int, x_dtype, bc_dtype, ring_dtype,
-               d_dtype, has_d: bool, has_z: bool, idx_dtype, rx_stride: int, stages: int) -> dict:
-    """The ``-D`` values ``flush_ws.cu`` is compiled with; ``rx_stride``: ``ring_x``'s row stride."""
+               d_dtype, has_d: bool, has_z: bool, idx_dtype, stages: int) -> dict:
+    """The ``-D`` values ``flush_ws.cu`` is compiled with."""
     for name, dt in (("x", x_dtype), ("B", bc_dtype), ("ring", ring_dtype)):
         if dt not in _KINDS:
             raise ValueError(f"{name}: expected one of {tuple(_KINDS)}, got {dt}")
-    return dict(RX_J=rx_stride, P=head_dim, N=d_state, CAP=capacity, HEADS=heads, HPG=heads // groups,
+    return dict(P=head_dim, N=d_state, CAP=capacity, HEADS=heads, HPG=heads // groups,
                 CW=WS_CONSUMERS, STAGES=stages, THREADS=(WS_CONSUMERS + 1) * 32, X_KIND=_KINDS[x_dtype],
                 BC_KIND=_KINDS[bc_dtype], RING_KIND=_KINDS[ring_dtype],
                 D_KIND=_KINDS.get(d_dtype, 0) if has_d else 0, HAS_D=int(has_d), HAS_Z=int(has_z),
                 HAS_INDICES=int(idx_dtype is not None), IDX_64=int(idx_dtype == torch.int64))
 
 
-def flush_rows_ws(checkpoint, ring_x, ring_B, coef, info, x, B, C, D, z, idx, y, batch, strides, capacity):
+def flush_rows_ws(checkpoint, ring_x, ring_B, coef, info, x, B, C, D, z, idx, y, batch, strides, capacity,
+                  stages: int = 0):
     """Launch ``mamba2_flush_ws`` on the current stream: the arguments of :func:`flush_rows_cuda`
     (its ``strides``: the staged step's 16 flush strides), for a step :func:`ws_unsupported`
-    accepts. One block per SM walks the (flush row, head) items."""
+    accepts. ``coef`` must start on a 16-byte boundary with 12 readable bytes past its end (its
+    lines are bulk-copied in 16-byte windows); ``stages``: ``LaunchConfig.flush_ws_stages`` (0: the
+    most that fit, at most :data:`WS_MAX_STAGES`; more than fit is refused). One block per SM
+    walks the (flush row, head) items."""
     _, heads, head_dim, d_state = checkpoint.shape
     groups = B.shape[1]
+    if not coef.is_contiguous() or coef.data_ptr() % 16 or (
+            coef.untyped_storage().nbytes() - coef.storage_offset() * 4 < coef.numel() * 4 + 12):
+        raise ValueError("coef: expected contiguous fp32 lines from a 16-byte boundary with 12 readable bytes past "
+                         "the last (decode_staged allocates it so)")
     index = x.device.index if x.device.index is not None else torch.cuda.current_device()
-    stages = ws_stages(batch, head_dim, d_state, capacity, ring_B.element_size(), B.element_size(),
-                       _device_limits(index)[1])
+    sizes = (ring_B.element_size(), B.element_size(), x.element_size(), z is not None)
+    most = ws_stages(batch, heads, head_dim, d_state, capacity, *sizes, _device_limits(index)[1])
+    if stages > most or stages == 1 or stages < 0:
+        raise ValueError(f"LaunchConfig.flush_ws_stages: expected 0 or 2 to {most} (what fits the device's shared "
+                         f"memory beside the stream launch at this step), got {stages}")
+    stages = stages or most
     defs = ws_defines(heads, groups, head_dim, d_state, capacity, x.dtype, B.dtype, ring_x.dtype,
                       None if D is None else D.dtype, D is not None, z is not None,
-                      None if idx is None else idx.dtype, ring_x.stride(2), stages)
-    shared = ws_shared_bytes(batch, head_dim, d_state, capacity, ring_B.element_size(), B.element_size(), stages)
+                      None if idx is None else idx.dtype, stages)
+    shared = ws_shared_bytes(batch, heads, head_dim, d_state, capacity, *sizes, stages)
     threads = defs["THREADS"]
     kernel, blocks = launch_plan(WS_FILE, "mamba2_flush_ws", SIGNATURE, tuple(defs.items()), index, batch * heads,
                                  shared, threads)

@@ -484,7 +484,9 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
     (s_x_row, s_x_head, s_dt_row, s_B_row, s_B_group, s_C_row, s_C_group, s_z_row, s_z_head, s_y_row, s_y_head) = strides
     (s_ck_slot, s_ck_head, s_ck_p, s_rx_slot, s_rx_head, s_rx_j, s_rdt_slot, s_rdt_head,
      s_rB_slot, s_rB_group, s_rB_j) = _state_strides(checkpoint, ring_x, ring_dt, ring_B)
-    coef = torch.empty(batch, heads, capacity + 2, dtype=torch.float32, device=x.device)
+    # 4 words past the lines: the warp-specialised flush copies each line in 16-byte windows.
+    lines = batch * heads * (capacity + 2)
+    coef = torch.empty(lines + 4, dtype=torch.float32, device=x.device)[:lines].view(batch, heads, capacity + 2)
     info = torch.empty(batch, 2, dtype=torch.int32, device=x.device)
     block_j = max(16, triton.next_power_of_2(capacity))
     block_n = triton.next_power_of_2(d_state)
@@ -515,7 +517,7 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
         if ws_flush:
             flush_rows_ws(checkpoint, ring_x, ring_B, coef, info, x, B, C, D_ if flags["HAS_D"] else None,
                           z_ if flags["HAS_Z"] else None, idx_ if flags["HAS_INDICES"] else None, y, batch,
-                          flush_strides, capacity)
+                          flush_strides, capacity, cfg.flush_ws_stages)
             return
         if cuda_flush:
             flush_rows_cuda(checkpoint, ring_x, ring_B, coef, info, x, B, C, D_ if flags["HAS_D"] else None,
@@ -544,7 +546,7 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
     cuda_flush = cfg.flush_launch and cfg.flush_impl in ("cuda", "cuda_ws") and unsupported(
         checkpoint, batch, dict(ring_x=ring_x, ring_B=ring_B, x=x, B=B, C=C, z=z)) is None
     ws_flush = cuda_flush and cfg.flush_impl == "cuda_ws" and ws_unsupported(
-        checkpoint, ring_B, batch) is None
+        checkpoint, ring_x, ring_B, x, B, z, batch) is None
     # flush_stream: the flush launch first, on a side stream, so that it runs under the stream
     # launch (disjoint rows); joined before returning.
     side = fork(x.device) if cfg.flush_launch and cfg.flush_stream else None

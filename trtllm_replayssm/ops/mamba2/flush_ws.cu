@@ -22,19 +22,26 @@ typedef Act<D_KIND> DA;     // D
 
 #define RW (P / CW)                                  // rows of a head tile per consumer warp
 #define ENTRIES (CAP + 1)                            // the ring's entries, then the token's
-#define TILE_BYTES (P * N * 4)
-#define RB_BYTES (CAP * N * (RING_KIND == 0 ? 4 : 2))  // the group's ring B
-#define BC_BYTES (N * (BC_KIND == 0 ? 4 : 2))          // the token's B, then C
-#define STAGE_BYTES (TILE_BYTES + RB_BYTES + 2 * BC_BYTES)
+#define LINE (CAP + 2)                               // a coef line: w_j (j < CAP), Gamma, dt_t
+// A stage, in bytes: the head's checkpoint tile, the group's ring B, the token's B and C, the
+// head's ring x, the token's x and z, and the 16-byte-aligned window around the coef line.
+#define OFF_RB (P * N * 4)
+#define OFF_BT (OFF_RB + CAP * N * (RING_KIND == 0 ? 4 : 2))
+#define OFF_CT (OFF_BT + N * (BC_KIND == 0 ? 4 : 2))
+#define OFF_RX (OFF_CT + N * (BC_KIND == 0 ? 4 : 2))
+#define OFF_XT (OFF_RX + CAP * P * (RING_KIND == 0 ? 4 : 2))
+#define OFF_ZT (OFF_XT + P * (X_KIND == 0 ? 4 : 2))
+#define OFF_COEF (OFF_ZT + HAS_Z * P * (X_KIND == 0 ? 4 : 2))
+#define COEF_BYTES ((12 + 4 * LINE + 15) / 16 * 16)  // the window's most: 12 bytes before the line
+#define STAGE_BYTES (OFF_COEF + COEF_BYTES)
 #define BARRIER_BYTES 128                            // full[STAGES], empty[STAGES]
-#define WARP_OPS (ENTRIES * RW + 2 * RW)             // a warp's weighted x, x_t and z_t (fp32)
+#define WARP_OPS (ENTRIES * RW)                      // a warp's weighted x (fp32)
 #define XR ((CAP * RW + 31) / 32)                    // rounds of the lanes over a warp's ring x
 
 static_assert(N == 128, "a checkpoint row is 32 lanes of 4 columns");
 static_assert(THREADS == (CW + 1) * 32 && P % CW == 0 && RW <= 32, "CW consumer warps and a producer; whole rows per warp");
-static_assert(CAP + 2 <= 32, "a coef line across the lanes of a warp");
-static_assert(RB_BYTES % 16 == 0 && BC_BYTES % 16 == 0 && STAGE_BYTES % 16 == 0 && 16 * STAGES <= BARRIER_BYTES,
-              "bulk copies move 16-byte multiples");
+static_assert(P % 16 == 0 && OFF_COEF % 16 == 0 && STAGE_BYTES % 16 == 0 && 16 * STAGES <= BARRIER_BYTES,
+              "bulk copies move 16-byte multiples to 16-byte boundaries");
 
 // Four consecutive values of a 16-bit or fp32 row in shared memory, widened.
 template <int KIND>
@@ -48,8 +55,23 @@ __device__ __forceinline__ float4 load4(const typename Act<KIND>::T* p) {
     }
 }
 
-// acc[r] += a[r] b over the warp's rows (a: weights in shared memory, read as broadcasts).
+// acc[r] += a[r] b over the warp's rows (a: weights in shared memory, read as broadcasts, four
+// at a time where the rows come in fours).
 __device__ __forceinline__ void add_outer(float4 (&acc)[RW], const float* a, float4 b) {
+#if RW % 4 == 0
+#pragma unroll
+    for (int r4 = 0; r4 < RW; r4 += 4) {
+        const float4 w4 = *reinterpret_cast<const float4*>(a + r4);
+        const float w[4] = {w4.x, w4.y, w4.z, w4.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            acc[r4 + i].x = fmaf(w[i], b.x, acc[r4 + i].x);
+            acc[r4 + i].y = fmaf(w[i], b.y, acc[r4 + i].y);
+            acc[r4 + i].z = fmaf(w[i], b.z, acc[r4 + i].z);
+            acc[r4 + i].w = fmaf(w[i], b.w, acc[r4 + i].w);
+        }
+    }
+#else
 #pragma unroll
     for (int r = 0; r < RW; ++r) {
         const float w = a[r];
@@ -58,12 +80,18 @@ __device__ __forceinline__ void add_outer(float4 (&acc)[RW], const float* a, flo
         acc[r].z = fmaf(w, b.z, acc[r].z);
         acc[r].w = fmaf(w, b.w, acc[r].w);
     }
+#endif
 }
 
 // Work: items (flush row k, head h), numbered from the ring launch's flags (info[2 * row + 1]) in
 // one order by every block; block b takes items b, b + gridDim.x, ... Per item: S <- Gamma S +
 // dt_t x_t B_t^T + sum_{j<c} w_j x_j B_j^T in fp32 (the coef line of the ring launch: w_j for
-// j < CAP, Gamma at CAP, dt_t at CAP + 1), stored; y = S C, (y + D x) silu(z).
+// j < CAP, Gamma at CAP, dt_t at CAP + 1), stored; y = S C, (y + D x) silu(z). Every operand of an
+// item reaches the block in the item's stage, by the producer's bulk copies: a consumer's own
+// global load queues behind the tiles in flight (with five stages per SM on an H200, longer than
+// an item takes), and with the ring x, x, z and coef line loaded by the consumers, an item ahead,
+// Nsight Compute put half of their cycles on waiting for those loads (benchmarks/NOTES_mamba2.md,
+// thirty-fourth run).
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 mamba2_flush_ws(MAMBA2_FLUSH_PARAMS) {
     extern __shared__ __align__(128) unsigned char buf[];
@@ -71,7 +99,8 @@ mamba2_flush_ws(MAMBA2_FLUSH_PARAMS) {
     u64* empty = full + STAGES;
     unsigned char* stages = buf + BARRIER_BYTES;
     float* ops = (float*)(stages + STAGES * STAGE_BYTES);  // [CW][WARP_OPS]
-    long long* slots = (long long*)(ops + CW * WARP_OPS + (CW * WARP_OPS) % 2);  // [batch], 8-byte aligned
+    float* d_of = ops + CW * WARP_OPS;                     // [HEADS]: D
+    long long* slots = (long long*)(d_of + HEADS + (CW * WARP_OPS + HEADS) % 2);  // [batch], 8-byte aligned
     int* rows = (int*)(slots + batch);                     // [batch]: the flush rows, in row order
     int* ring_len = rows + batch;                          // [batch]: their c
     __shared__ int warp_count[WARPS];
@@ -88,6 +117,11 @@ mamba2_flush_ws(MAMBA2_FLUSH_PARAMS) {
     const int flushing = mamba2_number_flush_rows(info, idx, batch, rows, ring_len, slots, warp_count);
     const int items = flushing * HEADS;
     const int mine = (int)blockIdx.x < items ? (items - 1 - (int)blockIdx.x) / (int)gridDim.x + 1 : 0;
+    if (mine == 0) return;  // a step without flush rows: its blocks leave the SMs to the stream launch
+#if HAS_D
+    for (int i = tid; i < HEADS; i += THREADS) d_of[i] = DA::load(Dv + i);
+    __syncthreads();
+#endif
 
     if (warp == CW) {  // the producer: one thread fills the stages and sends the folded tiles out
         if (lane == 0) {
@@ -100,15 +134,25 @@ mamba2_flush_ws(MAMBA2_FLUSH_PARAMS) {
             auto load = [&](int i) {
                 int k, h;
                 float* tile = tile_of(i, k, h);
+                const long long row = rows[k], slot = slots[k];
                 const int s = i % STAGES, g = h / HPG;
                 unsigned char* st = stages + s * STAGE_BYTES;
-                bar_arrive_expect(&full[s], STAGE_BYTES);
-                bulk_load(st, tile, TILE_BYTES, &full[s]);
+                // The coef line's window: from the 16-byte boundary at or before it, whole 16-byte
+                // chunks (the launcher leaves 12 readable bytes past the last line).
+                const long long at = (row * HEADS + h) * LINE, first = at & ~3LL;
+                const unsigned window = (unsigned)(((at - first) * 4 + 4 * LINE + 15) & ~15LL);
+                bar_arrive_expect(&full[s], OFF_COEF + window);
+                bulk_load(st, tile, OFF_RB, &full[s]);
                 // The ring's CAP entries whole (those from c on are never read: they may hold anything).
-                bulk_load(st + TILE_BYTES, ring_B + slots[k] * s_rB_slot + g * s_rB_group, RB_BYTES, &full[s]);
-                bulk_load(st + TILE_BYTES + RB_BYTES, Bm + rows[k] * s_B_row + g * s_B_group, BC_BYTES, &full[s]);
-                bulk_load(st + TILE_BYTES + RB_BYTES + BC_BYTES, Cm + rows[k] * s_C_row + g * s_C_group, BC_BYTES,
-                          &full[s]);
+                bulk_load(st + OFF_RB, ring_B + slot * s_rB_slot + g * s_rB_group, OFF_BT - OFF_RB, &full[s]);
+                bulk_load(st + OFF_BT, Bm + row * s_B_row + g * s_B_group, OFF_CT - OFF_BT, &full[s]);
+                bulk_load(st + OFF_CT, Cm + row * s_C_row + g * s_C_group, OFF_RX - OFF_CT, &full[s]);
+                bulk_load(st + OFF_RX, ring_x + slot * s_rx_slot + h * s_rx_head, OFF_XT - OFF_RX, &full[s]);
+                bulk_load(st + OFF_XT, x + row * s_x_row + h * s_x_head, OFF_ZT - OFF_XT, &full[s]);
+#if HAS_Z
+                bulk_load(st + OFF_ZT, z + row * s_z_row + h * s_z_head, OFF_COEF - OFF_ZT, &full[s]);
+#endif
+                bulk_load(st + OFF_COEF, coef + first, window, &full[s]);
             };
             int next = 0;
             for (; next < mine && next < STAGES; ++next) load(next);
@@ -118,7 +162,7 @@ mamba2_flush_ws(MAMBA2_FLUSH_PARAMS) {
                 float* tile = tile_of(i, k, h);
                 bar_wait(&empty[s], (i / STAGES) & 1);  // every consumer warp's rows are back in the stage
                 asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(tile),
-                             "r"(smem_addr(stages + s * STAGE_BYTES)), "r"(TILE_BYTES)
+                             "r"(smem_addr(stages + s * STAGE_BYTES)), "r"(OFF_RB)
                              : "memory");
                 asm volatile("cp.async.bulk.commit_group;" ::: "memory");
                 if (next < mine) {  // next's stage is this one: refill it once the store has read it
@@ -133,62 +177,38 @@ mamba2_flush_ws(MAMBA2_FLUSH_PARAMS) {
     }
 
     float* xw = ops + warp * WARP_OPS;  // [ENTRIES][RW]: w_j x_j (0 from c on); entry CAP: dt_t x_t
-    float* xs = xw + ENTRIES * RW;      // [RW]: x_t
-    float* zs = xs + RW;                // [RW]: z_t
     const int pt = warp * RW;           // the warp's rows of the head
-    // An item's operands in registers, loaded one item ahead: its coef line (lane j holds entry j),
-    // the ring's x of the warp's rows (entry q / RW, row q % RW at lane q % 32, round q / 32),
-    // x_t and z_t (lane p < RW), D. Loaded when the item starts they would add a DRAM round trip to
-    // every item of the warp's walk.
-    float lv = 0.f, rv[XR], xv = 0.f, zv = 0.f, dv = 0.f;
-    auto fetch = [&](int i) {
-        const int it = blockIdx.x + i * gridDim.x, k = it / HEADS, h = it % HEADS;
-        const long long row = rows[k], slot = slots[k];
-        const int c = ring_len[k];
-        const float* line = coef + (row * HEADS + h) * (CAP + 2);
-        lv = lane < CAP + 2 ? line[lane] : 0.f;
-        dv = HAS_D ? DA::load(Dv + h) : 0.f;
-        const typename RA::T* rx = ring_x + slot * s_rx_slot + h * s_rx_head + pt;
-#pragma unroll
-        for (int r = 0; r < XR; ++r) {
-            const int q = lane + 32 * r;
-            rv[r] = q < CAP * RW && q / RW < c ? RA::load(rx + (q / RW) * RX_J + q % RW) : 0.f;
-        }
-        if (lane < RW) {
-            xv = XA::load(x + row * s_x_row + h * s_x_head + pt + lane);
-#if HAS_Z
-            zv = XA::load(z + row * s_z_row + h * s_z_head + pt + lane);
-#endif
-        }
-    };
-    if (mine > 0) fetch(0);
     for (int i = 0; i < mine; ++i) {
         const int it = blockIdx.x + i * gridDim.x, k = it / HEADS, h = it % HEADS, s = i % STAGES;
         const long long row = rows[k];
-        const int c = ring_len[k];
-        // This item's weights into the warp's scratch, then the next item's operands in flight.
-        const float gamma = __shfl_sync(0xffffffffu, lv, CAP), dt_t = __shfl_sync(0xffffffffu, lv, CAP + 1);
-#pragma unroll
-        for (int r = 0; r < XR; ++r) {
-            const int q = lane + 32 * r;
-            const float w = __shfl_sync(0xffffffffu, lv, (q / RW) & 31);
-            if (q < CAP * RW) xw[q] = q / RW < c ? w * rv[r] : 0.f;  // a select: entries past c may be NaN
-        }
-        if (lane < RW) {
-            xw[CAP * RW + lane] = dt_t * xv;
-            xs[lane] = xv;
-            zs[lane] = zv;
-        }
-        const float d_h = dv;
-        __syncwarp();
-        if (i + 1 < mine) fetch(i + 1);
-
+        const int c = ring_len[k], lead = (int)(((row * HEADS + h) * LINE) & 3);  // the line in its window
+        const float d_h = HAS_D ? d_of[h] : 0.f;
         bar_wait(&full[s], (i / STAGES) & 1);
         unsigned char* st = stages + s * STAGE_BYTES;
+        // This item's weights into the warp's scratch; its rows' x and z kept for the output (the
+        // stage is refilled once the folded rows are back in it).
+        const float* line = (const float*)(st + OFF_COEF) + lead;
+        const typename RA::T* sx = (const typename RA::T*)(st + OFF_RX) + pt;
+        const float gamma = line[CAP], dt_t = line[CAP + 1];
+#pragma unroll
+        for (int r = 0; r < XR; ++r) {
+            const int q = lane + 32 * r, j = q / RW;
+            if (q < CAP * RW) xw[q] = j < c ? line[j] * RA::load(sx + j * P + q % RW) : 0.f;  // a select: entries past c may be NaN
+        }
+        float xv = 0.f, zv = 0.f;
+        if (lane < RW) {
+            xv = XA::load((const typename XA::T*)(st + OFF_XT) + pt + lane);
+#if HAS_Z
+            zv = XA::load((const typename XA::T*)(st + OFF_ZT) + pt + lane);
+#endif
+            xw[CAP * RW + lane] = dt_t * xv;
+        }
+        __syncwarp();
+
         float* sS = (float*)st + pt * N + 4 * lane;
-        const typename RA::T* sB = (const typename RA::T*)(st + TILE_BYTES) + 4 * lane;
-        const typename BA::T* sBt = (const typename BA::T*)(st + TILE_BYTES + RB_BYTES) + 4 * lane;
-        const typename BA::T* sC = (const typename BA::T*)(st + TILE_BYTES + RB_BYTES + BC_BYTES) + 4 * lane;
+        const typename RA::T* sB = (const typename RA::T*)(st + OFF_RB) + 4 * lane;
+        const typename BA::T* sBt = (const typename BA::T*)(st + OFF_BT) + 4 * lane;
+        const typename BA::T* sC = (const typename BA::T*)(st + OFF_CT) + 4 * lane;
         float4 acc[RW];
 #pragma unroll
         for (int r = 0; r < RW; ++r) {
@@ -215,7 +235,7 @@ mamba2_flush_ws(MAMBA2_FLUSH_PARAMS) {
             mine_y = lane == r ? part : mine_y;
         }
         if (lane < RW)
-            y[row * s_y_row + h * s_y_head + pt + lane] = XA::from(mamba2_gated(mine_y, d_h, xs[lane], zs[lane]));
+            y[row * s_y_row + h * s_y_head + pt + lane] = XA::from(mamba2_gated(mine_y, d_h, xv, zv));
         __syncwarp();  // the warp's weights are rewritten by its next item
     }
 }

@@ -92,6 +92,9 @@ class LaunchConfig:
     flush_impl: str = "triton"
     flush_cuda_blocks: int = 4  # "cuda": blocks per SM its registers are bounded for (__launch_bounds__)
     flush_cuda_rows: int | None = None  # "cuda": rows of a warp item (None: decode_flush_cuda.warp_rows)
+    # "cuda_ws": head tiles in flight per block (2 to 5; 0: the most that fit the device's shared
+    # memory, at most 5). Fewer leave shared memory beside it for the stream launch's programs.
+    flush_ws_stages: int = 0
 
     def __post_init__(self):
         if self.kernel not in KERNELS:
@@ -129,6 +132,8 @@ class LaunchConfig:
             raise ValueError(f"LaunchConfig.flush_impl: {self.flush_impl!r} needs flush_launch=True")
         if not 1 <= self.flush_cuda_blocks <= 8:
             raise ValueError(f"LaunchConfig.flush_cuda_blocks: expected 1 to 8, got {self.flush_cuda_blocks}")
+        if self.flush_ws_stages not in (0, 2, 3, 4, 5):
+            raise ValueError(f"LaunchConfig.flush_ws_stages: expected 0 or 2 to 5, got {self.flush_ws_stages}")
         if self.flush_cuda_rows is not None and self.flush_cuda_rows < 1:
             raise ValueError(f"LaunchConfig.flush_cuda_rows: expected None or >= 1, got {self.flush_cuda_rows}")
         if self.flush_heads < 1:

@@ -225,17 +225,25 @@ def ws_stages(batch: int, heads: int, head_dim: int, d_state: int, capacity: int
 
 
 @functools.lru_cache(maxsize=None)
-def _device_limits(index: int) -> tuple[int, int]:
-    """The device's major compute capability and the shared memory a ``flush_ws.cu`` block may
-    take: what one block may opt into, less :data:`WS_STREAM_RESERVE` of the SM's (and the 1 KB the
-    driver keeps per block)."""
+def _device_limits(index: int) -> tuple[int, int, int]:
+    """The device's major compute capability, the shared memory a ``flush_ws.cu`` block takes
+    beside the stream launch (:func:`ws_shared_limit`) and what one block may opt into."""
     props = torch.cuda.get_device_properties(index)
-    return props.major, ws_shared_limit(props.shared_memory_per_block_optin, props.shared_memory_per_multiprocessor)
+    optin = props.shared_memory_per_block_optin
+    return props.major, ws_shared_limit(optin, props.shared_memory_per_multiprocessor), optin
+
+
+def _ws_most_stages(index: int, *plan) -> int:
+    """The most stages for ``ws_stages(*plan, limit)``: within the stream launch's reserve, else
+    (an fp32 step at head_dim 128, say) within what a block may opt into; 0 where two do not fit."""
+    _, beside, optin = _device_limits(index)
+    return ws_stages(*plan, beside) or ws_stages(*plan, optin)
 
 
 def ws_shared_limit(per_block_optin: int, per_sm: int) -> int:
     """Shared memory a ``flush_ws.cu`` block may take on an SM of ``per_sm`` bytes (blocks may opt
-    into ``per_block_optin``): :data:`WS_STREAM_RESERVE` stays free for the stream launch."""
+    into ``per_block_optin``): :data:`WS_STREAM_RESERVE` stays free for the stream launch. A step
+    for which two stages do not fit that takes what a block may opt into instead."""
     return min(per_block_optin, per_sm - 1024 - WS_STREAM_RESERVE)
 
 
@@ -255,12 +263,11 @@ def ws_unsupported(checkpoint: torch.Tensor, ring_x: torch.Tensor, ring_B: torch
         return f"head_dim {head_dim}: expected a multiple of {WS_CONSUMERS}, at most {32 * WS_CONSUMERS}"
     if checkpoint.device.type != "cuda":
         return "bulk copies need a CUDA device"
-    major, limit = _device_limits(checkpoint.device.index if checkpoint.device.index is not None
-                                  else torch.cuda.current_device())
-    if major < 9:
+    index = checkpoint.device.index if checkpoint.device.index is not None else torch.cuda.current_device()
+    if _device_limits(index)[0] < 9:
         return "bulk copies need sm_90 or later"
-    if not ws_stages(batch, heads, head_dim, d_state, ring_B.shape[2], ring_B.element_size(), B.element_size(),
-                     x.element_size(), z is not None, limit):
+    if not _ws_most_stages(index, batch, heads, head_dim, d_state, ring_B.shape[2], ring_B.element_size(),
+                           B.element_size(), x.element_size(), z is not None):
         return "two stages do not fit the device's shared memory"
     return None
 
@@ -294,7 +301,7 @@ def flush_rows_ws(checkpoint, ring_x, ring_B, coef, info, x, B, C, D, z, idx, y,
                          "the last (decode_staged allocates it so)")
     index = x.device.index if x.device.index is not None else torch.cuda.current_device()
     sizes = (ring_B.element_size(), B.element_size(), x.element_size(), z is not None)
-    most = ws_stages(batch, heads, head_dim, d_state, capacity, *sizes, _device_limits(index)[1])
+    most = _ws_most_stages(index, batch, heads, head_dim, d_state, capacity, *sizes)
     if stages > most or stages == 1 or stages < 0:
         raise ValueError(f"LaunchConfig.flush_ws_stages: expected 0 or 2 to {most} (what fits the device's shared "
                          f"memory beside the stream launch at this step), got {stages}")

@@ -18,12 +18,14 @@ wave of blocks that find none, as the Triton list launches do; a block loads the
 block-wide barriers.
 
 ``flush_impl="cuda_ws"`` takes ``flush_ws.cu`` instead (:func:`flush_rows_ws`): the same items as
-(flush row, head) pairs, walked by one block per SM in which a producer thread keeps up to
-:data:`WS_MAX_STAGES` head tiles (with the group's ring ``B`` and the token's ``B`` and ``C``) in
-flight by bulk copies and sends the folded tiles back by bulk stores, while
-:data:`WS_CONSUMERS` warps fold them. As a probe that form folds at 97.6% of copy bandwidth on an
-H200; in the step it is correct but not yet fast (856 us at Nemotron-H batch 256 against 614 us
-for the default launch; ``benchmarks/NOTES_mamba2.md``, thirty-third run). :func:`ws_unsupported`
+(flush row, head) pairs, walked by one block per SM in which a producer thread bulk-copies each
+item's checkpoint tile and every operand it reads (the group's ring ``B``, the head's ring ``x``,
+the token's ``B``, ``C``, ``x``, ``z``, its coef line) into one of 2 to :data:`WS_MAX_STAGES`
+stages and sends the folded tiles back by bulk stores, while :data:`WS_CONSUMERS` warps fold them.
+It is the default flush launch from batch 128 at ``d_state`` 128: on an H200 at Nemotron-H batch
+256 the flush step takes 592-599 us against 614 us for the Triton launch
+(``benchmarks/NOTES_mamba2.md``, thirty-fourth run). Its blocks leave :data:`WS_STREAM_RESERVE`
+of the SM's shared memory to the stream launch that runs beside them. :func:`ws_unsupported`
 says when it falls back to this file's launch.
 
 :func:`unsupported` says when a step keeps the Triton flush launch: a checkpoint that is not fp32

@@ -6,12 +6,13 @@
 // (benchmarks/NOTES_mamba2.md, thirty-third run), a fold run as a fixed wave of blocks that load,
 // fold and store in turn stops at 88-93% of copy bandwidth, whatever the residency; a wave in which
 // one producer thread keeps whole head tiles in flight by bulk copies reaches 97.6%. This kernel is
-// that wave with the flush's operands: one block per SM, STAGES head tiles (with the group's ring
-// B, the token's B and C) in shared memory at once, CW consumer warps that fold a tile's rows in
-// exact fp32 FMAs and write them back into the stage, and the producer sending each folded tile
-// out by one bulk copy before it refills the stage. In the step it is correct but not yet fast:
-// 856 us at Nemotron-H batch 256 against 614 us for the default Triton launch, ~280 us behind
-// the probe of its form (same notes); hence an option (LaunchConfig(flush_impl="cuda_ws")).
+// that wave with the flush's operands: one block per SM, STAGES (row, head) items in shared memory
+// at once (the head's checkpoint tile with every operand the item reads), CW consumer warps that
+// fold a tile's rows in exact fp32 FMAs and write them back into the stage, and the producer
+// sending each folded tile out by one bulk copy before it refills the stage. Alone it runs at its
+// probe's speed (575 us at Nemotron-H batch 256 under Nsight Compute, 841 us while the consumers
+// still loaded the ring x, x, z and coef line themselves); it is the staged step's flush launch
+// from batch 128 at d_state 128 (LaunchConfig(flush_impl="cuda_ws"), launch.py).
 
 // Operand dtypes, chunk widening and number_flush_rows(): ops/_flush_rows.cuh; barriers and bulk
 // copies: ops/_bulk_copy.cuh.

@@ -258,6 +258,26 @@ def test_cuda_flush_falls_back_where_unsupported_gpu():
 
 
 @pytest.mark.gpu
+def test_flush_without_nvrtc_takes_the_triton_launch_gpu(monkeypatch):
+    # The default from batch 128 is the NVRTC-compiled warp-specialised flush; a machine where no
+    # NVRTC loads must still step (the Triton launch), not fail at the first flush.
+    ck = torch.zeros(4, 2, 64, 128, device="cuda")
+    assert fc.unsupported(ck, 4) is None
+    monkeypatch.setattr(fc, "have_nvrtc", lambda: False)
+    assert "NVRTC" in fc.unsupported(ck, 4)
+    from trtllm_replayssm.ops.mamba2 import decode_staged
+
+    def compiled_launch(*args, **kwargs):
+        raise AssertionError("a CUDA flush launch was taken without NVRTC")
+
+    monkeypatch.setattr(decode_staged, "flush_rows_ws", compiled_launch)
+    monkeypatch.setattr(decode_staged, "flush_rows_cuda", compiled_launch)
+    cfg = decode.launch_config("replay", 64, 128, 128)
+    assert cfg.flush_impl == "cuda_ws"
+    check_replay((8, 64, 128, 2), torch.bfloat16, 3, 4, 13, "cuda", run=_kernel_replay(cfg))
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("impl", ["cuda", "cuda_ws"])
 def test_cuda_flush_cuda_graph_equals_eager_gpu(impl):
     dims = (16, 64, 128, 2)

@@ -30,7 +30,7 @@ says when it falls back to this file's launch.
 
 :func:`unsupported` says when a step keeps the Triton flush launch: a checkpoint that is not fp32
 or not 16-byte aligned rows, ``d_state`` other than 64 or 128, rings or activations whose rows do
-not start on 16-byte boundaries, or a batch above ``LIST_MAX_BATCH``.
+not start on 16-byte boundaries, a batch above ``LIST_MAX_BATCH``, no CUDA device, or no NVRTC.
 """
 
 from __future__ import annotations
@@ -41,11 +41,12 @@ from pathlib import Path
 
 import torch
 
+from .. import _nvrtc
 from .._flush_rows import KINDS as _KINDS
 from .._flush_rows import checkpoint_reason, chunked, launch_plan
 from .._flush_rows import source as _source
 
-__all__ = ["THREADS", "WS_CONSUMERS", "defines", "flush_rows_cuda", "flush_rows_ws", "rows_per_instr", "shared_bytes",
+__all__ = ["THREADS", "WS_CONSUMERS", "defines", "flush_rows_cuda", "flush_rows_ws", "have_nvrtc", "rows_per_instr", "shared_bytes",
            "unsupported", "warp_rows", "ws_defines", "ws_shared_bytes", "ws_shared_limit", "ws_stage_bytes",
            "ws_stages", "ws_unsupported"]
 
@@ -118,7 +119,15 @@ def unsupported(checkpoint: torch.Tensor, batch: int, operands: dict | None = No
             return f"{name}'s rows do not start on 16-byte boundaries"
     if checkpoint.device.type != "cuda":
         return "the checkpoint is not on a CUDA device"
+    if not have_nvrtc():
+        return "no NVRTC library loads (the CUDA launches are compiled at run time)"
     return None
+
+
+@functools.lru_cache(maxsize=None)
+def have_nvrtc() -> bool:
+    """Whether an NVRTC library loads (looked up once: :func:`unsupported` asks at every step)."""
+    return _nvrtc.find_nvrtc() is not None
 
 
 def defines(heads: int, groups: int, head_dim: int, d_state: int, capacity: int, x_dtype, bc_dtype, ring_dtype,

@@ -129,6 +129,23 @@ def test_ws_unsupported_names_each_reason():
     assert "CUDA device" in _ws_reason(torch.zeros(4, 2, 64, 128), torch.zeros(4, 2, 32, 128))
 
 
+def test_ws_launch_refuses_coef_without_its_window():
+    # The launcher bulk-copies each coef line in a 16-byte window, so the scratch must leave 12
+    # readable bytes past its last line (decode_staged allocates 16); a tight one is refused before
+    # anything is launched or written.
+    batch, heads, head_dim, cap = 2, 4, 64, 16
+    ck = torch.zeros(batch, heads, head_dim, 128)
+    before = ck.clone()
+    x = torch.zeros(batch, heads, head_dim)
+    B = torch.zeros(batch, 1, 128)
+    tight = torch.zeros(batch, heads, cap + 2)
+    with pytest.raises(ValueError, match="^coef: expected"):
+        fc.flush_rows_ws(ck, torch.zeros(batch, heads, cap, head_dim), torch.zeros(batch, 1, cap, 128), tight,
+                         torch.zeros(batch, 2, dtype=torch.int32), x, B, B, None, None, None, x.clone(), batch,
+                         (0,) * 16, cap)
+    assert torch.equal(ck, before)
+
+
 def test_launch_config_takes_the_ws_flush():
     assert decode.LaunchConfig(**dict(CUDA_FLUSH, flush_impl="cuda_ws")).flush_impl == "cuda_ws"
     assert decode.LaunchConfig(**dict(CUDA_FLUSH, flush_impl="cuda_ws", flush_ws_stages=3)).flush_ws_stages == 3

@@ -315,4 +315,5 @@ def test_ws_flush_serves_the_model_dims_gpu():
         ring_B = torch.zeros(64, 2, 16, 128, device="cuda", dtype=ring_dtype)
         ring_x = torch.zeros(64, 8, 16, head_dim, device="cuda", dtype=ring_dtype)
         assert _ws_reason(ck, ring_B, ring_x, 64) is None, head_dim
-    assert "d_state 64" in _ws_reason(torch.zeros(4, 2, 128, 64, device="cuda"), torch.zeros(4, 1, 16, 64, device="cuda"))
+    assert "d_state 64" in _ws_reason(torch.zeros(4, 2, 128, 64, device="cuda"),
+                                      torch.zeros(4, 1, 16, 64, device="cuda"))

@@ -46,9 +46,9 @@ from .._flush_rows import KINDS as _KINDS
 from .._flush_rows import checkpoint_reason, chunked, launch_plan
 from .._flush_rows import source as _source
 
-__all__ = ["THREADS", "WS_CONSUMERS", "defines", "flush_rows_cuda", "flush_rows_ws", "have_nvrtc", "rows_per_instr", "shared_bytes",
-           "unsupported", "warp_rows", "ws_defines", "ws_shared_bytes", "ws_shared_limit", "ws_stage_bytes",
-           "ws_stages", "ws_unsupported"]
+__all__ = ["THREADS", "WS_CONSUMERS", "WS_MAX_STAGES", "WS_STREAM_RESERVE", "defines", "flush_rows_cuda",
+           "flush_rows_ws", "have_nvrtc", "rows_per_instr", "shared_bytes", "unsupported", "warp_rows", "ws_defines",
+           "ws_shared_bytes", "ws_shared_limit", "ws_stage_bytes", "ws_stages", "ws_unsupported"]
 
 #: Threads per block: 8 warps, each walking its own warp items.
 THREADS = 256
@@ -65,7 +65,8 @@ SIGNATURE = (_P,) * 12 + (_I32,) + (_I64,) * 16
 KERNEL_FILE = str(Path(__file__).with_name("flush_cuda.cu"))
 WS_FILE = str(Path(__file__).with_name("flush_ws.cu"))
 #: ``flush_impl="cuda_ws"``: consumer warps of a block (a producer warp beside them) and the most
-#: head tiles in flight per block. Five stages were the probe's best (benchmarks/fold_ws.cu).
+#: head tiles in flight per block. Five stages were the probe's best (benchmarks/fold_ws.cu); in
+#: the step a block takes fewer where five would crowd out the stream launch (WS_STREAM_RESERVE).
 WS_CONSUMERS, WS_MAX_STAGES = 16, 5
 #: Shared memory (bytes) a ``flush_ws.cu`` block leaves free on its SM for the stream launch's
 #: programs, which run beside it (``flush_stream``). H200, Nemotron-H batch 256: five stages (a

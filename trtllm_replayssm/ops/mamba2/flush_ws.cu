@@ -194,7 +194,8 @@ mamba2_flush_ws(MAMBA2_FLUSH_PARAMS) {
 #pragma unroll
         for (int r = 0; r < XR; ++r) {
             const int q = lane + 32 * r, j = q / RW;
-            if (q < CAP * RW) xw[q] = j < c ? line[j] * RA::load(sx + j * P + q % RW) : 0.f;  // a select: entries past c may be NaN
+            // A select, not a product: entries past c may hold NaN.
+            if (q < CAP * RW) xw[q] = j < c ? line[j] * RA::load(sx + j * P + q % RW) : 0.f;
         }
         float xv = 0.f, zv = 0.f;
         if (lane < RW) {

@@ -57,12 +57,13 @@ def allocate(slots, heads, head_dim, d_state, groups, window, dtype, device, gen
 
 
 def check_replay(dims, dtype, batch, window, steps, device, pad=True, run=None, seed=0, y_tol=None, ckpt_tol=1e-5,
-                 stagger=False, write_through_from=None, poison_ring=False):
+                 stagger=False, write_through_from=None, poison_ring=False, gate=True, with_D=True):
     """Run ``steps`` ReplaySSM steps with ``run`` (a kernel launcher) and the reference; compare
     outputs, checkpoints, cursors and the committed ring entries after every step. With
     ``stagger`` the slots' first flushes come at different steps (flush and non-flush rows
     share launches). From step ``write_through_from`` on, every live row of the reference
-    flushes (its ``flush_at`` lowered to ``committed + 1``): a write-through step."""
+    flushes (its ``flush_at`` lowered to ``committed + 1``): a write-through step. ``gate`` /
+    ``with_D`` False: no ``z`` / no ``D`` (engines that gate in a norm after the layer pass none)."""
     heads, head_dim, d_state, groups = dims
     gen = torch.Generator().manual_seed(seed)
     slots = batch + 2
@@ -73,18 +74,19 @@ def check_replay(dims, dtype, batch, window, steps, device, pad=True, run=None, 
             st.ring_x.fill_(float("nan"))
             st.ring_B.fill_(float("nan"))
     A, D, dt_bias = make_params(heads, "cpu", gen)
+    D = D if with_D else None
     idx = make_indices(batch, slots, pad and batch > 1, "cpu", gen)
     y_tol = y_tol or {torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 1.5e-2}[dtype]
     run = run or (lambda st, *a: mamba2_replay_step(st, *a))
     flushes = 0
     for step in range(steps):
-        x, dt, B, C, z = make_inputs(batch, heads, head_dim, d_state, groups, dtype, "cpu", gen)
+        x, dt, B, C, z = make_inputs(batch, heads, head_dim, d_state, groups, dtype, "cpu", gen, gate)
         if write_through_from is not None and step >= write_through_from:
             live = idx[idx >= 0].long()
             ref_state.flush_at[live] = ref_state.committed[live] + 1
         flushes += int((ref_state.committed[idx[idx >= 0].long()] + 1 >= ref_state.flush_at[idx[idx >= 0].long()]).sum())
         y_ref = reference.mamba2_replay_step(ref_state, x, dt, A, B, C, D, z, dt_bias, True, None, 8.0, idx, -1)
-        dev = [t.to(device) for t in (x, dt, A, B, C, D, z, dt_bias)]
+        dev = [None if t is None else t.to(device) for t in (x, dt, A, B, C, D, z, dt_bias)]
         y = run(state, *dev[:7], dev[7], True, None, 8.0, idx.to(device), -1)
         assert y.dtype == dtype and y.shape == x.shape
         assert rel(y, y_ref) < y_tol, f"step {step}: y rel err {rel(y, y_ref)}"
@@ -153,6 +155,17 @@ def test_replay_kernel_interpreter_default_configs(batch):
     through = decode.launch_config("replay", 16, 16, batch).kernel == "write_through"
     check_replay((2, 16, 16, 1), torch.float32, batch, 4, 13, "cpu", run=_kernel_replay(None),
                  write_through_from=0 if through else None)
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="interpreter test; the GPU grid covers it on CUDA")
+@pytest.mark.parametrize("gate,with_D", [(False, True), (False, False), (True, False)])
+def test_replay_staged_flush_launch_interpreter_without_gate_or_D(gate, with_D):
+    # Engines that gate in a norm after the layer pass no z (and some no D): the staged step with
+    # its flush launch, flush and non-flush rows, against the reference without them.
+    cfg = decode.LaunchConfig(kernel="staged", block_p=16, num_warps=2, flush_launch=True, flush_heads=2,
+                              flush_block_p=16)
+    check_replay((4, 32, 16, 2), torch.float32, 3, 4, 13, "cpu", run=_kernel_replay(cfg), stagger=True, gate=gate,
+                 with_D=with_D)
 
 
 @pytest.mark.skipif(HAS_CUDA, reason="interpreter test; the GPU grid covers it on CUDA")

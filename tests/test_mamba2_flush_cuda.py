@@ -223,14 +223,16 @@ def test_defaults_assemble_without_spills(sm, tmp_path):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_ws_kernel_assembles_without_spills(sm, dtype, tmp_path):
     # One 544-thread block per SM: within 120 registers a thread, no spill, at the dims it serves.
-    for heads, groups, head_dim in [(128, 8, 64), (96, 8, 80), (8, 2, 128)]:
-        stages = fc.ws_stages(256, heads, head_dim, 128, 16, dtype.itemsize, dtype.itemsize, dtype.itemsize, True,
+    # (The last case without z and D: HAS_Z / HAS_D 0.)
+    for heads, groups, head_dim, gated in [(128, 8, 64, True), (96, 8, 80, True), (8, 2, 128, True),
+                                           (128, 8, 64, False)]:
+        stages = fc.ws_stages(256, heads, head_dim, 128, 16, dtype.itemsize, dtype.itemsize, dtype.itemsize, gated,
                               232448)
-        defs = fc.ws_defines(heads, groups, head_dim, 128, 16, dtype, dtype, dtype, torch.float32, True, True,
-                             torch.int32, stages)
+        defs = fc.ws_defines(heads, groups, head_dim, 128, 16, dtype, dtype, dtype, torch.float32 if gated else None,
+                             gated, gated, torch.int32, stages)
         ptx = _nvrtc.compile_ptx(fc.source(fc.WS_FILE), "flush_ws.cu", sm, tuple((k, str(v)) for k, v in defs.items()))
         assert "cp.async.bulk.shared::cluster.global" in ptx and "mbarrier.try_wait" in ptx
-        regs, spills, log = assemble(ptx, sm, tmp_path / f"flush_ws_{sm}_{head_dim}.ptx")
+        regs, spills, log = assemble(ptx, sm, tmp_path / f"flush_ws_{sm}_{head_dim}_{gated}.ptx")
         assert regs * defs["THREADS"] <= 65536 and spills == 0, (sm, head_dim, log)
 
 

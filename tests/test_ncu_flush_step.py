@@ -21,6 +21,8 @@ from ncu_flush_step import main  # noqa: E402
     (["--kind", "mamba2", "--committed", "3"], "--committed / --staged: the delta rules only"),
     (["--kind", "kda", "--committed", "15"], "--committed: expected 0 <= C < 15 (a non-flush step), got 15"),
     (["--kind", "gdn", "--staged", "", "--fused", ""], "--staged: not with --fused"),
+    (["--kind", "gdn", "--launch", "flush_impl=cuda_ws"], "--launch: the Mamba-2 replay step only"),
+    (["--standard", "--launch", "flush_impl=cuda_ws"], "--launch: the Mamba-2 replay step only"),
 ])
 def test_bad_arguments_are_named(argv, message, capsys):
     with pytest.raises(SystemExit) as err:
@@ -42,3 +44,8 @@ def test_staged_fields_replace_the_default():
                                       ring_max_registers=96)
     with pytest.raises(SystemExit, match="not a StagedVariant"):
         staged_variant("gdn", 256, False, "")  # GDN's batch-256 default is the one-launch step
+
+
+def test_launch_fields_are_checked_before_a_step_is_built():
+    with pytest.raises(SystemExit, match="'flush_ws=4' is not field=value of LaunchConfig"):
+        main(["--launch", "flush_ws=4"])

@@ -12,7 +12,7 @@
 // sending each folded tile out by one bulk copy before it refills the stage. Alone it runs at its
 // probe's speed (575 us at Nemotron-H batch 256 under Nsight Compute, 841 us while the consumers
 // still loaded the ring x, x, z and coef line themselves); it is the staged step's flush launch
-// from batch 128 at d_state 128 (LaunchConfig(flush_impl="cuda_ws"), launch.py).
+// from batch 256 at d_state 128 (LaunchConfig(flush_impl="cuda_ws"), launch.py).
 
 // Operand dtypes, chunk widening and number_flush_rows(): ops/_flush_rows.cuh; barriers and bulk
 // copies: ops/_bulk_copy.cuh.

@@ -86,7 +86,7 @@ class LaunchConfig:
     # it supports the step, else the Triton launch above; the other flush_* fields are Triton's.
     # "cuda_ws": its warp-specialised form (flush_ws.cu: one block per SM, a producer thread keeping
     # head tiles and their operands in flight by bulk copies; sm_90+, d_state 128), else "cuda"
-    # where that serves, else Triton's; the default from batch 128 at d_state 128 (launch_config).
+    # where that serves, else Triton's; the default from batch 256 at d_state 128 (launch_config).
     flush_impl: str = "triton"
     flush_cuda_blocks: int = 4  # "cuda": blocks per SM its registers are bounded for (__launch_bounds__)
     flush_cuda_rows: int | None = None  # "cuda": rows of a warp item (None: decode_flush_cuda.warp_rows)
@@ -240,7 +240,7 @@ def launch_config(kind: str, head_dim: int, d_state: int, batch: int) -> LaunchC
         # plain runs, one call, tf32x2 -> bf16x3 flush us, Nemotron-H 64 / 128 / 256 / 512 172.4 /
         # 326.3 / 638.4 / 1313.8 -> 168.0 / 313.7 / 613.9 / 1282.9 (amortized 301.4 -> 299.9 at
         # 256); Nemotron-3-Nano 176.7 / 306.4 / 597.6 / 1219.0 -> 166.7 / 306.2 / 595.9 / 1191.3.
-        # From batch 128 at d_state 128 the flush launch is the warp-specialised CUDA kernel
+        # From batch 256 at d_state 128 the flush launch is the warp-specialised CUDA kernel
         # (flush_impl="cuda_ws": one block per SM whose producer thread bulk-copies each (row, head)
         # item's tile and operands into one of 3-5 stages while 16 warps fold). Where it does not
         # serve, the CUDA launch of flush_cuda.cu (a GPU before sm_90; within 1-2% of the Triton
@@ -250,10 +250,12 @@ def launch_config(kind: str, head_dim: int, d_state: int, batch: int) -> LaunchC
         # (3 stages: 147.7 / 305.4 / 157.6 / 157.2); 256 279.0 / 614.4 / 300.0 / 296.8 -> 278.7 /
         # 592.0 / 298.3 / 296.5; 512 534.4 / 1275.4 / 580.7 / 571.9 -> 533.6 / 1188.0 / 574.5 /
         # 568.9; Nemotron-3-Nano 256 265.1 / 601.0 / 286.1 / 280.2 -> 263.4 / 555.5 / 281.7 /
-        # 280.4, 512 508.0 / 1197.9 / 551.1 / 543.4 -> 504.5 / 1100.4 / 541.8 / 538.7. At 32 and 64
-        # its amortized step led too but its mixed one trailed by 1.6-1.7 us (few rows flush there,
-        # and a block walks its items one after another).
-        ws = large and d_state == 128
+        # 280.4, 512 508.0 / 1197.9 / 551.1 / 543.4 -> 504.5 / 1100.4 / 541.8 / 538.7. At 128 it
+        # gained 0.2 us amortized and lost 2.2 us in the mixed step (the serving case: slots in
+        # staggered phases); at 32 and 64 its amortized step led too but its mixed one trailed by
+        # 1.6-1.7 us (few rows flush per staggered step, and a block walks its items one after
+        # another). Below 256 the Triton launch stays.
+        ws = batch >= 256 and d_state == 128
         return LaunchConfig(block_p=16, num_warps=2, kernel="staged", fold="bf16x3", flush_launch=True,
                             flush_max_registers=(128, 96), flush_stream=True, flush_heads=heads,
                             flush_block_p=16 if rows16 else 32, flush_warps=2 if rows16 else 4,

@@ -254,8 +254,8 @@ def _ws_most_stages(index: int, *plan) -> int:
 
 def ws_shared_limit(per_block_optin: int, per_sm: int) -> int:
     """Shared memory a ``flush_ws.cu`` block may take on an SM of ``per_sm`` bytes (blocks may opt
-    into ``per_block_optin``): :data:`WS_STREAM_RESERVE` stays free for the stream launch. A step
-    for which two stages do not fit that takes what a block may opt into instead."""
+    into ``per_block_optin``): :data:`WS_STREAM_RESERVE` stays free for the stream launch (a step
+    for which two stages do not fit within it takes what a block may opt into: ``_ws_most_stages``)."""
     return min(per_block_optin, per_sm - 1024 - WS_STREAM_RESERVE)
 
 

@@ -44,6 +44,10 @@ static_assert(THREADS == (CW + 1) * 32 && P % CW == 0 && RW <= 32, "CW consumer 
 static_assert(P % 16 == 0 && OFF_COEF % 16 == 0 && STAGE_BYTES % 16 == 0 && 16 * STAGES <= BARRIER_BYTES,
               "bulk copies move 16-byte multiples to 16-byte boundaries");
 
+// Where the coef line of (row, h) starts in the coef scratch, in fp32 words. The producer copies
+// it in the 16-byte window from (at & ~3); the consumers read it (at & 3) words into that window.
+__device__ __forceinline__ long long coef_line_at(long long row, int h) { return (row * HEADS + h) * LINE; }
+
 // Four consecutive values of a 16-bit or fp32 row in shared memory, widened.
 template <int KIND>
 __device__ __forceinline__ float4 load4(const typename Act<KIND>::T* p) {
@@ -140,7 +144,7 @@ mamba2_flush_ws(MAMBA2_FLUSH_PARAMS) {
                 unsigned char* st = stages + s * STAGE_BYTES;
                 // The coef line's window: from the 16-byte boundary at or before it, whole 16-byte
                 // chunks (the launcher leaves 12 readable bytes past the last line).
-                const long long at = (row * HEADS + h) * LINE, first = at & ~3LL;
+                const long long at = coef_line_at(row, h), first = at & ~3LL;
                 const unsigned window = (unsigned)(((at - first) * 4 + 4 * LINE + 15) & ~15LL);
                 bar_arrive_expect(&full[s], OFF_COEF + window);
                 bulk_load(st, tile, OFF_RB, &full[s]);
@@ -182,7 +186,7 @@ mamba2_flush_ws(MAMBA2_FLUSH_PARAMS) {
     for (int i = 0; i < mine; ++i) {
         const int it = blockIdx.x + i * gridDim.x, k = it / HEADS, h = it % HEADS, s = i % STAGES;
         const long long row = rows[k];
-        const int c = ring_len[k], lead = (int)(((row * HEADS + h) * LINE) & 3);  // the line in its window
+        const int c = ring_len[k], lead = (int)(coef_line_at(row, h) & 3);  // the line in its window
         const float d_h = HAS_D ? d_of[h] : 0.f;
         bar_wait(&full[s], (i / STAGES) & 1);
         unsigned char* st = stages + s * STAGE_BYTES;

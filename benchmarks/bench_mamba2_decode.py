@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -50,7 +51,22 @@ DIMS = {
 WINDOW = 16
 
 
-def _inputs(batch, heads, head_dim, d_state, groups, dtype, device="cuda"):
+#: The input distributions a plain run can time on (``--inputs``). The steps' speed depends on
+#: the values, not only on their bytes: the standard step ran 538 us on ``unit`` and 521 us on
+#: ``slow_decay`` at Nemotron-H batch 256 on one H200 (NOTES_mamba2.md, thirty-fifth run).
+INPUTS = {
+    "unit": "unit normals; dt = softplus(N(0, 1) + N(0, 0.25)), A in (-1.5, -0.5) (the tables' default)",
+    "slow_decay": "ncu_flush_step.py's: A in (-1, 0), dt = softplus(N(0, 1) + N(0, 1))",
+    "model": "Mamba-2's initialisation: A = -exp(U(log 1, log 16)), dt = softplus(N(0, 0.25) + "
+             "softplus^-1(exp(U(log 1e-3, log 1e-1)))), D = 1",
+}
+
+
+def _inputs(batch, heads, head_dim, d_state, groups, dtype, device="cuda", kind="unit", dt_dtype=None):
+    """``x, dt, A, B, C, D, z, dt_bias`` of one decode step from the distribution ``kind``
+    (:data:`INPUTS`), ``dt`` in ``dt_dtype`` (``None``: the activations' ``dtype``, as a model's
+    in_proj gives it; on fp32 ``dt`` the standard step ran 2.7% slower at Nemotron-H dims, batch
+    256, on an H200: NOTES_mamba2.md, thirty-fifth run)."""
     g = torch.Generator(device=device).manual_seed(batch)
     x = torch.randn(batch, heads, head_dim, device=device, generator=g).to(dtype)
     dt = torch.randn(batch, heads, device=device, generator=g)
@@ -60,7 +76,18 @@ def _inputs(batch, heads, head_dim, d_state, groups, dtype, device="cuda"):
     A = -(0.5 + torch.rand(heads, device=device, generator=g))
     D = torch.randn(heads, device=device, generator=g)
     dt_bias = torch.randn(heads, device=device, generator=g) * 0.5
-    return x, dt, A, B, C, D, z, dt_bias
+    if kind == "slow_decay":
+        A = -torch.rand(heads, device=device, generator=g)
+        dt_bias = torch.randn(heads, device=device, generator=g)
+    elif kind == "model":
+        A = -torch.exp(torch.empty(heads, device=device).uniform_(0.0, math.log(16.0), generator=g))
+        dt0 = torch.exp(torch.empty(heads, device=device).uniform_(math.log(1e-3), math.log(1e-1), generator=g))
+        dt_bias = dt0 + torch.log(-torch.expm1(-dt0))  # softplus^-1
+        dt = dt * 0.5
+        D = torch.ones(heads, device=device)
+    elif kind != "unit":
+        raise ValueError(f"inputs: expected one of {tuple(INPUTS)}, got {kind!r}")
+    return x, dt.to(dtype if dt_dtype is None else dt_dtype), A, B, C, D, z, dt_bias
 
 
 def _state_bytes(batch, heads, head_dim, d_state):
@@ -76,10 +103,10 @@ def _io_bytes(batch, heads, head_dim, d_state, groups, act_bytes):
     return batch * (3 * heads * head_dim * act_bytes + 2 * groups * d_state * act_bytes + heads * 4)
 
 
-def time_standard(dims, batch, dtype, flush, rounds, config=None):
+def time_standard(dims, batch, dtype, flush, rounds, config=None, inputs=None):
     heads, head_dim, d_state, groups = dims
     state = torch.randn(batch, heads, head_dim, d_state, device="cuda") * 0.1
-    x, dt, A, B, C, D, z, dt_bias = _inputs(batch, *dims, dtype)
+    x, dt, A, B, C, D, z, dt_bias = _inputs(batch, *dims, dtype, **(inputs or {}))
     idx = torch.arange(batch, dtype=torch.int32, device="cuda")
     y = torch.empty_like(x)
 
@@ -97,13 +124,13 @@ def time_standard(dims, batch, dtype, flush, rounds, config=None):
     return us
 
 
-def time_replay(dims, batch, dtype, flush, rounds, stagger, config=None):
+def time_replay(dims, batch, dtype, flush, rounds, stagger, config=None, inputs=None):
     """Per-phase times of 16 consecutive steps (microseconds, list of 16; `_timing.time_steps`)."""
     heads, head_dim, d_state, groups = dims
     cfg = ReplaySSMConfig(window=WINDOW, flush_stagger=stagger)
     state = Mamba2ReplayState.allocate(batch, heads, head_dim, d_state, groups, cfg, activation_dtype=dtype, device="cuda")
     state.checkpoint.normal_(0, 0.1)
-    x, dt, A, B, C, D, z, dt_bias = _inputs(batch, *dims, dtype)
+    x, dt, A, B, C, D, z, dt_bias = _inputs(batch, *dims, dtype, **(inputs or {}))
     idx = torch.arange(batch, dtype=torch.int32, device="cuda")
     y = torch.empty_like(x)
 
@@ -124,12 +151,12 @@ def time_replay(dims, batch, dtype, flush, rounds, stagger, config=None):
     return phases
 
 
-def bench(dims_name, batch, dtype, flush, rounds, copy_gbps, configs=None, same_copy=None):
+def bench(dims_name, batch, dtype, flush, rounds, copy_gbps, configs=None, same_copy=None, inputs=None):
     dims = DIMS[dims_name]
     std_cfg, rep_cfg = _pick(configs, batch, dims[1]) if configs else (None, None)
-    std_us = time_standard(dims, batch, dtype, flush, rounds, std_cfg)
-    phases = time_replay(dims, batch, dtype, flush, rounds, False, rep_cfg)
-    mixed = time_replay(dims, batch, dtype, flush, rounds, True, rep_cfg)
+    std_us = time_standard(dims, batch, dtype, flush, rounds, std_cfg, inputs)
+    phases = time_replay(dims, batch, dtype, flush, rounds, False, rep_cfg, inputs)
+    mixed = time_replay(dims, batch, dtype, flush, rounds, True, rep_cfg, inputs)
     return record(dims_name, batch, dtype, std_us, phases, mixed, copy_gbps, std_cfg, rep_cfg, same_copy)
 
 
@@ -510,6 +537,13 @@ def main(argv=None):
                    help="time each (dims, batch) this many times in turn, standard and ReplaySSM steps side by "
                         "side, and print the spread of the ratios (the machines of a pool differ by ~1%%)")
     p.add_argument("--no-l2-flush", action="store_true")
+    p.add_argument("--dt-dtype", default="activation", choices=["activation", "float32"],
+                   help="dt's dtype: the activations' (as a model's in_proj gives it; the default from the "
+                        "thirty-fifth run) or float32 (earlier tables), on which the standard step ran 2.7%% "
+                        "slower at Nemotron-H dims")
+    p.add_argument("--inputs", default="unit", choices=list(INPUTS),
+                   help="the distribution the plain run's steps are timed on: " +
+                        "; ".join(f"{k}: {v}" for k, v in INPUTS.items()))
     p.add_argument("--sweep", action="store_true", help="time launch configurations, then stop")
     p.add_argument("--tune", action="store_true", help="sweep first, then benchmark with the fastest configs")
     p.add_argument("--sweep-batches", type=int, nargs="+", default=[1, 32, 256])
@@ -530,6 +564,9 @@ def main(argv=None):
         p.error("--derive: only with --variants (it replaces the variants of that run)")
     if args.repeats < 1:
         p.error(f"--repeats: expected >= 1, got {args.repeats}")
+    if (args.inputs != "unit" or args.dt_dtype != "activation") and (args.variants or args.sweep or args.tune):
+        p.error("--inputs / --dt-dtype: the plain run only (--variants / --sweep / --tune time the unit inputs "
+                "with dt in the activations' dtype)")
     import time
 
     if args.derive:
@@ -546,10 +583,12 @@ def main(argv=None):
     copy_gbps = max(copies.values())
     floor = graph_floor_us(flush, args.rounds)
     print(f"# {info}  copy bandwidth (read + write): " + ", ".join(f"{k} {v:.0f} GB/s" for k, v in copies.items())
-          + f"; graph floor {floor:.1f} us (a one-kernel graph's replay, timed as the steps are: in every row)",
+          + f"; graph floor {floor:.1f} us (a one-kernel graph's replay, timed as the steps are: in every row)"
+          + f"; inputs {args.inputs}, dt {args.dt_dtype}",
           flush=True)
     result = {"device": info, "copy_gbps": copy_gbps, "copies_gbps": copies, "graph_floor_us": floor, "window": WINDOW,
-              "state_dtype": "float32", "activation": args.dtype, "l2_flush": flush is not None}
+              "state_dtype": "float32", "activation": args.dtype, "l2_flush": flush is not None,
+              "inputs": args.inputs, "dt_dtype": args.dt_dtype}
     if args.variants:
         run_variants(dtype, flush, args.variant_rounds, copy_gbps, result, args.json, args.budget_s, start,
                      tuple(args.variant_batches))
@@ -558,6 +597,7 @@ def main(argv=None):
     if args.sweep or args.tune:
         result["sweep"], configs = sweep(args.sweep_batches, dtype, flush, args.rounds)
         result["tuned"] = {b: [str(c) for c in cfgs] for b, cfgs in configs.items()}
+    inputs = dict(kind=args.inputs, dt_dtype=torch.float32 if args.dt_dtype == "float32" else None)
     if not args.sweep:
         print(HEADER, flush=True)
         same_copy = SameSizeCopy(flush, args.rounds)
@@ -565,7 +605,7 @@ def main(argv=None):
         for name in args.dims:
             for batch in args.batches:
                 for repeat in range(args.repeats):
-                    rec = bench(name, batch, dtype, flush, args.rounds, copy_gbps, configs, same_copy)
+                    rec = bench(name, batch, dtype, flush, args.rounds, copy_gbps, configs, same_copy, inputs)
                     rec["repeat"] = repeat
                     records.append(rec)
                     print(row(rec), flush=True)

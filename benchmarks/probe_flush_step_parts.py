@@ -1,0 +1,181 @@
+"""Where an all-flush Mamba-2 step's time goes past its flush kernel: the step's launches replayed
+in parts, each part its own CUDA graph, event-timed with L2 flushed (Nemotron-H dims, bf16).
+
+The default step at ``--batch`` is run once eagerly with its launches recorded (the ring launch,
+the stream launch, the flush launch ``flush_rows_ws``: their arguments, scratch included), then
+replayed in these graphs, in rotated rounds:
+
+- ``step``: the whole step, with the two fills that put every slot back at its flush position
+  (``fills``: those alone; every part that reads the cursors starts with them);
+- ``ring``, ``ws``: the ring launch, the flush kernel alone;
+- ``ring>ws``: the two in order on one stream (no stream launch beside the flush kernel);
+- ``ws|stream``: the flush kernel on the side stream beside the stream launch (no ring launch
+  before them);
+- ``early``: the schedule of a flush kernel that waits only for a cursor launch (``_flags_kernel``
+  here: slot, cursor and flag of every row, what the kernel needs to number its items) and runs
+  beside the ring launch; the stream launch waits for both. The flush kernel reads the recorded
+  scratch of the ring launch (the same values every replay), i.e. this times the schedule, not
+  a kernel that forms its own weights;
+- ``standard``: the standard step on the same checkpoint; ``floor``: a one-word graph;
+- ``ws sS`` (``--stages``): the flush kernel alone with S stages; ``wt pP wW``
+  (``--write-through``): the whole all-flush step as the write-through kernel (the standard
+  step's programs, each folding its tile's ring entries first), fills included.
+
+    PYTHONPATH=$PWD python3 benchmarks/probe_flush_step_parts.py --batch 256 --rounds 30
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+
+import torch
+import triton
+import triton.language as tl
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _timing import L2Flusher, capture_graph, graph_floor_us, graph_timeline, time_replays  # noqa: E402
+from ncu_flush_step import WINDOW, mamba2_step  # noqa: E402
+
+
+@triton.jit
+def _flags_kernel(committed_ptr, flush_at_ptr, idx_ptr, info_ptr, batch, BLOCK: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    ok = rows < batch
+    slot = tl.load(idx_ptr + rows, mask=ok, other=0)
+    c = tl.load(committed_ptr + slot, mask=ok, other=0)
+    at = tl.load(flush_at_ptr + slot, mask=ok, other=0)
+    tl.store(info_ptr + 2 * rows, c, mask=ok)
+    tl.store(info_ptr + 2 * rows + 1, tl.where(c + 1 >= at, 1, 0), mask=ok)
+
+
+class Recorder:
+    """Stands in for a Triton kernel object (``kernel[grid](*args)``) or a launcher function and
+    records its last call before making it."""
+
+    def __init__(self, real, indexed: bool) -> None:
+        self.real, self.indexed, self.call = real, indexed, None
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            self.call = (grid, args, kwargs)
+            return self.real[grid](*args, **kwargs)
+        return launch
+
+    def __call__(self, *args, **kwargs):
+        self.call = (None, args, kwargs)
+        return self.real(*args, **kwargs)
+
+    def replay(self) -> None:
+        grid, args, kwargs = self.call
+        if self.indexed:
+            self.real[grid](*args, **kwargs)
+        else:
+            self.real(*args, **kwargs)
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--rounds", type=int, default=30)
+    p.add_argument("--timeline", type=int, default=4, metavar="REPLAYS", help="traced replays per part (0: none)")
+    p.add_argument("--write-through", nargs="*", default=[], metavar="P,W",
+                   help="also the all-flush step as the write-through kernel (the standard step's programs, "
+                        "folding the ring first) with P-row tiles and W warps, each P,W its own part")
+    p.add_argument("--stages", type=int, nargs="*", default=[], metavar="S",
+                   help="also the flush kernel alone with S stages (LaunchConfig.flush_ws_stages) per S")
+    args = p.parse_args(argv)
+    if args.batch < 1 or args.rounds < 1:
+        p.error(f"--batch / --rounds: expected >= 1, got {args.batch} / {args.rounds}")
+    from trtllm_replayssm.ops._side_stream import fork, join
+    from trtllm_replayssm.ops.mamba2 import decode_staged
+    from trtllm_replayssm.ops.mamba2.launch import LaunchConfig
+
+    step = mamba2_step(args.batch)
+    standard = mamba2_step(args.batch, standard=True)
+    ring = Recorder(decode_staged._ring_kernel, True)
+    stream = Recorder(decode_staged._stream_kernel, True)
+    ws = Recorder(decode_staged.flush_rows_ws, False)
+    decode_staged._ring_kernel, decode_staged._stream_kernel, decode_staged.flush_rows_ws = ring, stream, ws
+    try:
+        step()
+        torch.cuda.synchronize()
+    finally:
+        decode_staged._ring_kernel, decode_staged._stream_kernel, decode_staged.flush_rows_ws = (
+            ring.real, stream.real, ws.real)
+    if ws.call is None:
+        raise SystemExit(f"batch {args.batch}: the default step does not take the warp-specialised flush")
+    st_args = stream.call[1]
+    committed, flush_at, idx = st_args[5], st_args[6], st_args[12]
+    early_info = torch.empty(args.batch, 2, dtype=torch.int32, device="cuda")
+    device = torch.device("cuda")
+
+    def fills():
+        committed.fill_(WINDOW - 1)
+        flush_at.fill_(WINDOW)
+
+    def flags():
+        _flags_kernel[(triton.cdiv(args.batch, 256),)](committed, flush_at, idx, early_info, args.batch, BLOCK=256)
+
+    def side_by_side(first, then):
+        side = fork(device)
+        with torch.cuda.stream(side):
+            first()
+        then()
+        join(side, device)
+
+    def early():
+        # The flush kernel after the cursor launch, beside the ring launch; the stream launch
+        # after both (it moves the cursors the cursor launch reads).
+        flags()
+        side = fork(device)
+        with torch.cuda.stream(side):
+            ws.replay()
+        ring.replay()
+        stream.replay()
+        join(side, device)
+
+    # Every part that reads the cursors puts them back first (the stream launch moves them).
+    parts = {
+        "step": step, "fills": fills, "ring": lambda: (fills(), ring.replay()), "ws": ws.replay,
+        "ring>ws": lambda: (fills(), ring.replay(), ws.replay()),
+        "ws|stream": lambda: (fills(), side_by_side(ws.replay, stream.replay)),
+        "flags": lambda: (fills(), flags()), "early": lambda: (fills(), early()), "standard": standard,
+    }
+    _, ws_args, ws_kwargs = ws.call
+    for stages in args.stages:  # flush_rows_ws's last positional argument
+        parts[f"ws s{stages}"] = lambda s=stages: ws.real(*ws_args[:-1], s, **ws_kwargs)
+    for spec in args.write_through:
+        rows, warps = (int(v) for v in spec.split(","))
+        cfg = LaunchConfig(block_p=rows, num_warps=warps, kernel="write_through")
+        parts[f"wt p{rows} w{warps}"] = mamba2_step(args.batch, fields=dataclasses.asdict(cfg))
+    graphs = {name: capture_graph(fn) for name, fn in parts.items()}
+    flusher = L2Flusher()
+    names = list(graphs)
+    time_replays([graphs[n] for n in names], rounds=5, flush=flusher, rotate=True)
+    times = time_replays([graphs[n] for n in names], rounds=args.rounds, flush=flusher, rotate=True)
+    floor = graph_floor_us(flusher)
+    print(f"batch {args.batch}, Nemotron-H dims, all-flush; {torch.cuda.get_device_name()}, "
+          f"torch {torch.__version__}, triton {triton.__version__}; {args.rounds} rounds, median (min..max) us")
+    med = {}
+    for i, name in enumerate(names):
+        col = sorted(t[i] for t in times)
+        med[name] = col[len(col) // 2]
+        print(f"  {name:<10} {med[name]:8.1f}  ({col[0]:.1f}..{col[-1]:.1f})")
+    print(f"  {'floor':<10} {floor:8.1f}")
+    print(f"  step - fills + floor: {med['step'] - med['fills'] + floor:.1f} us = "
+          f"{(med['step'] - med['fills'] + floor) / med['standard']:.4f}x standard; "
+          f"early - fills + floor: {med['early'] - med['fills'] + floor:.1f} us = "
+          f"{(med['early'] - med['fills'] + floor) / med['standard']:.4f}x")
+    for name in ("step", "ring>ws", "ws|stream", "early") if args.timeline else ():
+        print(f"  timeline {name}:")
+        for r in graph_timeline(graphs[name], args.timeline, flusher)[-2:]:
+            spans = ", ".join(f"{k[:22]} {s:.1f}..{e:.1f}" for k, s, e in r["kernels"])
+            print(f"    {r['us']:.1f} us: {spans}")
+
+
+if __name__ == "__main__":
+    main()

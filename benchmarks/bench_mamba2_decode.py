@@ -3,8 +3,9 @@
 Every step is captured in a CUDA graph and each replay is timed alone with the L2 flushed
 before it (at batches up to 32 each step in sixteen graphs, replayed in rotated rounds, a step's
 time the mean of its graphs' medians: ``_timing.time_steps``); the state is fp32 ``[slots,
-heads, head_dim, d_state]``, activations bf16, window L=16. Bandwidth is reported against a
-device-to-device copy measured in the same run. Batch-1 ratios move by a few percent between
+heads, head_dim, d_state]``, activations bf16 (``dt`` too, as a model's in_proj gives it:
+``--dt-dtype``), window L=16. Bandwidth is reported against a device-to-device copy measured in
+the same run. Batch-1 ratios move by a few percent between
 processes here (RESULTS.md, thirtieth run); ``probe_batch1_paired.py`` times them in pairs.
 
 - standard: ``mamba2_standard_step`` (read + write the state every token): the baseline.
@@ -51,9 +52,9 @@ DIMS = {
 WINDOW = 16
 
 
-#: The input distributions a plain run can time on (``--inputs``). The steps' speed depends on
-#: the values, not only on their bytes: the standard step ran 538 us on ``unit`` and 521 us on
-#: ``slow_decay`` at Nemotron-H batch 256 on one H200 (NOTES_mamba2.md, thirty-fifth run).
+#: The input distributions a plain run can time on (``--inputs``). On one H200 the three timed
+#: within 0.3% of each other (fp32 ``dt``, Nemotron-H batch 256); ``dt``'s dtype moved the
+#: standard step by 2.7% (NOTES_mamba2.md, thirty-fifth run).
 INPUTS = {
     "unit": "unit normals; dt = softplus(N(0, 1) + N(0, 0.25)), A in (-1.5, -0.5) (the tables' default)",
     "slow_decay": "ncu_flush_step.py's: A in (-1, 0), dt = softplus(N(0, 1) + N(0, 1))",

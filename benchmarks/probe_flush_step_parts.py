@@ -16,7 +16,8 @@ replayed in these graphs, in rotated rounds:
   beside the ring launch; the stream launch waits for both. The flush kernel reads the recorded
   scratch of the ring launch (the same values every replay), i.e. this times the schedule, not
   a kernel that forms its own weights;
-- ``standard``: the standard step on the same checkpoint; ``floor``: a one-word graph;
+- ``standard``: the standard step at the same dims on a checkpoint of its own (``ncu_flush_step``'s
+  inputs: ``dt`` in bf16, as the Mamba-2 benchmark draws it); ``floor``: a one-word graph;
 - ``ws sS`` (``--stages``): the flush kernel alone with S stages; ``wt pP wW``
   (``--write-through``): the whole all-flush step as the write-through kernel (the standard
   step's programs, each folding its tile's ring entries first), fills included.

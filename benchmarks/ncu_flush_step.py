@@ -60,9 +60,13 @@ def mamba2_step(batch: int, standard: bool = False, fields: dict | None = None):
 
     cfg = dataclasses.replace(decode.launch_config("replay", head_dim, d_state, batch), **(fields or {}))
 
+    at_flush = torch.full_like(st.committed, WINDOW - 1), torch.full_like(st.flush_at, WINDOW)
+
     def step():
-        st.committed.fill_(WINDOW - 1)
-        st.flush_at.fill_(WINDOW)
+        # Copies, not fill_: an L2 flusher's zero_ is a fill kernel, by which _timing.graph_timeline
+        # tells one replay from the next (probe_flush_step_parts.py).
+        st.committed.copy_(at_flush[0])
+        st.flush_at.copy_(at_flush[1])
         decode.replay_step(st.checkpoint, st.ring_x, st.ring_dt, st.ring_B, st.committed, st.flush_at, st.window,
                            x, dt, A, B, C, D, z, dt_bias, True, None, None, idx, -1, config=cfg)
     return standard_step if standard else step

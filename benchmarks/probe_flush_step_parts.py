@@ -6,7 +6,7 @@ the stream launch, the flush launch ``flush_rows_ws``: their arguments, scratch 
 replayed in these graphs, in rotated rounds:
 
 - ``step``: the whole step, with the two fills that put every slot back at its flush position
-  (``fills``: those alone; every part that reads the cursors starts with them);
+  (``fills``: those alone, as copies; every part that reads the cursors starts with them);
 - ``ring``, ``ws``: the ring launch, the flush kernel alone;
 - ``ring>ws``: the two in order on one stream (no stream launch beside the flush kernel);
 - ``ws|stream``: the flush kernel on the side stream beside the stream launch (no ring launch
@@ -114,9 +114,13 @@ def main(argv=None) -> None:
     early_info = torch.empty(args.batch, 2, dtype=torch.int32, device="cuda")
     device = torch.device("cuda")
 
+    at_flush = torch.full_like(committed, WINDOW - 1), torch.full_like(flush_at, WINDOW)
+
     def fills():
-        committed.fill_(WINDOW - 1)
-        flush_at.fill_(WINDOW)
+        # Copies, not fill_: the L2 flusher's zero_ is a fill kernel, by which graph_timeline
+        # tells one replay from the next.
+        committed.copy_(at_flush[0])
+        flush_at.copy_(at_flush[1])
 
     def flags():
         _flags_kernel[(triton.cdiv(args.batch, 256),)](committed, flush_at, idx, early_info, args.batch, BLOCK=256)

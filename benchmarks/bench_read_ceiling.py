@@ -3,6 +3,9 @@ non-flush step (``y = S C`` over ``[rows, d_state]`` tiles, no state written) ti
 shapes, against the streaming copy of the same run:
 
 - ``plain``: one program per ``[BLOCK_P, d_state]`` tile, pointer loads (the stream launch's shape);
+  beside it ``nc`` (the tile read by ``ld.global.nc``), ``hint`` (L2 eviction policies on the
+  load / ``y``'s store) and ``kept`` (``y`` or the tile's sum computed but never stored: what
+  the output's 1/128 of stores costs; H200: 12-14 us of 257-260);
 - ``persistent``: one wave of programs looping over tiles, pointer loads in a ``tl.range``
   loop with ``num_stages`` (whatever Triton's pipeliner makes of it);
 - ``tma``: the same loop with the tile loaded through a host TMA descriptor, which the
@@ -46,6 +49,57 @@ def _gemv_plain(S_ptr, C_ptr, y_ptr, TILES_PER_HEAD: tl.constexpr, BLOCK_P: tl.c
 
 
 @triton.jit
+def _load_f32x4_nc(ptrs):
+    """``ld.global.nc.v4.f32`` from each pointer of ``ptrs`` (16-byte aligned fp32 vectors, any
+    shape): the four components as four tensors of ``ptrs``' shape. Triton's ``tl.load`` emits
+    ``ld.global`` only; a layout-free form, so that a caller reduces over the four parts."""
+    return tl.inline_asm_elementwise(
+        "ld.global.nc.v4.f32 {$0, $1, $2, $3}, [$4];", "=f,=f,=f,=f,l", [ptrs],
+        dtype=(tl.float32, tl.float32, tl.float32, tl.float32), is_pure=True, pack=1)
+
+
+@triton.jit
+def _gemv_nc(S_ptr, C_ptr, y_ptr, TILES_PER_HEAD: tl.constexpr, BLOCK_P: tl.constexpr, N: tl.constexpr):
+    """``_gemv_plain`` with the tile read through the non-coherent path (``ld.global.nc``)."""
+    t = tl.program_id(0).to(tl.int64)
+    rows = t * BLOCK_P + tl.arange(0, BLOCK_P)
+    q = tl.arange(0, N // 4)
+    S0, S1, S2, S3 = _load_f32x4_nc(S_ptr + rows[:, None] * N + 4 * q[None, :])
+    c = C_ptr + (t // TILES_PER_HEAD) * N + 4 * q
+    y = tl.sum(S0 * tl.load(c).to(tl.float32)[None, :] + S1 * tl.load(c + 1).to(tl.float32)[None, :]
+               + S2 * tl.load(c + 2).to(tl.float32)[None, :] + S3 * tl.load(c + 3).to(tl.float32)[None, :], axis=1)
+    tl.store(y_ptr + rows, y)
+
+
+@triton.jit
+def _gemv_hinted(S_ptr, C_ptr, y_ptr, TILES_PER_HEAD: tl.constexpr, BLOCK_P: tl.constexpr, N: tl.constexpr,
+                 LOAD_EVICT: tl.constexpr, STORE_EVICT: tl.constexpr):
+    """``_gemv_plain`` with L2 eviction policies on the tile's load and ``y``'s store."""
+    t = tl.program_id(0).to(tl.int64)
+    rows = t * BLOCK_P + tl.arange(0, BLOCK_P)
+    S = tl.load(S_ptr + rows[:, None] * N + tl.arange(0, N)[None, :], eviction_policy=LOAD_EVICT)
+    C = tl.load(C_ptr + (t // TILES_PER_HEAD) * N + tl.arange(0, N)).to(tl.float32)
+    tl.store(y_ptr + rows, tl.sum(S * C[None, :], axis=1), eviction_policy=STORE_EVICT)
+
+
+@triton.jit
+def _gemv_kept(S_ptr, C_ptr, y_ptr, TILES_PER_HEAD: tl.constexpr, BLOCK_P: tl.constexpr, N: tl.constexpr,
+               REDUCE: tl.constexpr):
+    """``_gemv_plain`` that stores nothing (a store that never fires keeps the loads): ``REDUCE``
+    ``"rows"``: the same ``y = S C``; ``"all"``: the tile summed, no ``C`` loaded."""
+    t = tl.program_id(0).to(tl.int64)
+    rows = t * BLOCK_P + tl.arange(0, BLOCK_P)
+    S = tl.load(S_ptr + rows[:, None] * N + tl.arange(0, N)[None, :])
+    if REDUCE == "rows":
+        C = tl.load(C_ptr + (t // TILES_PER_HEAD) * N + tl.arange(0, N)).to(tl.float32)
+        total = tl.sum(tl.sum(S * C[None, :], axis=1))
+    else:
+        total = tl.sum(tl.sum(S, axis=1))
+    if total == 1.0e30:
+        tl.store(y_ptr + t, total)
+
+
+@triton.jit
 def _gemv_persistent(S_ptr, C_ptr, y_ptr, n_tiles, TILES_PER_HEAD: tl.constexpr, BLOCK_P: tl.constexpr,
                      N: tl.constexpr, STAGES: tl.constexpr):
     for t in tl.range(tl.program_id(0), n_tiles, tl.num_programs(0), num_stages=STAGES):
@@ -66,9 +120,19 @@ def launches(S, C, y, head_dim, sms):
     """``{name: zero-argument launch}`` for every kernel shape and launch choice."""
     rows, n = S.shape
     out = {}
-    for bp, warps in ((4, 1), (8, 1), (16, 1), (8, 2), (16, 2), (16, 4), (32, 4)):
+    for bp, warps in ((4, 1), (8, 1), (16, 1), (8, 2), (16, 2), (16, 4), (32, 4), (32, 8), (64, 4), (64, 8)):
         tiles = rows // bp
         out[f"plain bp{bp} w{warps}"] = (lambda bp=bp, warps=warps, tiles=tiles: _gemv_plain[(tiles,)](
+            S, C, y, TILES_PER_HEAD=head_dim // bp, BLOCK_P=bp, N=n, num_warps=warps))
+        for reduce in ("rows", "all"):
+            out[f"kept-{reduce} bp{bp} w{warps}"] = (lambda bp=bp, warps=warps, tiles=tiles, reduce=reduce: _gemv_kept[
+                (tiles,)](S, C, y, TILES_PER_HEAD=head_dim // bp, BLOCK_P=bp, N=n, REDUCE=reduce, num_warps=warps))
+        for le, se in (("evict_first", ""), ("", "evict_last"), ("evict_first", "evict_last"), ("", "evict_first")):
+            out[f"hint {le or '-'}/{se or '-'} bp{bp} w{warps}"] = (
+                lambda bp=bp, warps=warps, tiles=tiles, le=le, se=se: _gemv_hinted[(tiles,)](
+                    S, C, y, TILES_PER_HEAD=head_dim // bp, BLOCK_P=bp, N=n, LOAD_EVICT=le, STORE_EVICT=se,
+                    num_warps=warps))
+        out[f"nc bp{bp} w{warps}"] = (lambda bp=bp, warps=warps, tiles=tiles: _gemv_nc[(tiles,)](
             S, C, y, TILES_PER_HEAD=head_dim // bp, BLOCK_P=bp, N=n, num_warps=warps))
     for bp, warps, per_sm, stages in ((8, 1, 16, 3), (16, 1, 8, 3), (16, 4, 8, 3), (32, 4, 4, 3)):
         tiles = rows // bp
@@ -114,10 +178,12 @@ def main(argv=None):
             fn()
             torch.cuda.synchronize()
             err = float((y - ref).abs().max() / ref.abs().max())
+            # "kept-*" forms store nothing: no output to check, and only the state's bytes moved.
+            kept = name.startswith("kept")
+            check = "no output" if kept else "ok" if err < 1e-4 else f"WRONG {err:.1e}"
             us = warmed_median(capture_graph(fn), args.rounds, flush)
-            gbps = nbytes / (us * 1e-6) / 1e9
-            print(f"{name:<32}{us:>9.1f}{gbps:>8.0f}{100 * gbps / copy:>7.1f}%  {'ok' if err < 1e-4 else f'WRONG {err:.1e}'}",
-                  flush=True)
+            gbps = (S.numel() * 4 if kept else nbytes) / (us * 1e-6) / 1e9
+            print(f"{name:<32}{us:>9.1f}{gbps:>8.0f}{100 * gbps / copy:>7.1f}%  {check}", flush=True)
         except Exception as exc:  # one failing shape must not end the run
             print(f"{name:<32} ERROR {type(exc).__name__}: {str(exc).splitlines()[0][:100] if str(exc) else ''}", flush=True)
 

@@ -1,0 +1,223 @@
+"""How fast does this GPU read, update in place and copy a checkpoint-sized buffer, by access form?
+
+The Mamba-2 non-flush step is a read of the checkpoint (plus the ring) that writes a little
+(``y``, the token's ring entry); the flush and the standard step read the checkpoint and write
+it back in place. ``bench_read_ceiling.py`` times Triton's read forms (``y = S C`` over tiles:
+~258-260 us for 1 GiB on an H200). This probe times plain CUDA kernels (NVRTC) over the same
+bytes, to separate what the memory system allows from what a kernel's form costs:
+
+- ``read``: each thread keeps ``U`` 16-byte loads in flight and sums them (nothing stored);
+- ``rows``: as ``read``, each warp's 128-float row summed across the warp and stored (one float
+  per row: 1/128 of the bytes read, as ``bench_read_ceiling.py``'s ``y``);
+- ``rows_kept``: the same sums, not stored; ``rows_smem``: stored as consecutive floats by the
+  block's first threads (whole sectors);
+- ``rmw``: each vector scaled by a runtime 1.0 and stored back in place (the standard step's
+  traffic without its arithmetic); ``copy``: into a second buffer;
+
+with the load forms of :data:`LOADS`, the store forms of :data:`STORES`, ``U`` vectors per thread
+per pass, threads per block, and one pass over the buffer (``grid``) or one wave looping
+(``loop``). H200 findings (``results/memory_rates_2026-12-04_h200_*``, NOTES_mamba2.md,
+thirty-sixth run): a plain read of 1 GiB takes 244-246 us with ``ld.global`` (``plain``, ``ca``,
+``cg``, ``nc``), 253-260 us with ``.L1::no_allocate``, ``.cs``, ``.lu`` or an ``.L2::256B``
+prefetch size; storing the row sums costs 12-14 us however they are stored.
+
+    PYTHONPATH=$PWD python3 benchmarks/probe_memory_rates.py [--mib 1024] [--rounds 10]
+    PYTHONPATH=$PWD python3 benchmarks/probe_memory_rates.py --kinds read rows --loads plain --units 4 8
+
+Each form's graph is replayed with L2 flushed between replays; GB/s count bytes read plus bytes
+written. The Triton copy and ``torch.Tensor.copy_`` of ``_timing.copy_bandwidths_gbps`` are timed
+in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import itertools
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _timing import L2Flusher, capture_graph, copy_bandwidths_gbps, device_info, warmed_median  # noqa: E402
+
+#: Load forms: the PTX instruction of each (``cpp``: a C++ dereference of a ``const __restrict__``
+#: pointer, which NVRTC emits as ``ld.global.nc``; ``plain`` is what Triton's ``tl.load`` emits).
+LOADS = {
+    "cpp": None,
+    "plain": "ld.global.v4.f32",
+    "nc": "ld.global.nc.v4.f32",
+    "nc_na": "ld.global.nc.L1::no_allocate.v4.f32",
+    "ca": "ld.global.ca.v4.f32",
+    "cg": "ld.global.cg.v4.f32",
+    "cs": "ld.global.cs.v4.f32",
+    "lu": "ld.global.lu.v4.f32",
+    "l2p": "ld.global.L2::256B.v4.f32",
+    "nc_l2p": "ld.global.nc.L2::256B.v4.f32",
+}
+STORES = {"st": "st.global.v4.f32", "cs": "st.global.cs.v4.f32", "na": "st.global.L1::no_allocate.v4.f32"}
+KINDS = {"read": 0, "rmw": 1, "copy": 2, "rows": 3, "rows_kept": 4, "rows_smem": 5}
+
+
+def source(load: str, store: str) -> str:
+    """The kernel's CUDA source with ``load`` / ``store`` (keys of :data:`LOADS` / :data:`STORES`)."""
+    op = LOADS[load]
+    body = ("    v = *p;" if op is None else
+            f'    asm volatile("{op} {{%0,%1,%2,%3}}, [%4];" : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p));')
+    st = (f'    asm volatile("{STORES[store]} [%0], {{%1,%2,%3,%4}};" '
+          ':: "l"(p), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w) : "memory");')
+    return (SOURCE.replace("@LOAD@", body).replace("@STORE@", st))
+
+
+SOURCE = r"""
+__device__ __forceinline__ float4 load16(const float4* p) {
+    float4 v;
+@LOAD@
+    return v;
+}
+
+__device__ __forceinline__ void store16(float4* p, float4 v) {
+@STORE@
+}
+
+// KIND: 0 read, 1 rmw in place, 2 copy. One block covers U * blockDim consecutive vectors a pass;
+// LOOP: the grid is one wave and strides over the buffer.
+extern "C" __global__ void __launch_bounds__(THREADS) mem_rate(
+        const float4* __restrict__ src, float4* __restrict__ dst, float* sink, long long n_vec, float scale) {
+    const long long step = (long long)U * THREADS;
+    long long base = (long long)blockIdx.x * step + threadIdx.x;
+    float acc = 0.f;
+#if LOOP
+    for (; base < n_vec; base += (long long)gridDim.x * step)
+#endif
+    {
+        float4 v[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) v[u] = load16(src + base + (long long)u * THREADS);
+#if KIND == 0
+#pragma unroll
+        for (int u = 0; u < U; ++u) acc += (v[u].x + v[u].y) + (v[u].z + v[u].w);
+#elif KIND == 3
+        // A row of 128 fp32 per warp and pass, summed across the warp, one float out per row: the
+        // Triton read kernel's y = S C without the C (1/128 of the bytes read is written).
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            float s = (v[u].x + v[u].y) + (v[u].z + v[u].w);
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+            if ((threadIdx.x & 31) == 0) ((float*)dst)[(base + (long long)u * THREADS) >> 5] = s * scale;
+        }
+#elif KIND == 4 || KIND == 5
+        // As KIND 3, the row sums kept (4: summed into acc, nothing stored) or staged in shared
+        // memory and written by the block's first threads as consecutive floats (5: whole sectors).
+        __shared__ float sums[U * THREADS / 32];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            float s = (v[u].x + v[u].y) + (v[u].z + v[u].w);
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+            if (KIND == 4) acc += s;
+            else if ((threadIdx.x & 31) == 0) sums[u * (THREADS / 32) + (threadIdx.x >> 5)] = s * scale;
+        }
+        if (KIND == 5) {
+            __syncthreads();
+            if (threadIdx.x < U * THREADS / 32)
+                ((float*)dst)[((long long)blockIdx.x * step >> 5) + threadIdx.x] = sums[threadIdx.x];
+        }
+#else
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            float4 w = make_float4(v[u].x * scale, v[u].y * scale, v[u].z * scale, v[u].w * scale);
+            store16((KIND == 1 ? (float4*)src : dst) + base + (long long)u * THREADS, w);
+        }
+#endif
+    }
+    // Never true for the runs here (scale 1, sink value not a sum of the data): keeps the loads alive.
+    if (acc == scale * 1e30f) sink[0] = acc;
+}
+"""
+
+def forms(kinds, loads, stores, units, threads, grids):
+    """``(kind, load, store, U, threads, grid)`` for every combination that means something: a
+    read stores nothing; an in-place update reads through ``nc`` forms only as asked (each thread
+    reads its vectors before it writes them, so no load can see its own write), never ``cpp``."""
+    for kind, ld, st, u, t, g in itertools.product(kinds, loads, stores, units, threads, grids):
+        if kind not in ("rmw", "copy") and st != stores[0]:
+            continue
+        if kind == "rmw" and ld == "cpp":
+            continue
+        if kind == "rows_smem" and g == "loop":
+            continue  # its row index assumes one pass
+        yield kind, ld, st if kind in ("rmw", "copy") else "-", u, t, g
+
+
+def kernel_for(kind, ld, st, u, threads, grid, device):
+    from trtllm_replayssm.ops._nvrtc import load_kernel
+
+    defines = {"KIND": KINDS[kind], "U": u, "THREADS": threads, "LOOP": int(grid == "loop")}
+    sig = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_float)
+    return load_kernel(source(ld, st if st in STORES else "st"), "mem_rate", defines, sig, device)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--mib", type=int, default=1024, help="buffer size (1024: the Nemotron-H batch-256 checkpoint)")
+    p.add_argument("--rounds", type=int, default=10)
+    p.add_argument("--kinds", nargs="+", choices=list(KINDS), default=list(KINDS))
+    p.add_argument("--loads", nargs="+", choices=list(LOADS), default=list(LOADS))
+    p.add_argument("--stores", nargs="+", choices=list(STORES), default=list(STORES))
+    p.add_argument("--units", nargs="+", type=int, default=[2, 4, 8])
+    p.add_argument("--threads", nargs="+", type=int, default=[256, 512])
+    p.add_argument("--grids", nargs="+", choices=["grid", "loop"], default=["grid", "loop"])
+    args = p.parse_args(argv)
+    if args.mib <= 0:
+        p.error(f"--mib must be positive, got {args.mib}")
+    for name in ("units", "threads"):
+        bad = [v for v in getattr(args, name) if v <= 0 or v & (v - 1)]
+        if bad:
+            p.error(f"--{name} takes powers of two, got {bad}")
+
+    dev = torch.device("cuda")
+    n_vec = (args.mib << 20) // 16
+    src = torch.ones(n_vec * 4, device=dev)
+    dst = torch.empty_like(src)
+    sink = torch.zeros(1, device=dev)
+    flush = L2Flusher()
+    sms = torch.cuda.get_device_properties(dev).multi_processor_count
+    copies = copy_bandwidths_gbps()
+    info = device_info()
+    print(f"# {info}; {sms} SMs; {args.mib} MiB; copy_bandwidths_gbps (2 GiB): "
+          + ", ".join(f"{k} {v:.0f}" for k, v in copies.items()))
+    print(f"{'kind':<6}{'load':<8}{'store':<6}{'U':>3}{'thr':>5}{'grid':>6}{'blk/SM':>7}{'us':>9}{'GB/s':>8}")
+    rows = []
+    for kind, ld, st, u, t, g in forms(args.kinds, args.loads, args.stores, args.units, args.threads, args.grids):
+        per_block = u * t
+        if n_vec % per_block:
+            continue
+        try:
+            k = kernel_for(kind, ld, st, u, t, g, dev)
+            resident = k.blocks_per_sm(t, 0)
+            blocks = sms * resident if g == "loop" else n_vec // per_block
+
+            def launch(k=k, blocks=blocks, t=t):
+                k.launch(blocks, t, 0, (src.data_ptr(), dst.data_ptr(), sink.data_ptr(), n_vec, 1.0),
+                         torch.cuda.current_stream().cuda_stream)
+
+            us = warmed_median(capture_graph(launch), args.rounds, flush)
+        except Exception as exc:  # one form the toolchain refuses must not end the run
+            print(f"{kind:<6}{ld:<8}{st:<6}{u:>3}{t:>5}{g:>6}  ERROR {type(exc).__name__}: "
+                  f"{str(exc).splitlines()[0][:90] if str(exc) else ''}", flush=True)
+            continue
+        moved = (args.mib << 20) * {"read": 1, "rows_kept": 1, "rows": 1 + 1 / 128, "rows_smem": 1 + 1 / 128}.get(kind, 2)
+        gbps = moved / (us * 1e-6) / 1e9
+        rows.append((kind, gbps))
+        print(f"{kind:<6}{ld:<8}{st:<6}{u:>3}{t:>5}{g:>6}{resident:>7}{us:>9.1f}{gbps:>8.0f}", flush=True)
+    if float(src[0]) != 1.0 or float(src[-1]) != 1.0:
+        raise SystemExit("the in-place updates changed the buffer (scale must be 1.0)")
+    print("# best GB/s: " + ", ".join(f"{kind} {max(g for k2, g in rows if k2 == kind):.0f}"
+                                      for kind in args.kinds if any(k2 == kind for k2, _ in rows)))
+
+
+if __name__ == "__main__":
+    main()

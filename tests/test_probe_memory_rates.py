@@ -1,0 +1,72 @@
+"""``benchmarks/probe_memory_rates.py`` without a GPU: which forms it times, the source each form
+compiles from, its argument checks, and (where an NVRTC library is installed) that every form
+compiles for sm_90 and sm_100 with the load and store instructions it names."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+import probe_memory_rates as probe  # noqa: E402
+from trtllm_replayssm.ops import _nvrtc  # noqa: E402
+
+
+def test_forms_store_only_where_the_kind_stores():
+    forms = list(probe.forms(list(probe.KINDS), list(probe.LOADS), list(probe.STORES), [2, 4], [256], ["grid", "loop"]))
+    for kind, load, store, *_ in forms:
+        assert (store == "-") == (kind not in ("rmw", "copy")), (kind, store)
+    kinds = {f[0] for f in forms}
+    assert kinds == set(probe.KINDS)
+    # The C++ dereference of a const __restrict__ pointer may not read a buffer the kernel writes.
+    assert not any(kind == "rmw" and load == "cpp" for kind, load, *_ in forms)
+    assert any(kind == "rmw" and load == "nc" for kind, load, *_ in forms)
+    # rows_smem indexes its rows by block: one pass only.
+    assert not any(kind == "rows_smem" and grid == "loop" for kind, *_, grid in forms)
+    # Each read-like form once per (load, U, threads, grid), not once per store form.
+    reads = [f for f in forms if f[0] == "read"]
+    assert len(reads) == len(probe.LOADS) * 2 * 1 * 2
+
+
+@pytest.mark.parametrize("load", list(probe.LOADS))
+def test_source_carries_the_named_load(load):
+    src = probe.source(load, "cs")
+    op = probe.LOADS[load]
+    if op is None:
+        assert "v = *p;" in src
+    else:
+        assert f'asm volatile("{op} {{%0,%1,%2,%3}}, [%4];"' in src
+    assert "st.global.cs.v4.f32 [%0]" in src
+    assert "@LOAD@" not in src and "@STORE@" not in src
+
+
+@pytest.mark.parametrize("argv,match", [
+    (["--units", "3"], "--units takes powers of two"),
+    (["--threads", "0"], "--threads takes powers of two"),
+    (["--mib", "0"], "--mib must be positive"),
+    (["--kinds", "scan"], "invalid choice"),
+])
+def test_bad_arguments_name_the_option(argv, match, capsys):
+    with pytest.raises(SystemExit):
+        probe.main(argv)
+    assert match in capsys.readouterr().err
+
+
+@pytest.mark.skipif(_nvrtc.find_nvrtc() is None, reason="no NVRTC library here (the nvidia-cuda-nvrtc wheel)")
+@pytest.mark.parametrize("arch", [90, 100])
+def test_every_form_compiles_with_its_instructions(arch):
+    for kind, load, store, u, threads, grid in probe.forms(list(probe.KINDS), list(probe.LOADS), list(probe.STORES),
+                                                           [4], [256], ["grid", "loop"]):
+        defines = (("KIND", str(probe.KINDS[kind])), ("LOOP", str(int(grid == "loop"))), ("THREADS", str(threads)),
+                   ("U", str(u)))
+        src = probe.source(load, store if store in probe.STORES else "st")
+        ptx = _nvrtc.compile_ptx(src, "mem_rate", arch, defines)
+        loads = set(re.findall(r"\bld\.global[\w.:]*\.v4\.f32", ptx))
+        # NVRTC emits the non-coherent load for a C++ read through a const __restrict__ pointer.
+        assert loads == {probe.LOADS[load] or "ld.global.nc.v4.f32"}, (kind, load, loads)
+        stores = set(re.findall(r"\bst\.global[\w.:]*\.v4\.f32", ptx))
+        assert stores == ({probe.STORES[store]} if kind in ("rmw", "copy") else set()), (kind, store, stores)

@@ -330,6 +330,10 @@ VARIANT_BATCHES = (256, 1, 128)  # most important first: the first pass compiles
 
 def short(cfg) -> str:
     """A LaunchConfig in a table column: the fields that differ from the defaults."""
+    return _short(cfg) + (" ring-x-in-ring" if cfg.ring_x_in_ring else "")
+
+
+def _short(cfg) -> str:
     if cfg.kernel == "staged" and cfg.flush_launch and cfg.flush_impl == "cuda_ws":
         # The warp-specialised CUDA flush reads none of the other flush fields.
         return (f"staged bp{cfg.block_p} w{cfg.num_warps} +flush cuda_ws"

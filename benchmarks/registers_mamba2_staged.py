@@ -61,14 +61,17 @@ def resources(cfg: decode.LaunchConfig, heads=128, head_dim=64, d_state=128, gro
     block_n = triton.next_power_of_2(d_state)
     block_j = max(16, triton.next_power_of_2(cap))
     flags = dict(HAS_INDICES=True)
+    ring_x = cfg.ring_x_in_ring and cfg.flush_launch  # as replay_step_staged decides
     ring = _compile(staged._ring_kernel, _types(staged._ring_kernel, act), dict(
         GROUPS=groups, HEADS_PER_GROUP=heads // groups, N=d_state, CAP=cap,
         BLOCK_HG=triton.next_power_of_2(heads // groups), BLOCK_N=block_n, BLOCK_J=block_j,
-        HAS_DT_BIAS=True, DT_SOFTPLUS=True, HAS_CLAMP=True, **flags), cfg.ring_warps, divisible=STRIDES)
+        HAS_DT_BIAS=True, DT_SOFTPLUS=True, HAS_CLAMP=True, P=head_dim, BLOCK_P=triton.next_power_of_2(head_dim),
+        RING_X=ring_x, **flags), cfg.ring_warps, divisible=STRIDES)
     stream = _compile(staged._stream_kernel, _types(staged._stream_kernel, act), dict(
         HEADS=heads, HEADS_PER_GROUP=heads // groups, P=head_dim, N=d_state, CAP=cap, BLOCK_P=cfg.block_p,
         BLOCK_N=block_n, BLOCK_J=block_j, HAS_D=True, HAS_Z=True, FOLD=cfg.fold, ROWS_FASTEST=cfg.rows_fastest,
-        RING_PREFETCH=cfg.ring_prefetch, FLUSH_HERE=not cfg.flush_launch, **flags), cfg.num_warps, cfg.max_registers,
+        RING_PREFETCH=cfg.ring_prefetch, FLUSH_HERE=not cfg.flush_launch, RING_X_STORED=ring_x, **flags), cfg.num_warps,
+        cfg.max_registers,
         divisible=STRIDES)
     if not cfg.flush_launch:
         return ring, stream, ""

@@ -241,8 +241,9 @@ def test_ws_kernel_assembles_without_spills(sm, dtype, tmp_path):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("params", [{}, dict(flush_cuda_rows=8, flush_cuda_blocks=3, flush_heads=2),
-                                    dict(flush_impl="cuda_ws"), dict(flush_impl="cuda_ws", flush_ws_stages=2)],
-                         ids=["default", "rows8-heads2", "ws", "ws2"])
+                                    dict(flush_impl="cuda_ws"), dict(flush_impl="cuda_ws", flush_ws_stages=2),
+                                    dict(flush_impl="cuda_ws", ring_x_in_ring=True)],
+                         ids=["default", "rows8-heads2", "ws", "ws2", "ws-ring-x"])
 @pytest.mark.parametrize("batch", [1, 3, 64])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize("dims", [(8, 64, 128, 2), (8, 80, 128, 8), (4, 128, 64, 1), (6, 256, 128, 3)])
@@ -253,11 +254,11 @@ def test_cuda_flush_steps_gpu(dims, dtype, batch, params):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("impl", ["cuda", "cuda_ws"])
-def test_cuda_flush_nemotron_dims_four_windows_gpu(impl):
+@pytest.mark.parametrize("impl,ring_x", [("cuda", False), ("cuda_ws", False), ("cuda_ws", True)])
+def test_cuda_flush_nemotron_dims_four_windows_gpu(impl, ring_x):
     # The accuracy target: the fp32 checkpoint within 1e-5 of float64 over 4 windows at L=16.
     run = _kernel_replay(decode.LaunchConfig(**dict(CUDA_FLUSH, flush_persistent=4, flush_list_items="heads",
-                                                    flush_heads=16, flush_impl=impl)))
+                                                    flush_heads=16, flush_impl=impl, ring_x_in_ring=ring_x)))
     check_replay((128, 64, 128, 8), torch.bfloat16, 3, 16, 66, "cuda", run=run, ckpt_tol=1e-5)
 
 

@@ -235,6 +235,10 @@ STAGED_INTERPRETER = [
                           flush_max_registers=128, flush_l2_prefetch="lines", flush_heads=2)),
     # the default's shape for d_state 256 (4-row tiles, capped registers)
     ((2, 16, 32, 1), dict(block_p=4, fold="loop", num_warps=2, max_registers=56)),
+    # the token's ring x entry stored by the ring launch: head_dim 80 in a masked 128-wide block, 3
+    # heads per group (a masked head lane)
+    ((6, 80, 16, 2), dict(block_p=16, fold="tf32x3", num_warps=2, flush_launch=True, flush_heads=3,
+                          flush_block_p=16, ring_x_in_ring=True)),
 ]
 
 
@@ -318,6 +322,8 @@ def test_launch_config_default_kernels_by_batch():
     # 64, eight from 128, whole groups (up to 16 heads) from 256
     assert [c.flush_heads for c in configs[2:]] == [1, 1, 4, 4, 8, 8, 16, 16]
     assert all(c.flush_stream for c in configs[2:])
+    # the token's ring x entry stored by the ring launch from batch 128
+    assert [c.ring_x_in_ring for c in configs] == [False] * 6 + [True] * 4
     # the flush launch's L2 prefetch of the next tile from batch 128
     assert [c.flush_l2_prefetch for c in configs[2:]] == ["none"] * 4 + ["lines"] * 4
     # from batch 128 the per-row flush programs as list items (4 programs per SM), where 32-row

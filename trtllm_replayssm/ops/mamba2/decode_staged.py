@@ -96,7 +96,11 @@ def _ring_kernel(
     GROUPS: tl.constexpr, HEADS_PER_GROUP: tl.constexpr, N: tl.constexpr, CAP: tl.constexpr,
     BLOCK_HG: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_J: tl.constexpr,
     HAS_DT_BIAS: tl.constexpr, DT_SOFTPLUS: tl.constexpr, HAS_CLAMP: tl.constexpr, HAS_INDICES: tl.constexpr,
+    ring_x_ptr=None, x_ptr=None, s_rx_slot=0, s_rx_head=0, s_rx_j=0, s_x_row=0, s_x_head=0,
+    P: tl.constexpr = 1, BLOCK_P: tl.constexpr = 1, RING_X: tl.constexpr = False,
 ):
+    # RING_X: this launch also writes the token's ring x entry (LaunchConfig.ring_x_in_ring), so
+    # that the stream launch, which reads the checkpoint, stores only y.
     row = tl.program_id(0).to(tl.int64)
     g = tl.program_id(1)
     slot, live = _slot_of(idx_ptr, row, pad_slot_id, HAS_INDICES)
@@ -136,6 +140,13 @@ def _ring_kernel(
     tl.store(ring_dt_ptr + slot * s_rdt_slot + heads * s_rdt_head + c, dt, mask=offs_hg < tl.where(fits, HEADS_PER_GROUP, 0))
     tl.store(ring_B_ptr + slot * s_rB_slot + g * s_rB_group + c * s_rB_j + offs_n, B_raw,
              mask=offs_n < tl.where(fits, N, 0))
+    if RING_X:
+        # Not for a flush row: its flush folds the token from x, and the entry is never read.
+        offs_p = tl.arange(0, BLOCK_P)
+        mask_x = mask_hg[:, None] & (offs_p < tl.where(fits & (is_flush == 0), P, 0))[None, :]
+        xv = tl.load(x_ptr + row * s_x_row + heads[:, None] * s_x_head + offs_p[None, :], mask=mask_x, other=0.0)
+        tl.store(ring_x_ptr + slot * s_rx_slot + heads[:, None] * s_rx_head + c * s_rx_j + offs_p[None, :], xv,
+                 mask=mask_x)
     if g == 0:
         tl.store(info_ptr + 2 * row, c)
         tl.store(info_ptr + 2 * row + 1, tl.where(is_flush, 1, 0))
@@ -211,7 +222,9 @@ def _stream_kernel(
     BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_J: tl.constexpr,
     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_INDICES: tl.constexpr, FOLD: tl.constexpr,
     ROWS_FASTEST: tl.constexpr, RING_PREFETCH: tl.constexpr, FLUSH_HERE: tl.constexpr,
+    RING_X_STORED: tl.constexpr = False,
 ):
+    # RING_X_STORED: the ring launch wrote the token's ring x entry (LaunchConfig.ring_x_in_ring).
     row, h, pid_p = _program_ids(ROWS_FASTEST)
     g = h // HEADS_PER_GROUP
     offs_p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
@@ -267,8 +280,9 @@ def _stream_kernel(
         y = tl.sum(upd * Cv[None, :], axis=1)
     else:
         y = gamma * tl.sum(S * Cv[None, :], axis=1) + tl.sum(rx * lead[None, :], axis=1) + last * xf
-        # The token's ring entry (entry c is not read by this step).
-        tl.store(rx_base + c * s_rx_j + offs_p, x, mask=offs_p < tl.where(live & (c < CAP), P, 0))
+        if not RING_X_STORED:
+            # The token's ring entry (entry c is not read by this step).
+            tl.store(rx_base + c * s_rx_j + offs_p, x, mask=offs_p < tl.where(live & (c < CAP), P, 0))
     # The row's cursors: every ring program read `committed`, nothing here does.
     if live & (h == 0) & (pid_p == 0):
         tl.store(committed_ptr + slot, tl.where(is_flush, 0, c + 1))
@@ -491,6 +505,7 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
     info = torch.empty(batch, 2, dtype=torch.int32, device=x.device)
     block_j = max(16, triton.next_power_of_2(capacity))
     block_n = triton.next_power_of_2(d_state)
+    ring_x_here = cfg.ring_x_in_ring and cfg.flush_launch
     _ring_kernel[(batch, groups)](
         ring_dt, ring_B, committed, flush_at, dt, A, B, C, bias_, idx_, coef, info,
         int(window), pad_slot_id, lo, hi,
@@ -499,6 +514,9 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
         BLOCK_HG=triton.next_power_of_2(heads // groups), BLOCK_N=block_n, BLOCK_J=block_j,
         HAS_DT_BIAS=flags["HAS_DT_BIAS"], DT_SOFTPLUS=bool(dt_softplus), HAS_CLAMP=flags["HAS_CLAMP"],
         HAS_INDICES=flags["HAS_INDICES"], num_warps=cfg.ring_warps,
+        **(dict(ring_x_ptr=ring_x, x_ptr=x, s_rx_slot=s_rx_slot, s_rx_head=s_rx_head, s_rx_j=s_rx_j, s_x_row=s_x_row,
+                s_x_head=s_x_head, P=head_dim, BLOCK_P=triton.next_power_of_2(head_dim), RING_X=True)
+           if ring_x_here else {}),
     )
     sms = _sm_count(x.device) if x.device.type == "cuda" else None
     flush_strides = (s_ck_slot, s_ck_head, s_rx_slot, s_rx_head, s_rB_slot, s_rB_group,
@@ -565,7 +583,7 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
         BLOCK_P=cfg.block_p, BLOCK_N=block_n, BLOCK_J=block_j,
         HAS_D=flags["HAS_D"], HAS_Z=flags["HAS_Z"], HAS_INDICES=flags["HAS_INDICES"], FOLD=cfg.fold,
         ROWS_FASTEST=cfg.rows_fastest, RING_PREFETCH=cfg.ring_prefetch, FLUSH_HERE=not cfg.flush_launch,
-        num_warps=cfg.num_warps, maxnreg=cfg.max_registers,
+        RING_X_STORED=ring_x_here, num_warps=cfg.num_warps, maxnreg=cfg.max_registers,
     )
     if side is not None:
         join(side, x.device)

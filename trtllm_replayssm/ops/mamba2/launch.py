@@ -93,6 +93,9 @@ class LaunchConfig:
     # "cuda_ws": head tiles in flight per block (2 to 5; 0: the most that fit the device's shared
     # memory, at most 5). Fewer leave shared memory beside it for the stream launch's programs.
     flush_ws_stages: int = 0
+    # kernel="staged" with flush_launch: the ring launch, not the stream launch, stores the
+    # token's ring x entry (the stream launch then writes only y beside its checkpoint reads).
+    ring_x_in_ring: bool = False
 
     def __post_init__(self):
         if self.kernel not in KERNELS:
@@ -256,7 +259,19 @@ def launch_config(kind: str, head_dim: int, d_state: int, batch: int) -> LaunchC
         # 1.6-1.7 us (few rows flush per staggered step, and a block walks its items one after
         # another). Below 256 the Triton launch stays.
         ws = batch >= 256 and d_state == 128
+        # The token's ring x entry stored by the ring launch (ring_x_in_ring): the stream launch,
+        # a read of the checkpoint, then writes only y. Stores among a long stream of reads cost
+        # more than their bytes (benchmarks/probe_memory_rates.py: the 1/128 of y stores took 244
+        # -> 257 us for a 1 GiB read). `--variants`, H200, off and on in turn in one call, medians,
+        # non-flush / amortized us, off -> on: Nemotron-H 128 147.8 / 158.2 -> 146.9 / 157.2; 256
+        # 278.3 / 298.1 -> 275.1 / 295.1 (mixed 296.1 -> 292.5); 384 410.4 / 440.4 -> 403.7 /
+        # 433.9; 512 540.5 / 580.5 -> 533.0 / 573.9 (flush steps within 1.5%); Nemotron-3-Nano 256
+        # 263.8 / 282.0 -> 259.0 / 277.4, 512 511.8 / 548.3 -> 503.2 / 541.4. Results files
+        # mamba2_2026-12-04_h200_variants_ring_x_in_ring*. Below batch 128 the ring launch is a
+        # larger share of a short step: Nemotron-H 64 even (87.35 -> 87.2 us amortized, mixed 89.0
+        # -> 89.35), 32 slower (52.05 -> 52.75, mixed 54.85 -> 55.5), so from 128 only.
         return LaunchConfig(block_p=16, num_warps=2, kernel="staged", fold="bf16x3", flush_launch=True,
+                            ring_x_in_ring=large,
                             flush_max_registers=(128, 96), flush_stream=True, flush_heads=heads,
                             flush_block_p=16 if rows16 else 32, flush_warps=2 if rows16 else 4,
                             flush_l2_prefetch="lines" if large else "none",

@@ -16,12 +16,16 @@ kernel:
    ``w_j = exp(A (G_t - G_j)) dt_j`` (``j < c``), the scores ``B_j . C_t`` once per group, and
    writes per ``(row, head)`` a ``[CAP + 2]`` fp32 line: non-flush rows
    ``coef_j = w_j (B_j . C_t)``, ``Gamma``, ``dt_t (B_t . C_t)``; flush rows ``w_j``, ``Gamma``,
-   ``dt_t``. It appends ``dt_t`` and ``B_t`` at ring position ``c``. (One program per row looping
-   over the groups took ~18 us at any batch on an H200: latency-bound.)
+   ``dt_t``. It appends ``dt_t`` and ``B_t`` at ring position ``c``, and with ``ring_x_in_ring``
+   (with ``flush_launch``; the default from batch 128) the group's heads of ``x_t`` too, for
+   non-flush rows. (One program per row looping over the groups took ~18 us at any batch on an
+   H200: latency-bound.)
 2. ``_stream_kernel``, one program per ``(head_dim tile, head, row)`` as the standard kernel:
    the checkpoint tile is the first load; non-flush
    ``y = Gamma S_c C + x_ring^T coef + coef_now x_t`` (plus ``D x`` and the ``z`` gate) and the
-   tile's slice of ``x_t`` is appended at ring position ``c``; flush (uniform per program)
+   tile's slice of ``x_t`` is appended at ring position ``c`` (unless launch 1 did: stores among
+   the checkpoint's reads cost more than their bytes, benchmarks/NOTES_mamba2.md, thirty-sixth
+   run); flush (uniform per program)
    ``S = Gamma S_c + dt_t x_t B_t^T + sum_j w_j x_j B_j^T`` in fp32 (``fold``: unrolled FMAs,
    a rolled loop with the next entry prefetched (``loop``) or software-pipelined (``pipe``), or
    ``tl.dot`` at ``ieee`` / ``tf32x3`` precision; never through a 16-bit type), stored, and

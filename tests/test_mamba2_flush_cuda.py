@@ -156,6 +156,14 @@ def test_launch_config_takes_the_ws_flush():
         decode.LaunchConfig(**dict(CUDA_FLUSH, flush_impl="cuda_ws", flush_launch=False, flush_stream=False))
 
 
+def test_launch_config_checks_ring_x_in_ring():
+    assert decode.LaunchConfig(**dict(CUDA_FLUSH, ring_x_in_ring=True)).ring_x_in_ring
+    with pytest.raises(ValueError, match="ring_x_in_ring: expected a bool, got 1"):
+        decode.LaunchConfig(**dict(CUDA_FLUSH, ring_x_in_ring=1))
+    with pytest.raises(ValueError, match="ring_x_in_ring: needs flush_launch=True"):
+        decode.LaunchConfig(kernel="staged", ring_x_in_ring=True)
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter path; the GPU tests run the kernel")
 def test_cuda_flush_config_off_cuda_takes_the_triton_launch():
     # Off CUDA the step keeps the Triton flush launch (the interpreter), exactly as without flush_impl.

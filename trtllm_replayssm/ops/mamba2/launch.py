@@ -147,6 +147,11 @@ class LaunchConfig:
                              f"tuple of them, got {self.flush_max_registers!r}")
         if self.flush_stream and not self.flush_launch:
             raise ValueError("LaunchConfig.flush_stream: needs flush_launch=True")
+        if not isinstance(self.ring_x_in_ring, bool):
+            raise ValueError(f"LaunchConfig.ring_x_in_ring: expected a bool, got {self.ring_x_in_ring!r}")
+        if self.ring_x_in_ring and not self.flush_launch:
+            # Without the flush launch the stream launch's flush rows fold the ring themselves.
+            raise ValueError("LaunchConfig.ring_x_in_ring: needs flush_launch=True")
         if self.flush_launch and self.kernel != "staged":
             raise ValueError("LaunchConfig.flush_launch: needs kernel='staged'")
         if self.flush_launch and self.fold in DOT_FOLDS and self.flush_block_p < 16:

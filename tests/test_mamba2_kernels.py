@@ -565,12 +565,14 @@ SIDE_STREAM_GRAPH_CONFIGS = [
     # the (row, head chunk) list flush launch, its L2 prefetch on: its grid sized before capture
     dict(fold="tf32x2", flush_max_registers=(128, 96), flush_persistent=4, flush_list_items="heads", flush_heads=4,
          flush_l2_prefetch="lines"),
+    # the token's ring x stored by the ring launch (the default from batch 128)
+    dict(fold="bf16x3", flush_heads=4, ring_x_in_ring=True),
 ]
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("seed,params", list(enumerate(SIDE_STREAM_GRAPH_CONFIGS, start=6)),
-                         ids=["side_stream", "heads_list"])
+                         ids=["side_stream", "heads_list", "ring_x_in_ring"])
 def test_staged_flush_stream_cuda_graph_equals_eager(seed, params):
     # Window 4; a captured step replayed against eager calls, state and outputs bit for bit.
     dims = (16, 64, 128, 2)

@@ -10,7 +10,8 @@ bytes, to separate what the memory system allows from what a kernel's form costs
 - ``rows``: as ``read``, each warp's 128-float row summed across the warp and stored (one float
   per row: 1/128 of the bytes read, as ``bench_read_ceiling.py``'s ``y``);
 - ``rows_kept``: the same sums, not stored; ``rows_smem``: stored as consecutive floats by the
-  block's first threads (whole sectors);
+  block's first threads (whole sectors); ``rows_every``: only every ``--every``-th row's;
+  ``rows_small``: into a 1 MiB window (stores that stay in L2); ``rows_bf16``: as bf16;
 - ``rmw``: each vector scaled by a runtime 1.0 and stored back in place (the standard step's
   traffic without its arithmetic); ``copy``: into a second buffer;
 
@@ -57,7 +58,8 @@ LOADS = {
     "nc_l2p": "ld.global.nc.L2::256B.v4.f32",
 }
 STORES = {"st": "st.global.v4.f32", "cs": "st.global.cs.v4.f32", "na": "st.global.L1::no_allocate.v4.f32"}
-KINDS = {"read": 0, "rmw": 1, "copy": 2, "rows": 3, "rows_kept": 4, "rows_smem": 5}
+KINDS = {"read": 0, "rmw": 1, "copy": 2, "rows": 3, "rows_kept": 4, "rows_smem": 5, "rows_every": 6,
+         "rows_small": 7, "rows_bf16": 8}
 
 
 def source(load: str, store: str) -> str:
@@ -71,6 +73,11 @@ def source(load: str, store: str) -> str:
 
 
 SOURCE = r"""
+// bf16 by round-to-nearest-even on the bits (NVRTC here has no cuda_bf16.h on its include path).
+__device__ __forceinline__ unsigned short to_bf16(float x) {
+    unsigned int b = __float_as_uint(x);
+    return (unsigned short)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
+}
 __device__ __forceinline__ float4 load16(const float4* p) {
     float4 v;
 @LOAD@
@@ -98,15 +105,21 @@ extern "C" __global__ void __launch_bounds__(THREADS) mem_rate(
 #if KIND == 0
 #pragma unroll
         for (int u = 0; u < U; ++u) acc += (v[u].x + v[u].y) + (v[u].z + v[u].w);
-#elif KIND == 3
-        // A row of 128 fp32 per warp and pass, summed across the warp, one float out per row: the
-        // Triton read kernel's y = S C without the C (1/128 of the bytes read is written).
+#elif KIND == 3 || KIND >= 6
+        // A row of 128 fp32 per warp and pass, summed across the warp, one value out per row: the
+        // Triton read kernel's y = S C without the C (1/128 of the bytes read is written). 6: only
+        // every EVERY-th row's; 7: into a 1 MiB window (the row index wrapped: stores that stay in
+        // L2); 8: as bf16 (half the bytes, the step's y).
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             float s = (v[u].x + v[u].y) + (v[u].z + v[u].w);
 #pragma unroll
             for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-            if ((threadIdx.x & 31) == 0) ((float*)dst)[(base + (long long)u * THREADS) >> 5] = s * scale;
+            const long long row = (base + (long long)u * THREADS) >> 5;
+            if ((threadIdx.x & 31) == 0 && (KIND != 6 || row % EVERY == 0)) {
+                if (KIND == 8) ((unsigned short*)dst)[row] = to_bf16(s * scale);
+                else ((float*)dst)[KIND == 7 ? (row & ((1 << 18) - 1)) : row] = s * scale;
+            }
         }
 #elif KIND == 4 || KIND == 5
         // As KIND 3, the row sums kept (4: summed into acc, nothing stored) or staged in shared
@@ -152,10 +165,10 @@ def forms(kinds, loads, stores, units, threads, grids):
         yield kind, ld, st if kind in ("rmw", "copy") else "-", u, t, g
 
 
-def kernel_for(kind, ld, st, u, threads, grid, device):
+def kernel_for(kind, ld, st, u, threads, grid, device, every=4):
     from trtllm_replayssm.ops._nvrtc import load_kernel
 
-    defines = {"KIND": KINDS[kind], "U": u, "THREADS": threads, "LOOP": int(grid == "loop")}
+    defines = {"KIND": KINDS[kind], "U": u, "THREADS": threads, "LOOP": int(grid == "loop"), "EVERY": every}
     sig = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_float)
     return load_kernel(source(ld, st if st in STORES else "st"), "mem_rate", defines, sig, device)
 
@@ -170,9 +183,12 @@ def main(argv=None):
     p.add_argument("--units", nargs="+", type=int, default=[2, 4, 8])
     p.add_argument("--threads", nargs="+", type=int, default=[256, 512])
     p.add_argument("--grids", nargs="+", choices=["grid", "loop"], default=["grid", "loop"])
+    p.add_argument("--every", type=int, default=4, help="rows_every: store every N-th row's sum")
     args = p.parse_args(argv)
     if args.mib <= 0:
         p.error(f"--mib must be positive, got {args.mib}")
+    if args.every <= 0:
+        p.error(f"--every must be positive, got {args.every}")
     for name in ("units", "threads"):
         bad = [v for v in getattr(args, name) if v <= 0 or v & (v - 1)]
         if bad:
@@ -196,7 +212,7 @@ def main(argv=None):
         if n_vec % per_block:
             continue
         try:
-            k = kernel_for(kind, ld, st, u, t, g, dev)
+            k = kernel_for(kind, ld, st, u, t, g, dev, args.every)
             resident = k.blocks_per_sm(t, 0)
             blocks = sms * resident if g == "loop" else n_vec // per_block
 
@@ -209,7 +225,9 @@ def main(argv=None):
             print(f"{kind:<6}{ld:<8}{st:<6}{u:>3}{t:>5}{g:>6}  ERROR {type(exc).__name__}: "
                   f"{str(exc).splitlines()[0][:90] if str(exc) else ''}", flush=True)
             continue
-        moved = (args.mib << 20) * {"read": 1, "rows_kept": 1, "rows": 1 + 1 / 128, "rows_smem": 1 + 1 / 128}.get(kind, 2)
+        moved = (args.mib << 20) * {"read": 1, "rows_kept": 1, "rows": 1 + 1 / 128, "rows_smem": 1 + 1 / 128,
+                                    "rows_every": 1 + 1 / 128 / args.every, "rows_small": 1 + 1 / 128,
+                                    "rows_bf16": 1 + 1 / 256}.get(kind, 2)
         gbps = moved / (us * 1e-6) / 1e9
         rows.append((kind, gbps))
         print(f"{kind:<6}{ld:<8}{st:<6}{u:>3}{t:>5}{g:>6}{resident:>7}{us:>9.1f}{gbps:>8.0f}", flush=True)

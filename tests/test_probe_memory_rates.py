@@ -48,6 +48,7 @@ def test_source_carries_the_named_load(load):
     (["--units", "3"], "--units takes powers of two"),
     (["--threads", "0"], "--threads takes powers of two"),
     (["--mib", "0"], "--mib must be positive"),
+    (["--every", "0"], "--every must be positive"),
     (["--kinds", "scan"], "invalid choice"),
 ])
 def test_bad_arguments_name_the_option(argv, match, capsys):
@@ -61,8 +62,8 @@ def test_bad_arguments_name_the_option(argv, match, capsys):
 def test_every_form_compiles_with_its_instructions(arch):
     for kind, load, store, u, threads, grid in probe.forms(list(probe.KINDS), list(probe.LOADS), list(probe.STORES),
                                                            [4], [256], ["grid", "loop"]):
-        defines = (("KIND", str(probe.KINDS[kind])), ("LOOP", str(int(grid == "loop"))), ("THREADS", str(threads)),
-                   ("U", str(u)))
+        defines = (("EVERY", "4"), ("KIND", str(probe.KINDS[kind])), ("LOOP", str(int(grid == "loop"))),
+                   ("THREADS", str(threads)), ("U", str(u)))
         src = probe.source(load, store if store in probe.STORES else "st")
         ptx = _nvrtc.compile_ptx(src, "mem_rate", arch, defines)
         loads = set(re.findall(r"\bld\.global[\w.:]*\.v4\.f32", ptx))

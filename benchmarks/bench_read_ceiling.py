@@ -34,18 +34,21 @@ from _timing import L2Flusher, capture_graph, copy_bandwidths_gbps, warmed_media
 
 
 @triton.jit
-def _gemv_rows(S, C_ptr, y_ptr, t, rows, TILES_PER_HEAD: tl.constexpr, N: tl.constexpr):
+def _gemv_rows(S, C_ptr, y_ptr, t, rows, TILES_PER_HEAD: tl.constexpr, N: tl.constexpr, STORE_EVICT: tl.constexpr = ""):
     """``y[rows] = S C_head`` for checkpoint tile ``t`` already loaded as ``S``."""
     C = tl.load(C_ptr + (t // TILES_PER_HEAD) * N + tl.arange(0, N)).to(tl.float32)
-    tl.store(y_ptr + rows, tl.sum(S * C[None, :], axis=1))
+    tl.store(y_ptr + rows, tl.sum(S * C[None, :], axis=1), eviction_policy=STORE_EVICT)
 
 
 @triton.jit
-def _gemv_plain(S_ptr, C_ptr, y_ptr, TILES_PER_HEAD: tl.constexpr, BLOCK_P: tl.constexpr, N: tl.constexpr):
+def _gemv_plain(S_ptr, C_ptr, y_ptr, TILES_PER_HEAD: tl.constexpr, BLOCK_P: tl.constexpr, N: tl.constexpr,
+                LOAD_EVICT: tl.constexpr = "", STORE_EVICT: tl.constexpr = ""):
+    """One ``[BLOCK_P, N]`` tile per program; ``LOAD_EVICT`` / ``STORE_EVICT``: L2 eviction
+    policies of the tile's load and ``y``'s store (the ``hint`` forms; none by default)."""
     t = tl.program_id(0).to(tl.int64)
     rows = t * BLOCK_P + tl.arange(0, BLOCK_P)
-    S = tl.load(S_ptr + rows[:, None] * N + tl.arange(0, N)[None, :])
-    _gemv_rows(S, C_ptr, y_ptr, t, rows, TILES_PER_HEAD, N)
+    S = tl.load(S_ptr + rows[:, None] * N + tl.arange(0, N)[None, :], eviction_policy=LOAD_EVICT)
+    _gemv_rows(S, C_ptr, y_ptr, t, rows, TILES_PER_HEAD, N, STORE_EVICT)
 
 
 @triton.jit
@@ -69,17 +72,6 @@ def _gemv_nc(S_ptr, C_ptr, y_ptr, TILES_PER_HEAD: tl.constexpr, BLOCK_P: tl.cons
     y = tl.sum(S0 * tl.load(c).to(tl.float32)[None, :] + S1 * tl.load(c + 1).to(tl.float32)[None, :]
                + S2 * tl.load(c + 2).to(tl.float32)[None, :] + S3 * tl.load(c + 3).to(tl.float32)[None, :], axis=1)
     tl.store(y_ptr + rows, y)
-
-
-@triton.jit
-def _gemv_hinted(S_ptr, C_ptr, y_ptr, TILES_PER_HEAD: tl.constexpr, BLOCK_P: tl.constexpr, N: tl.constexpr,
-                 LOAD_EVICT: tl.constexpr, STORE_EVICT: tl.constexpr):
-    """``_gemv_plain`` with L2 eviction policies on the tile's load and ``y``'s store."""
-    t = tl.program_id(0).to(tl.int64)
-    rows = t * BLOCK_P + tl.arange(0, BLOCK_P)
-    S = tl.load(S_ptr + rows[:, None] * N + tl.arange(0, N)[None, :], eviction_policy=LOAD_EVICT)
-    C = tl.load(C_ptr + (t // TILES_PER_HEAD) * N + tl.arange(0, N)).to(tl.float32)
-    tl.store(y_ptr + rows, tl.sum(S * C[None, :], axis=1), eviction_policy=STORE_EVICT)
 
 
 @triton.jit
@@ -129,7 +121,7 @@ def launches(S, C, y, head_dim, sms):
                 (tiles,)](S, C, y, TILES_PER_HEAD=head_dim // bp, BLOCK_P=bp, N=n, REDUCE=reduce, num_warps=warps))
         for le, se in (("evict_first", ""), ("", "evict_last"), ("evict_first", "evict_last"), ("", "evict_first")):
             out[f"hint {le or '-'}/{se or '-'} bp{bp} w{warps}"] = (
-                lambda bp=bp, warps=warps, tiles=tiles, le=le, se=se: _gemv_hinted[(tiles,)](
+                lambda bp=bp, warps=warps, tiles=tiles, le=le, se=se: _gemv_plain[(tiles,)](
                     S, C, y, TILES_PER_HEAD=head_dim // bp, BLOCK_P=bp, N=n, LOAD_EVICT=le, STORE_EVICT=se,
                     num_warps=warps))
         out[f"nc bp{bp} w{warps}"] = (lambda bp=bp, warps=warps, tiles=tiles: _gemv_nc[(tiles,)](

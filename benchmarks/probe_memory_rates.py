@@ -151,18 +151,22 @@ extern "C" __global__ void __launch_bounds__(THREADS) mem_rate(
 }
 """
 
+#: The kinds that store what they read (the others store at most a row sum: no store form).
+STORING = ("rmw", "copy")
+
+
 def forms(kinds, loads, stores, units, threads, grids):
     """``(kind, load, store, U, threads, grid)`` for every combination that means something: a
     read stores nothing; an in-place update reads through ``nc`` forms only as asked (each thread
     reads its vectors before it writes them, so no load can see its own write), never ``cpp``."""
     for kind, ld, st, u, t, g in itertools.product(kinds, loads, stores, units, threads, grids):
-        if kind not in ("rmw", "copy") and st != stores[0]:
+        if kind not in STORING and st != stores[0]:
             continue
         if kind == "rmw" and ld == "cpp":
             continue
         if kind == "rows_smem" and g == "loop":
             continue  # its row index assumes one pass
-        yield kind, ld, st if kind in ("rmw", "copy") else "-", u, t, g
+        yield kind, ld, st if kind in STORING else "-", u, t, g
 
 
 def kernel_for(kind, ld, st, u, threads, grid, device, every=4):
@@ -205,7 +209,7 @@ def main(argv=None):
     info = device_info()
     print(f"# {info}; {sms} SMs; {args.mib} MiB; copy_bandwidths_gbps (2 GiB): "
           + ", ".join(f"{k} {v:.0f}" for k, v in copies.items()))
-    print(f"{'kind':<6}{'load':<8}{'store':<6}{'U':>3}{'thr':>5}{'grid':>6}{'blk/SM':>7}{'us':>9}{'GB/s':>8}")
+    print(f"{'kind':<11}{'load':<8}{'store':<6}{'U':>3}{'thr':>5}{'grid':>6}{'blk/SM':>7}{'us':>9}{'GB/s':>8}")
     rows = []
     for kind, ld, st, u, t, g in forms(args.kinds, args.loads, args.stores, args.units, args.threads, args.grids):
         per_block = u * t
@@ -222,7 +226,7 @@ def main(argv=None):
 
             us = warmed_median(capture_graph(launch), args.rounds, flush)
         except Exception as exc:  # one form the toolchain refuses must not end the run
-            print(f"{kind:<6}{ld:<8}{st:<6}{u:>3}{t:>5}{g:>6}  ERROR {type(exc).__name__}: "
+            print(f"{kind:<11}{ld:<8}{st:<6}{u:>3}{t:>5}{g:>6}  ERROR {type(exc).__name__}: "
                   f"{str(exc).splitlines()[0][:90] if str(exc) else ''}", flush=True)
             continue
         moved = (args.mib << 20) * {"read": 1, "rows_kept": 1, "rows": 1 + 1 / 128, "rows_smem": 1 + 1 / 128,
@@ -230,7 +234,7 @@ def main(argv=None):
                                     "rows_bf16": 1 + 1 / 256}.get(kind, 2)
         gbps = moved / (us * 1e-6) / 1e9
         rows.append((kind, gbps))
-        print(f"{kind:<6}{ld:<8}{st:<6}{u:>3}{t:>5}{g:>6}{resident:>7}{us:>9.1f}{gbps:>8.0f}", flush=True)
+        print(f"{kind:<11}{ld:<8}{st:<6}{u:>3}{t:>5}{g:>6}{resident:>7}{us:>9.1f}{gbps:>8.0f}", flush=True)
     if float(src[0]) != 1.0 or float(src[-1]) != 1.0:
         raise SystemExit("the in-place updates changed the buffer (scale must be 1.0)")
     print("# best GB/s: " + ", ".join(f"{kind} {max(g for k2, g in rows if k2 == kind):.0f}"

@@ -61,7 +61,7 @@ def resources(cfg: decode.LaunchConfig, heads=128, head_dim=64, d_state=128, gro
     block_n = triton.next_power_of_2(d_state)
     block_j = max(16, triton.next_power_of_2(cap))
     flags = dict(HAS_INDICES=True)
-    ring_x = cfg.ring_x_in_ring and cfg.flush_launch  # as replay_step_staged decides
+    ring_x = cfg.ring_x_in_ring  # LaunchConfig allows it only with flush_launch
     ring = _compile(staged._ring_kernel, _types(staged._ring_kernel, act), dict(
         GROUPS=groups, HEADS_PER_GROUP=heads // groups, N=d_state, CAP=cap,
         BLOCK_HG=triton.next_power_of_2(heads // groups), BLOCK_N=block_n, BLOCK_J=block_j,

@@ -509,7 +509,7 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
     info = torch.empty(batch, 2, dtype=torch.int32, device=x.device)
     block_j = max(16, triton.next_power_of_2(capacity))
     block_n = triton.next_power_of_2(d_state)
-    ring_x_here = cfg.ring_x_in_ring and cfg.flush_launch
+    ring_x_here = cfg.ring_x_in_ring  # LaunchConfig allows it only with flush_launch
     _ring_kernel[(batch, groups)](
         ring_dt, ring_B, committed, flush_at, dt, A, B, C, bias_, idx_, coef, info,
         int(window), pad_slot_id, lo, hi,

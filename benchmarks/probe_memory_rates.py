@@ -11,7 +11,9 @@ bytes, to separate what the memory system allows from what a kernel's form costs
   per row: 1/128 of the bytes read, as ``bench_read_ceiling.py``'s ``y``);
 - ``rows_kept``: the same sums, not stored; ``rows_smem``: stored as consecutive floats by the
   block's first threads (whole sectors); ``rows_every``: only every ``--every``-th row's;
-  ``rows_small``: into a 1 MiB window (stores that stay in L2); ``rows_bf16``: as bf16;
+  ``rows_small``: into a 1 MiB window (the row index wrapped; a line comes round again only
+  every 128 MiB read, so these stores do not stay in L2 either); ``rows_bf16``: as bf16;
+  ``rows_end`` (``loop`` only): kept in shared memory and written after the block's last pass;
 - ``rmw``: each vector scaled by a runtime 1.0 and stored back in place (the standard step's
   traffic without its arithmetic); ``copy``: into a second buffer;
 
@@ -59,7 +61,9 @@ LOADS = {
 }
 STORES = {"st": "st.global.v4.f32", "cs": "st.global.cs.v4.f32", "na": "st.global.L1::no_allocate.v4.f32"}
 KINDS = {"read": 0, "rmw": 1, "copy": 2, "rows": 3, "rows_kept": 4, "rows_smem": 5, "rows_every": 6,
-         "rows_small": 7, "rows_bf16": 8}
+         "rows_small": 7, "rows_bf16": 8, "rows_end": 9}
+#: rows_end: the most row sums a block keeps in shared memory (fp32) before it writes them out.
+END_ROWS = 4096
 
 
 def source(load: str, store: str) -> str:
@@ -95,6 +99,11 @@ extern "C" __global__ void __launch_bounds__(THREADS) mem_rate(
     const long long step = (long long)U * THREADS;
     long long base = (long long)blockIdx.x * step + threadIdx.x;
     float acc = 0.f;
+#if KIND == 9
+#define ROWS_PER_PASS (U * THREADS / 32)
+    __shared__ float end_sums[END_ROWS];
+    int pass = 0;
+#endif
 #if LOOP
     for (; base < n_vec; base += (long long)gridDim.x * step)
 #endif
@@ -105,11 +114,11 @@ extern "C" __global__ void __launch_bounds__(THREADS) mem_rate(
 #if KIND == 0
 #pragma unroll
         for (int u = 0; u < U; ++u) acc += (v[u].x + v[u].y) + (v[u].z + v[u].w);
-#elif KIND == 3 || KIND >= 6
+#elif KIND == 3 || (KIND >= 6 && KIND <= 8)
         // A row of 128 fp32 per warp and pass, summed across the warp, one value out per row: the
         // Triton read kernel's y = S C without the C (1/128 of the bytes read is written). 6: only
-        // every EVERY-th row's; 7: into a 1 MiB window (the row index wrapped: stores that stay in
-        // L2); 8: as bf16 (half the bytes, the step's y).
+        // every EVERY-th row's; 7: into a 1 MiB window (the row index wrapped); 8: as bf16 (half
+        // the bytes, the step's y).
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             float s = (v[u].x + v[u].y) + (v[u].z + v[u].w);
@@ -121,6 +130,17 @@ extern "C" __global__ void __launch_bounds__(THREADS) mem_rate(
                 else ((float*)dst)[KIND == 7 ? (row & ((1 << 18) - 1)) : row] = s * scale;
             }
         }
+#elif KIND == 9
+        // As KIND 3, each row sum kept in shared memory and written after the block's last pass
+        // (LOOP only): no store among the block's reads.
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            float s = (v[u].x + v[u].y) + (v[u].z + v[u].w);
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+            if ((threadIdx.x & 31) == 0) end_sums[pass * ROWS_PER_PASS + u * (THREADS / 32) + (threadIdx.x >> 5)] = s * scale;
+        }
+        ++pass;
 #elif KIND == 4 || KIND == 5
         // As KIND 3, the row sums kept (4: summed into acc, nothing stored) or staged in shared
         // memory and written by the block's first threads as consecutive floats (5: whole sectors).
@@ -146,6 +166,12 @@ extern "C" __global__ void __launch_bounds__(THREADS) mem_rate(
         }
 #endif
     }
+#if KIND == 9
+    __syncthreads();
+    for (int i = threadIdx.x; i < pass * ROWS_PER_PASS; i += THREADS)
+        ((float*)dst)[((long long)blockIdx.x + (long long)(i / ROWS_PER_PASS) * gridDim.x) * ROWS_PER_PASS
+                      + i % ROWS_PER_PASS] = end_sums[i];
+#endif
     // Never true for the runs here (scale 1, sink value not a sum of the data): keeps the loads alive.
     if (acc == scale * 1e30f) sink[0] = acc;
 }
@@ -166,13 +192,16 @@ def forms(kinds, loads, stores, units, threads, grids):
             continue
         if kind == "rows_smem" and g == "loop":
             continue  # its row index assumes one pass
+        if kind == "rows_end" and g == "grid":
+            continue  # one pass per block: nothing to keep
         yield kind, ld, st if kind in STORING else "-", u, t, g
 
 
 def kernel_for(kind, ld, st, u, threads, grid, device, every=4):
     from trtllm_replayssm.ops._nvrtc import load_kernel
 
-    defines = {"KIND": KINDS[kind], "U": u, "THREADS": threads, "LOOP": int(grid == "loop"), "EVERY": every}
+    defines = {"KIND": KINDS[kind], "U": u, "THREADS": threads, "LOOP": int(grid == "loop"), "EVERY": every,
+               "END_ROWS": END_ROWS}
     sig = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_float)
     return load_kernel(source(ld, st if st in STORES else "st"), "mem_rate", defines, sig, device)
 
@@ -219,6 +248,8 @@ def main(argv=None):
             k = kernel_for(kind, ld, st, u, t, g, dev, args.every)
             resident = k.blocks_per_sm(t, 0)
             blocks = sms * resident if g == "loop" else n_vec // per_block
+            if kind == "rows_end" and -(-n_vec // per_block // blocks) * per_block // 32 > END_ROWS:
+                raise ValueError(f"a block's row sums exceed END_ROWS ({END_ROWS}): use a smaller --mib")
 
             def launch(k=k, blocks=blocks, t=t):
                 k.launch(blocks, t, 0, (src.data_ptr(), dst.data_ptr(), sink.data_ptr(), n_vec, 1.0),
@@ -230,7 +261,7 @@ def main(argv=None):
                   f"{str(exc).splitlines()[0][:90] if str(exc) else ''}", flush=True)
             continue
         moved = (args.mib << 20) * {"read": 1, "rows_kept": 1, "rows": 1 + 1 / 128, "rows_smem": 1 + 1 / 128,
-                                    "rows_every": 1 + 1 / 128 / args.every, "rows_small": 1 + 1 / 128,
+                                    "rows_every": 1 + 1 / 128 / args.every, "rows_small": 1 + 1 / 128, "rows_end": 1 + 1 / 128,
                                     "rows_bf16": 1 + 1 / 256}.get(kind, 2)
         gbps = moved / (us * 1e-6) / 1e9
         rows.append((kind, gbps))

@@ -25,8 +25,9 @@ def test_forms_store_only_where_the_kind_stores():
     # The C++ dereference of a const __restrict__ pointer may not read a buffer the kernel writes.
     assert not any(kind == "rmw" and load == "cpp" for kind, load, *_ in forms)
     assert any(kind == "rmw" and load == "nc" for kind, load, *_ in forms)
-    # rows_smem indexes its rows by block: one pass only.
+    # rows_smem indexes its rows by block: one pass only; rows_end keeps a block's passes.
     assert not any(kind == "rows_smem" and grid == "loop" for kind, *_, grid in forms)
+    assert {grid for kind, *_, grid in forms if kind == "rows_end"} == {"loop"}
     # Each read-like form once per (load, U, threads, grid), not once per store form.
     reads = [f for f in forms if f[0] == "read"]
     assert len(reads) == len(probe.LOADS) * 2 * 1 * 2
@@ -62,8 +63,8 @@ def test_bad_arguments_name_the_option(argv, match, capsys):
 def test_every_form_compiles_with_its_instructions(arch):
     for kind, load, store, u, threads, grid in probe.forms(list(probe.KINDS), list(probe.LOADS), list(probe.STORES),
                                                            [4], [256], ["grid", "loop"]):
-        defines = (("EVERY", "4"), ("KIND", str(probe.KINDS[kind])), ("LOOP", str(int(grid == "loop"))),
-                   ("THREADS", str(threads)), ("U", str(u)))
+        defines = (("END_ROWS", str(probe.END_ROWS)), ("EVERY", "4"), ("KIND", str(probe.KINDS[kind])),
+                   ("LOOP", str(int(grid == "loop"))), ("THREADS", str(threads)), ("U", str(u)))
         src = probe.source(load, store if store in probe.STORES else "st")
         ptx = _nvrtc.compile_ptx(src, "mem_rate", arch, defines)
         loads = set(re.findall(r"\bld\.global[\w.:]*\.v4\.f32", ptx))
@@ -71,3 +72,18 @@ def test_every_form_compiles_with_its_instructions(arch):
         assert loads == {probe.LOADS[load] or "ld.global.nc.v4.f32"}, (kind, load, loads)
         stores = set(re.findall(r"\bst\.global[\w.:]*\.v4\.f32", ptx))
         assert stores == ({probe.STORES[store]} if kind in ("rmw", "copy") else set()), (kind, store, stores)
+
+
+@pytest.mark.skipif(_nvrtc.find_nvrtc() is None, reason="no NVRTC library here (the nvidia-cuda-nvrtc wheel)")
+def test_rows_end_stores_only_after_the_reads():
+    defines = (("END_ROWS", str(probe.END_ROWS)), ("EVERY", "4"), ("KIND", str(probe.KINDS["rows_end"])),
+               ("LOOP", "1"), ("THREADS", "256"), ("U", "4"))
+    ptx = _nvrtc.compile_ptx(probe.source("plain", "st"), "mem_rate", 90, defines)
+    lines = ptx.splitlines()
+    loads = [i for i, line in enumerate(lines) if re.search(r"\bld\.global", line)]
+    stores = [i for i, line in enumerate(lines) if re.search(r"\bst\.global", line)]
+    barrier = [i for i, line in enumerate(lines) if "bar.sync" in line]
+    # The sums go to shared memory inside the loop and to global memory after the block's barrier.
+    assert loads and stores and barrier
+    assert max(loads) < min(barrier) < min(stores)
+    assert any(re.search(r"\bst\.shared", line) for line in lines[:min(barrier)])

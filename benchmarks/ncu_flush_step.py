@@ -28,10 +28,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 WINDOW = 16
 
 
-def mamba2_step(batch: int, standard: bool = False, fields: dict | None = None):
+def mamba2_step(batch: int, standard: bool = False, fields: dict | None = None, committed: int | None = None):
     """The all-flush replay step, or with ``standard`` the standard step on the same checkpoint
     (the kernel whose memory throughput the flush launch is measured against); ``fields``: the
-    default ``LaunchConfig`` at ``batch`` with these fields replaced (``--launch``)."""
+    default ``LaunchConfig`` at ``batch`` with these fields replaced (``--launch``); ``committed``:
+    every slot at that ring length instead, a non-flush step."""
     import dataclasses
 
     from trtllm_replayssm.config import ReplaySSMConfig
@@ -60,7 +61,8 @@ def mamba2_step(batch: int, standard: bool = False, fields: dict | None = None):
 
     cfg = dataclasses.replace(decode.launch_config("replay", head_dim, d_state, batch), **(fields or {}))
 
-    at_flush = torch.full_like(st.committed, WINDOW - 1), torch.full_like(st.flush_at, WINDOW)
+    at_flush = (torch.full_like(st.committed, WINDOW - 1 if committed is None else committed),
+                torch.full_like(st.flush_at, WINDOW))
 
     def step():
         # Copies, not fill_: an L2 flusher's zero_ is a fill kernel, by which _timing.graph_timeline
@@ -135,8 +137,8 @@ def main(argv=None):
     p.add_argument("--refold", action="store_true", help="delta rules: the refolding flush")
     p.add_argument("--fused", metavar="FIELDS", help='gdn: the one-launch step, FusedVariant fields ("" for defaults)')
     p.add_argument("--committed", type=int, metavar="C",
-                   help="delta rules: every slot at ring length C < L - 1, a non-flush step (its ring launch: "
-                        "-k regex:_ring_kernel)")
+                   help="every slot at ring length C < L - 1, a non-flush step (its ring launch: "
+                        "-k regex:_ring_kernel; Mamba-2's stream launch: -k regex:stream)")
     p.add_argument("--staged", metavar="FIELDS",
                    help='delta rules: the default StagedVariant with these fields replaced ("ring_fast_exp=true")')
     p.add_argument("--paper-root", help="gdn: time the paper's kernel from this checkout instead")
@@ -146,8 +148,8 @@ def main(argv=None):
         p.error(f"--batch: expected >= 1, got {args.batch}")
     if (args.fused is not None or args.paper_root) and args.kind != "gdn":
         p.error(f"--fused / --paper-root: Gated DeltaNet only (--kind gdn), got --kind {args.kind}")
-    if (args.committed is not None or args.staged is not None) and args.kind == "mamba2":
-        p.error("--committed / --staged: the delta rules only (--kind gdn or kda)")
+    if args.staged is not None and args.kind == "mamba2":
+        p.error("--staged: the delta rules only (--kind gdn or kda)")
     if args.committed is not None and not 0 <= args.committed < WINDOW - 1:
         p.error(f"--committed: expected 0 <= C < {WINDOW - 1} (a non-flush step), got {args.committed}")
     if args.staged is not None and args.fused is not None:
@@ -162,7 +164,7 @@ def main(argv=None):
         from _derive import parse_fields
         from trtllm_replayssm.ops.mamba2.launch import LaunchConfig
 
-        step = mamba2_step(args.batch, args.standard, parse_fields(args.launch or "", LaunchConfig))
+        step = mamba2_step(args.batch, args.standard, parse_fields(args.launch or "", LaunchConfig), args.committed)
     else:
         variant = None
         if args.fused is not None:

@@ -72,7 +72,6 @@ from .._prefetch import prefetch_l2, prefetch_mode
 from .._side_stream import fork, join
 from .._tf32 import fp32_dot
 from .decode_flush_cuda import flush_rows_cuda, flush_rows_ws, unsupported, ws_unsupported
-from .decode_stream_cuda import stream_rows_cuda, stream_unsupported
 from .decode import _common, _mixer_gate, _mixer_output, _program_ids, _slot_of, _softplus_clamp, _state_strides
 
 __all__ = ["flush_heads_per_program", "flush_register_cap", "replay_step_staged"]
@@ -103,7 +102,6 @@ def _ring_kernel(
     HAS_DT_BIAS: tl.constexpr, DT_SOFTPLUS: tl.constexpr, HAS_CLAMP: tl.constexpr, HAS_INDICES: tl.constexpr,
     ring_x_ptr=None, x_ptr=None, s_rx_slot=0, s_rx_head=0, s_rx_j=0, s_x_row=0, s_x_head=0,
     P: tl.constexpr = 1, BLOCK_P: tl.constexpr = 1, RING_X: tl.constexpr = False,
-    work_ptr=None, ZERO_WORK: tl.constexpr = False,
 ):
     # RING_X: this launch also writes the token's ring x entry (LaunchConfig.ring_x_in_ring), so
     # that the stream launch, which reads the checkpoint, stores only y.
@@ -153,10 +151,6 @@ def _ring_kernel(
         xv = tl.load(x_ptr + row * s_x_row + heads[:, None] * s_x_head + offs_p[None, :], mask=mask_x, other=0.0)
         tl.store(ring_x_ptr + slot * s_rx_slot + heads[:, None] * s_rx_head + c * s_rx_j + offs_p[None, :], xv,
                  mask=mask_x)
-    if ZERO_WORK:
-        # The CUDA stream kernel's item counter (stream_impl="cuda"), taken from zero each step.
-        if (row == 0) & (g == 0):
-            tl.store(work_ptr, 0)
     if g == 0:
         tl.store(info_ptr + 2 * row, c)
         tl.store(info_ptr + 2 * row + 1, tl.where(is_flush, 1, 0))
@@ -516,10 +510,6 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
     block_j = max(16, triton.next_power_of_2(capacity))
     block_n = triton.next_power_of_2(d_state)
     ring_x_here = cfg.ring_x_in_ring  # LaunchConfig allows it only with flush_launch
-    # LaunchConfig allows stream_impl="cuda" only with ring_x_in_ring (and so flush_launch).
-    stream_cuda = cfg.stream_impl == "cuda" and stream_unsupported(
-        checkpoint, ring_x, x, C, z_ if flags["HAS_Z"] else None, y, D_ if flags["HAS_D"] else None) is None
-    work = torch.empty(1, dtype=torch.int32, device=x.device) if stream_cuda else None
     _ring_kernel[(batch, groups)](
         ring_dt, ring_B, committed, flush_at, dt, A, B, C, bias_, idx_, coef, info,
         int(window), pad_slot_id, lo, hi,
@@ -531,7 +521,6 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
         **(dict(ring_x_ptr=ring_x, x_ptr=x, s_rx_slot=s_rx_slot, s_rx_head=s_rx_head, s_rx_j=s_rx_j, s_x_row=s_x_row,
                 s_x_head=s_x_head, P=head_dim, BLOCK_P=triton.next_power_of_2(head_dim), RING_X=True)
            if ring_x_here else {}),
-        **(dict(work_ptr=work, ZERO_WORK=True) if stream_cuda else {}),
     )
     sms = _sm_count(x.device) if x.device.type == "cuda" else None
     flush_strides = (s_ck_slot, s_ck_head, s_rx_slot, s_rx_head, s_rB_slot, s_rB_group,
@@ -589,23 +578,17 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
             flush_rows()
     tiles = triton.cdiv(head_dim, cfg.block_p)
     grid = (batch, heads, tiles) if cfg.rows_fastest else (tiles, heads, batch)
-    if stream_cuda:
-        stream_rows_cuda(checkpoint, ring_x, coef, info, committed, flush_at, x, C, D_ if flags["HAS_D"] else None,
-                         z_ if flags["HAS_Z"] else None, idx_ if flags["HAS_INDICES"] else None, y, work, batch,
-                         window, pad_slot_id, (s_ck_slot, s_ck_head, s_rx_slot, s_rx_head, s_x_row, s_x_head, s_C_row,
-                                               s_C_group, s_z_row, s_z_head, s_y_row, s_y_head))
-    else:
-        _stream_kernel[grid](
-            checkpoint, ring_x, ring_B, coef, info, committed, flush_at, x, B, C, D_, z_, idx_, y,
-            int(window), pad_slot_id,
-            s_ck_slot, s_ck_head, s_ck_p, s_rx_slot, s_rx_head, s_rx_j, s_rB_slot, s_rB_group, s_rB_j,
-            s_x_row, s_x_head, s_B_row, s_B_group, s_C_row, s_C_group, s_z_row, s_z_head, s_y_row, s_y_head,
-            HEADS=heads, HEADS_PER_GROUP=heads // groups, P=head_dim, N=d_state, CAP=capacity,
-            BLOCK_P=cfg.block_p, BLOCK_N=block_n, BLOCK_J=block_j,
-            HAS_D=flags["HAS_D"], HAS_Z=flags["HAS_Z"], HAS_INDICES=flags["HAS_INDICES"], FOLD=cfg.fold,
-            ROWS_FASTEST=cfg.rows_fastest, RING_PREFETCH=cfg.ring_prefetch, FLUSH_HERE=not cfg.flush_launch,
-            RING_X_STORED=ring_x_here, num_warps=cfg.num_warps, maxnreg=cfg.max_registers,
-        )
+    _stream_kernel[grid](
+        checkpoint, ring_x, ring_B, coef, info, committed, flush_at, x, B, C, D_, z_, idx_, y,
+        int(window), pad_slot_id,
+        s_ck_slot, s_ck_head, s_ck_p, s_rx_slot, s_rx_head, s_rx_j, s_rB_slot, s_rB_group, s_rB_j,
+        s_x_row, s_x_head, s_B_row, s_B_group, s_C_row, s_C_group, s_z_row, s_z_head, s_y_row, s_y_head,
+        HEADS=heads, HEADS_PER_GROUP=heads // groups, P=head_dim, N=d_state, CAP=capacity,
+        BLOCK_P=cfg.block_p, BLOCK_N=block_n, BLOCK_J=block_j,
+        HAS_D=flags["HAS_D"], HAS_Z=flags["HAS_Z"], HAS_INDICES=flags["HAS_INDICES"], FOLD=cfg.fold,
+        ROWS_FASTEST=cfg.rows_fastest, RING_PREFETCH=cfg.ring_prefetch, FLUSH_HERE=not cfg.flush_launch,
+        RING_X_STORED=ring_x_here, num_warps=cfg.num_warps, maxnreg=cfg.max_registers,
+    )
     if side is not None:
         join(side, x.device)
     elif cfg.flush_launch:

@@ -11,8 +11,7 @@ import triton
 
 from .._prefetch import PREFETCH_MODES
 
-__all__ = ["DOT_FOLDS", "FLUSH_IMPLS", "FOLDS", "KERNELS", "PIPELINES", "STREAM_IMPLS", "LaunchConfig",
-           "launch_config"]
+__all__ = ["DOT_FOLDS", "FLUSH_IMPLS", "FOLDS", "KERNELS", "PIPELINES", "LaunchConfig", "launch_config"]
 
 #: Flush fold of the "v4" and "staged" kernels: unrolled rank-1 FMAs, a rolled loop, or an fp32
 #: ``tl.dot`` at this precision; "staged" also has the loop software-pipelined ("pipe").
@@ -30,10 +29,6 @@ PIPELINES = ("regs", "range", "cols")
 #: Flush launches of the "staged" kernel with flush_launch: Triton's, the CUDA C++ kernel, or its
 #: warp-specialised form.
 FLUSH_IMPLS = ("triton", "cuda", "cuda_ws")
-#: Stream launches of the "staged" kernel with flush_launch and ring_x_in_ring: Triton's grid of
-#: tiles, or the persistent CUDA C++ kernel that writes its outputs after its reads
-#: (decode_stream_cuda.py).
-STREAM_IMPLS = ("triton", "cuda")
 
 
 @dataclass(frozen=True)
@@ -101,11 +96,6 @@ class LaunchConfig:
     # kernel="staged" with flush_launch: the ring launch, not the stream launch, stores the
     # token's ring x entry (the stream launch then writes only y beside its checkpoint reads).
     ring_x_in_ring: bool = False
-    # kernel="staged" with flush_launch and ring_x_in_ring: "cuda" takes the non-flush rows in the
-    # persistent CUDA C++ kernel of decode_stream_cuda.py (each warp keeps its outputs in shared
-    # memory and writes them after its last checkpoint read) where it supports the step, else
-    # the Triton stream launch.
-    stream_impl: str = "triton"
 
     def __post_init__(self):
         if self.kernel not in KERNELS:
@@ -162,11 +152,6 @@ class LaunchConfig:
         if self.ring_x_in_ring and not self.flush_launch:
             # Without the flush launch the stream launch's flush rows fold the ring themselves.
             raise ValueError("LaunchConfig.ring_x_in_ring: needs flush_launch=True")
-        if self.stream_impl not in STREAM_IMPLS:
-            raise ValueError(f"LaunchConfig.stream_impl: expected one of {STREAM_IMPLS}, got {self.stream_impl!r}")
-        if self.stream_impl != "triton" and not self.ring_x_in_ring:
-            # The CUDA stream kernel reads the ring; it never appends the token's x entry.
-            raise ValueError(f"LaunchConfig.stream_impl: {self.stream_impl!r} needs ring_x_in_ring=True")
         if self.flush_launch and self.kernel != "staged":
             raise ValueError("LaunchConfig.flush_launch: needs kernel='staged'")
         if self.flush_launch and self.fold in DOT_FOLDS and self.flush_block_p < 16:

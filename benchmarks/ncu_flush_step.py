@@ -28,6 +28,19 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 WINDOW = 16
 
 
+def cursor_fills(committed: torch.Tensor, flush_at: torch.Tensor, length: int = WINDOW - 1):
+    """A function that puts every slot at ring length ``length`` (``flush_at`` ``WINDOW``: with the
+    default, the next step flushes every row). By copies, not ``fill_``: an L2 flusher's ``zero_``
+    is a fill kernel, by which ``_timing.graph_timeline`` tells one replay from the next
+    (``probe_flush_step_parts.py``)."""
+    values = torch.full_like(committed, length), torch.full_like(flush_at, WINDOW)
+
+    def fill():
+        committed.copy_(values[0])
+        flush_at.copy_(values[1])
+    return fill
+
+
 def mamba2_step(batch: int, standard: bool = False, fields: dict | None = None, committed: int | None = None):
     """The all-flush replay step, or with ``standard`` the standard step on the same checkpoint
     (the kernel whose memory throughput the flush launch is measured against); ``fields``: the
@@ -61,14 +74,10 @@ def mamba2_step(batch: int, standard: bool = False, fields: dict | None = None, 
 
     cfg = dataclasses.replace(decode.launch_config("replay", head_dim, d_state, batch), **(fields or {}))
 
-    at_flush = (torch.full_like(st.committed, WINDOW - 1 if committed is None else committed),
-                torch.full_like(st.flush_at, WINDOW))
+    fills = cursor_fills(st.committed, st.flush_at, WINDOW - 1 if committed is None else committed)
 
     def step():
-        # Copies, not fill_: an L2 flusher's zero_ is a fill kernel, by which _timing.graph_timeline
-        # tells one replay from the next (probe_flush_step_parts.py).
-        st.committed.copy_(at_flush[0])
-        st.flush_at.copy_(at_flush[1])
+        fills()
         decode.replay_step(st.checkpoint, st.ring_x, st.ring_dt, st.ring_B, st.committed, st.flush_at, st.window,
                            x, dt, A, B, C, D, z, dt_bias, True, None, None, idx, -1, config=cfg)
     return standard_step if standard else step

@@ -39,18 +39,20 @@ import triton.language as tl
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _timing import L2Flusher, capture_graph, graph_floor_us, graph_timeline, time_replays  # noqa: E402
-from ncu_flush_step import WINDOW, mamba2_step  # noqa: E402
+from ncu_flush_step import cursor_fills, mamba2_step  # noqa: E402
 
 
 @triton.jit
-def _flags_kernel(committed_ptr, flush_at_ptr, idx_ptr, info_ptr, batch, BLOCK: tl.constexpr):
+def _flags_kernel(committed_ptr, flush_at_ptr, idx_ptr, info_ptr, batch, pad_slot_id, BLOCK: tl.constexpr):
+    # The ring launch's info for every row: c and the flush flag (a padded row: 0, 0).
     rows = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     ok = rows < batch
     slot = tl.load(idx_ptr + rows, mask=ok, other=0)
-    c = tl.load(committed_ptr + slot, mask=ok, other=0)
-    at = tl.load(flush_at_ptr + slot, mask=ok, other=0)
+    live = ok & (slot != pad_slot_id)
+    c = tl.load(committed_ptr + slot, mask=live, other=0)
+    at = tl.load(flush_at_ptr + slot, mask=live, other=0)
     tl.store(info_ptr + 2 * rows, c, mask=ok)
-    tl.store(info_ptr + 2 * rows + 1, tl.where(c + 1 >= at, 1, 0), mask=ok)
+    tl.store(info_ptr + 2 * rows + 1, tl.where(live & (c + 1 >= at), 1, 0), mask=ok)
 
 
 class Recorder:
@@ -114,16 +116,11 @@ def main(argv=None) -> None:
     early_info = torch.empty(args.batch, 2, dtype=torch.int32, device="cuda")
     device = torch.device("cuda")
 
-    at_flush = torch.full_like(committed, WINDOW - 1), torch.full_like(flush_at, WINDOW)
-
-    def fills():
-        # Copies, not fill_: the L2 flusher's zero_ is a fill kernel, by which graph_timeline
-        # tells one replay from the next.
-        committed.copy_(at_flush[0])
-        flush_at.copy_(at_flush[1])
+    fills = cursor_fills(committed, flush_at)
 
     def flags():
-        _flags_kernel[(triton.cdiv(args.batch, 256),)](committed, flush_at, idx, early_info, args.batch, BLOCK=256)
+        _flags_kernel[(triton.cdiv(args.batch, 256),)](committed, flush_at, idx, early_info, args.batch, -1,
+                                                       BLOCK=256)
 
     def side_by_side(first, then):
         side = fork(device)

@@ -1,5 +1,6 @@
 """``benchmarks/ncu_flush_step.py``: its arguments are checked before any step is built (the
-steps themselves need a GPU and run under Nsight Compute on the device machine)."""
+steps themselves need a GPU and run under Nsight Compute on the device machine); its cursor
+fills, and ``probe_flush_step_parts.py``'s stand-in for the ring launch's flags, which share them."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
@@ -50,3 +52,29 @@ def test_staged_fields_replace_the_default():
 def test_launch_fields_are_checked_before_a_step_is_built():
     with pytest.raises(SystemExit, match="'flush_ws=4' is not field=value of LaunchConfig"):
         main(["--launch", "flush_ws=4"])
+
+
+def test_cursor_fills_put_every_slot_at_one_length():
+    from ncu_flush_step import WINDOW, cursor_fills
+
+    committed = torch.tensor([0, 3, 9], dtype=torch.int32)
+    flush_at = torch.tensor([16, 4, 12], dtype=torch.int32)
+    fill = cursor_fills(committed, flush_at)
+    committed += 1  # the step moves them; every fill puts them back
+    fill()
+    assert committed.tolist() == [WINDOW - 1] * 3 and flush_at.tolist() == [WINDOW] * 3
+    cursor_fills(committed, flush_at, 7)()
+    assert committed.tolist() == [7] * 3
+
+
+def test_probe_flags_kernel_skips_padded_rows():
+    # probe_flush_step_parts' stand-in for the ring launch's info: c and the flush flag by row, a
+    # padded row (slot -1) 0 and 0 without reading a cursor.
+    from probe_flush_step_parts import _flags_kernel
+
+    committed = torch.tensor([15, 3, 7], dtype=torch.int32)
+    flush_at = torch.tensor([16, 4, 16], dtype=torch.int32)
+    idx = torch.tensor([2, -1, 0, 1], dtype=torch.int32)
+    info = torch.full((4, 2), 99, dtype=torch.int32)
+    _flags_kernel[(1,)](committed, flush_at, idx, info, 4, -1, BLOCK=8)
+    assert info.tolist() == [[7, 0], [0, 0], [15, 1], [3, 1]]

@@ -330,7 +330,10 @@ VARIANT_BATCHES = (256, 1, 128)  # most important first: the first pass compiles
 
 def short(cfg) -> str:
     """A LaunchConfig in a table column: the fields that differ from the defaults."""
-    return _short(cfg) + (" ring-x-in-ring" if cfg.ring_x_in_ring else "")
+    label = _short(cfg)
+    if cfg.kernel == "staged" and cfg.flush_launch and cfg.flush_impl != "triton" and cfg.ring_warps != 4:
+        label += f" rw{cfg.ring_warps}"  # the CUDA flush forms' labels leave out the Triton fields
+    return label + (" ring-x-in-ring" if cfg.ring_x_in_ring else "")
 
 
 def _short(cfg) -> str:

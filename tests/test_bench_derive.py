@@ -185,3 +185,6 @@ def test_mamba2_variant_label_names_the_cuda_flush():
     assert bench_mamba2_decode.short(dataclasses.replace(base, ring_x_in_ring=False)).endswith("+flush cuda_ws side")
     assert "s4 side" in bench_mamba2_decode.short(dataclasses.replace(base, flush_ws_stages=4))
     assert "cuda" not in bench_mamba2_decode.short(dataclasses.replace(base, flush_impl="triton"))
+    # the ring launch's warps, in every flush form's label
+    assert bench_mamba2_decode.short(dataclasses.replace(base, ring_warps=8)).endswith("side rw8 ring-x-in-ring")
+    assert " rw2 " in bench_mamba2_decode.short(dataclasses.replace(base, flush_impl="triton", ring_warps=2))

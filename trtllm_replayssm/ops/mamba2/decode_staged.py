@@ -121,8 +121,10 @@ def _ring_kernel(
     LINE: tl.constexpr = CAP + 2
     # Lanes past the group's heads repeat its first head (every load stays in bounds; their stores are masked).
     heads = g * HEADS_PER_GROUP + tl.where(mask_hg, offs_hg, 0)
+    # A flush row's line holds the weights alone: its scores are never read, so neither is its
+    # ring B here (the flush launch folds it; in an all-flush step at batch 256 that is 7.7 MB).
     rB = tl.load(ring_B_ptr + slot * s_rB_slot + g * s_rB_group + offs_j[:, None] * s_rB_j + offs_n[None, :],
-                 mask=in_ring[:, None] & mask_n[None, :], other=0.0).to(tl.float32)
+                 mask=(offs_j < tl.where(is_flush, 0, c))[:, None] & mask_n[None, :], other=0.0).to(tl.float32)
     B_raw = tl.load(B_ptr + row * s_B_row + g * s_B_group + offs_n, mask=mask_n, other=0.0)
     Cv = tl.load(C_ptr + row * s_C_row + g * s_C_group + offs_n, mask=mask_n, other=0.0).to(tl.float32)
     rdt = tl.load(ring_dt_ptr + slot * s_rdt_slot + heads[:, None] * s_rdt_head + offs_j[None, :],

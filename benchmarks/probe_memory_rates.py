@@ -22,7 +22,9 @@ per pass, threads per block, and one pass over the buffer (``grid``) or one wave
 (``loop``). H200 findings (``results/memory_rates_2026-12-04_h200_*``, NOTES_mamba2.md,
 thirty-sixth run): a plain read of 1 GiB takes 244-246 us with ``ld.global`` (``plain``, ``ca``,
 ``cg``, ``nc``), 253-260 us with ``.L1::no_allocate``, ``.cs``, ``.lu`` or an ``.L2::256B``
-prefetch size; storing the row sums costs 12-14 us however they are stored.
+prefetch size; storing the row sums costs 12-14 us however they are stored, about as much when
+only every 16th is, and ~3 us over a looping read (248 us) when a wave of blocks keeps them until
+its last pass (``rows_end``: 250.7-252.3 us; thirty-seventh run).
 
     PYTHONPATH=$PWD python3 benchmarks/probe_memory_rates.py [--mib 1024] [--rounds 10]
     PYTHONPATH=$PWD python3 benchmarks/probe_memory_rates.py --kinds read rows --loads plain --units 4 8
@@ -138,7 +140,8 @@ extern "C" __global__ void __launch_bounds__(THREADS) mem_rate(
             float s = (v[u].x + v[u].y) + (v[u].z + v[u].w);
 #pragma unroll
             for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-            if ((threadIdx.x & 31) == 0) end_sums[pass * ROWS_PER_PASS + u * (THREADS / 32) + (threadIdx.x >> 5)] = s * scale;
+            if ((threadIdx.x & 31) == 0)
+                end_sums[pass * ROWS_PER_PASS + u * (THREADS / 32) + (threadIdx.x >> 5)] = s * scale;
         }
         ++pass;
 #elif KIND == 4 || KIND == 5

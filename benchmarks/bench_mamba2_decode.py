@@ -330,24 +330,27 @@ VARIANT_BATCHES = (256, 1, 128)  # most important first: the first pass compiles
 
 def short(cfg) -> str:
     """A LaunchConfig in a table column: the fields that differ from the defaults."""
-    label = _short(cfg)
-    if cfg.kernel == "staged" and cfg.flush_launch and cfg.flush_impl != "triton" and cfg.ring_warps != 4:
-        label += f" rw{cfg.ring_warps}"  # the CUDA flush forms' labels leave out the Triton fields
-    return label + (" ring-x-in-ring" if cfg.ring_x_in_ring else "")
+    return _short(cfg) + (" ring-x-in-ring" if cfg.ring_x_in_ring else "")
+
+
+def _ring_warps(cfg) -> str:
+    return f" rw{cfg.ring_warps}" if cfg.ring_warps != 4 else ""
 
 
 def _short(cfg) -> str:
     if cfg.kernel == "staged" and cfg.flush_launch and cfg.flush_impl == "cuda_ws":
         # The warp-specialised CUDA flush reads none of the other flush fields.
         return (f"staged bp{cfg.block_p} w{cfg.num_warps} +flush cuda_ws"
-                + (f" s{cfg.flush_ws_stages}" if cfg.flush_ws_stages else "") + (" side" if cfg.flush_stream else ""))
+                + (f" s{cfg.flush_ws_stages}" if cfg.flush_ws_stages else "") + (" side" if cfg.flush_stream else "")
+                + _ring_warps(cfg))
     if cfg.kernel == "staged" and cfg.flush_launch and cfg.flush_impl == "cuda":
         # The CUDA flush launch reads only its own fields and flush_heads.
         return (f"staged bp{cfg.block_p} w{cfg.num_warps} +flush cuda h{cfg.flush_heads} b{cfg.flush_cuda_blocks}"
-                + (f" rows{cfg.flush_cuda_rows}" if cfg.flush_cuda_rows else "") + (" side" if cfg.flush_stream else ""))
+                + (f" rows{cfg.flush_cuda_rows}" if cfg.flush_cuda_rows else "") + (" side" if cfg.flush_stream else "")
+                + _ring_warps(cfg))
     if cfg.kernel == "staged":
         return f"staged bp{cfg.block_p} w{cfg.num_warps} {cfg.fold}" + (f" r{cfg.max_registers}" if cfg.max_registers else "") + (
-            f" rw{cfg.ring_warps}" if cfg.ring_warps != 4 else "") + (" rows" if cfg.rows_fastest else "") + (
+            _ring_warps(cfg)) + (" rows" if cfg.rows_fastest else "") + (
             " pf" if cfg.ring_prefetch else "") + (
             (f" +flush bp{cfg.flush_block_p} w{cfg.flush_warps} " +
              (f"x{cfg.flush_persistent}/SM" + (f" items h{cfg.flush_heads}" if cfg.flush_list_items == "heads" else "")

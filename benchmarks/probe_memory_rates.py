@@ -90,6 +90,14 @@ __device__ __forceinline__ float4 load16(const float4* p) {
     return v;
 }
 
+// A warp's 128-float row (a float4 a lane) summed across the warp.
+__device__ __forceinline__ float row_sum(float4 v) {
+    float s = (v.x + v.y) + (v.z + v.w);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    return s;
+}
+
 __device__ __forceinline__ void store16(float4* p, float4 v) {
 @STORE@
 }
@@ -123,9 +131,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) mem_rate(
         // the bytes, the step's y).
 #pragma unroll
         for (int u = 0; u < U; ++u) {
-            float s = (v[u].x + v[u].y) + (v[u].z + v[u].w);
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+            const float s = row_sum(v[u]);
             const long long row = (base + (long long)u * THREADS) >> 5;
             if ((threadIdx.x & 31) == 0 && (KIND != 6 || row % EVERY == 0)) {
                 if (KIND == 8) ((unsigned short*)dst)[row] = to_bf16(s * scale);
@@ -137,9 +143,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) mem_rate(
         // (LOOP only): no store among the block's reads.
 #pragma unroll
         for (int u = 0; u < U; ++u) {
-            float s = (v[u].x + v[u].y) + (v[u].z + v[u].w);
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+            const float s = row_sum(v[u]);
             if ((threadIdx.x & 31) == 0)
                 end_sums[pass * ROWS_PER_PASS + u * (THREADS / 32) + (threadIdx.x >> 5)] = s * scale;
         }
@@ -150,9 +154,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) mem_rate(
         __shared__ float sums[U * THREADS / 32];
 #pragma unroll
         for (int u = 0; u < U; ++u) {
-            float s = (v[u].x + v[u].y) + (v[u].z + v[u].w);
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+            const float s = row_sum(v[u]);
             if (KIND == 4) acc += s;
             else if ((threadIdx.x & 31) == 0) sums[u * (THREADS / 32) + (threadIdx.x >> 5)] = s * scale;
         }

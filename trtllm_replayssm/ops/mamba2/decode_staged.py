@@ -72,7 +72,6 @@ from .._prefetch import prefetch_l2, prefetch_mode
 from .._side_stream import fork, join
 from .._tf32 import fp32_dot
 from .decode_flush_cuda import flush_rows_cuda, flush_rows_ws, unsupported, ws_unsupported
-from .decode_stream_cuda import grid_unsupported, stream_grid
 from .decode import _common, _mixer_gate, _mixer_output, _program_ids, _slot_of, _softplus_clamp, _state_strides
 
 __all__ = ["flush_heads_per_program", "flush_register_cap", "replay_step_staged"]
@@ -512,7 +511,7 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
     info = torch.empty(batch, 2, dtype=torch.int32, device=x.device)
     block_j = max(16, triton.next_power_of_2(capacity))
     block_n = triton.next_power_of_2(d_state)
-    ring_x_here = cfg.ring_x_in_ring  # LaunchConfig allows it only with flush_launch or the CUDA grid
+    ring_x_here = cfg.ring_x_in_ring  # LaunchConfig allows it only with flush_launch
     _ring_kernel[(batch, groups)](
         ring_dt, ring_B, committed, flush_at, dt, A, B, C, bias_, idx_, coef, info,
         int(window), pad_slot_id, lo, hi,
@@ -569,14 +568,6 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
         if items != ROW_GRID:
             note_resident(key, compiled, x.device)
 
-    if cfg.stream_impl == "cuda_grid" and grid_unsupported(
-            checkpoint, ring_x, ring_B, dict(x=x, B=B, C=C, z=z_ if flags["HAS_Z"] else None, y=y),
-            cfg.stream_grid_warps) is None:
-        stream_grid(checkpoint, ring_x, ring_B, coef, info, committed, flush_at, x, B, C,
-                    D_ if flags["HAS_D"] else None, z_ if flags["HAS_Z"] else None,
-                    idx_ if flags["HAS_INDICES"] else None, y, window, pad_slot_id, flush_strides,
-                    cfg.stream_grid_warps, cfg.stream_grid_blocks)
-        return y
     cuda_flush = cfg.flush_launch and cfg.flush_impl in ("cuda", "cuda_ws") and unsupported(
         checkpoint, batch, dict(ring_x=ring_x, ring_B=ring_B, x=x, B=B, C=C, z=z)) is None
     ws_flush = cuda_flush and cfg.flush_impl == "cuda_ws" and ws_unsupported(

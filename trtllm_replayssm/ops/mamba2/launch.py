@@ -11,7 +11,7 @@ import triton
 
 from .._prefetch import PREFETCH_MODES
 
-__all__ = ["DOT_FOLDS", "FLUSH_IMPLS", "FOLDS", "KERNELS", "PIPELINES", "STREAM_IMPLS", "LaunchConfig", "launch_config"]
+__all__ = ["DOT_FOLDS", "FLUSH_IMPLS", "FOLDS", "KERNELS", "PIPELINES", "LaunchConfig", "launch_config"]
 
 #: Flush fold of the "v4" and "staged" kernels: unrolled rank-1 FMAs, a rolled loop, or an fp32
 #: ``tl.dot`` at this precision; "staged" also has the loop software-pipelined ("pipe").
@@ -29,9 +29,6 @@ PIPELINES = ("regs", "range", "cols")
 #: Flush launches of the "staged" kernel with flush_launch: Triton's, the CUDA C++ kernel, or its
 #: warp-specialised form.
 FLUSH_IMPLS = ("triton", "cuda", "cuda_ws")
-#: Stream launches of the "staged" kernel: Triton's, or the CUDA C++ grid whose flush-row blocks
-#: fold their own tile (no flush launch: decode_stream_cuda.py).
-STREAM_IMPLS = ("triton", "cuda_grid")
 
 
 @dataclass(frozen=True)
@@ -99,13 +96,6 @@ class LaunchConfig:
     # kernel="staged" with flush_launch: the ring launch, not the stream launch, stores the
     # token's ring x entry (the stream launch then writes only y beside its checkpoint reads).
     ring_x_in_ring: bool = False
-    # "cuda_grid": the stream launch as the CUDA C++ grid of stream_grid.cu, whose blocks of a flush
-    # row fold their tile (needs flush_launch=False and ring_x_in_ring=True; stream_grid_warps warps
-    # of 8 checkpoint rows per block, registers bounded for stream_grid_blocks blocks per SM); a
-    # step it does not serve (decode_stream_cuda.grid_unsupported) takes the Triton stream launch.
-    stream_impl: str = "triton"
-    stream_grid_warps: int = 2
-    stream_grid_blocks: int = 16
 
     def __post_init__(self):
         if self.kernel not in KERNELS:
@@ -159,18 +149,9 @@ class LaunchConfig:
             raise ValueError("LaunchConfig.flush_stream: needs flush_launch=True")
         if not isinstance(self.ring_x_in_ring, bool):
             raise ValueError(f"LaunchConfig.ring_x_in_ring: expected a bool, got {self.ring_x_in_ring!r}")
-        if self.stream_impl not in STREAM_IMPLS:
-            raise ValueError(f"LaunchConfig.stream_impl: expected one of {STREAM_IMPLS}, got {self.stream_impl!r}")
-        if self.ring_x_in_ring and not (self.flush_launch or self.stream_impl == "cuda_grid"):
+        if self.ring_x_in_ring and not self.flush_launch:
             # Without the flush launch the stream launch's flush rows fold the ring themselves.
-            raise ValueError("LaunchConfig.ring_x_in_ring: needs flush_launch=True or stream_impl='cuda_grid'")
-        if self.stream_impl == "cuda_grid" and (self.kernel != "staged" or self.flush_launch or not self.ring_x_in_ring):
-            raise ValueError("LaunchConfig.stream_impl: 'cuda_grid' needs kernel='staged', flush_launch=False and "
-                             f"ring_x_in_ring=True, got kernel={self.kernel!r}, flush_launch={self.flush_launch}, "
-                             f"ring_x_in_ring={self.ring_x_in_ring}")
-        if self.stream_grid_warps not in (1, 2, 4, 8) or not 1 <= self.stream_grid_blocks <= 32:
-            raise ValueError("LaunchConfig.stream_grid_warps / stream_grid_blocks: expected 1, 2, 4 or 8 / 1 to 32, "
-                             f"got {self.stream_grid_warps} / {self.stream_grid_blocks}")
+            raise ValueError("LaunchConfig.ring_x_in_ring: needs flush_launch=True")
         if self.flush_launch and self.kernel != "staged":
             raise ValueError("LaunchConfig.flush_launch: needs kernel='staged'")
         if self.flush_launch and self.fold in DOT_FOLDS and self.flush_block_p < 16:

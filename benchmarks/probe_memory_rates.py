@@ -18,13 +18,16 @@ bytes, to separate what the memory system allows from what a kernel's form costs
   traffic without its arithmetic); ``copy``: into a second buffer;
 
 with the load forms of :data:`LOADS`, the store forms of :data:`STORES`, ``U`` vectors per thread
-per pass, threads per block, and one pass over the buffer (``grid``) or one wave looping
-(``loop``). H200 findings (``results/memory_rates_2026-12-04_h200_*``, NOTES_mamba2.md,
+per pass, threads per block, and one pass over the buffer (``grid``), one wave looping
+(``loop``) or one wave taking its passes from a counter (``counter``). H200 findings (``results/memory_rates_2026-12-04_h200_*``, NOTES_mamba2.md,
 thirty-sixth run): a plain read of 1 GiB takes 244-246 us with ``ld.global`` (``plain``, ``ca``,
 ``cg``, ``nc``), 253-260 us with ``.L1::no_allocate``, ``.cs``, ``.lu`` or an ``.L2::256B``
 prefetch size; storing the row sums costs 12-14 us however they are stored, about as much when
 only every 16th is, and ~3 us over a looping read (248 us) when a wave of blocks keeps them until
-its last pass (``rows_end``: 250.7-252.3 us; thirty-seventh run).
+its last pass (``rows_end``: 250.7-252.3 us; thirty-seventh run). An in-place update or a copy of
+1 GiB as one striding wave takes 541-579 us against 519-541 as a grid; taking the passes from a
+counter brings it back to 522-552 (the read alone goes the other way: 271 against 248; thirty-eighth
+run, ``results/memory_rates_2026-12-04_h200_counter.txt``).
 
     PYTHONPATH=$PWD python3 benchmarks/probe_memory_rates.py [--mib 1024] [--rounds 10]
     PYTHONPATH=$PWD python3 benchmarks/probe_memory_rates.py --kinds read rows --loads plain --units 4 8
@@ -64,6 +67,9 @@ LOADS = {
 STORES = {"st": "st.global.v4.f32", "cs": "st.global.cs.v4.f32", "na": "st.global.L1::no_allocate.v4.f32"}
 KINDS = {"read": 0, "rmw": 1, "copy": 2, "rows": 3, "rows_kept": 4, "rows_smem": 5, "rows_every": 6,
          "rows_small": 7, "rows_bf16": 8, "rows_end": 9}
+#: Grid forms: one pass over the buffer; one wave striding over it; one wave taking passes from a
+#: counter (the passes in flight stay contiguous).
+GRIDS = {"grid": 0, "loop": 1, "counter": 2}
 #: rows_end: the most row sums a block keeps in shared memory (fp32) before it writes them out.
 END_ROWS = 4096
 
@@ -103,7 +109,9 @@ __device__ __forceinline__ void store16(float4* p, float4 v) {
 }
 
 // KIND: 0 read, 1 rmw in place, 2 copy. One block covers U * blockDim consecutive vectors a pass;
-// LOOP: the grid is one wave and strides over the buffer.
+// LOOP 1: the grid is one wave and strides over the buffer; LOOP 2: one wave whose blocks take
+// their next pass from a counter (sink's words 2-5: the counter and the finished blocks, put back
+// to 0 by the last block), so that the passes in flight stay the buffer's next ones.
 extern "C" __global__ void __launch_bounds__(THREADS) mem_rate(
         const float4* __restrict__ src, float4* __restrict__ dst, float* sink, long long n_vec, float scale) {
     const long long step = (long long)U * THREADS;
@@ -114,7 +122,17 @@ extern "C" __global__ void __launch_bounds__(THREADS) mem_rate(
     __shared__ float end_sums[END_ROWS];
     int pass = 0;
 #endif
-#if LOOP
+#if LOOP == 2
+    unsigned long long* counter = (unsigned long long*)(sink + 2);
+    __shared__ long long taken[2];  // this pass's index and the next one's
+    if (threadIdx.x == 0) taken[0] = (long long)atomicAdd(counter, 1ull);
+    __syncthreads();
+    for (int it = 0;; ++it) {
+        const long long at = taken[it & 1];
+        if (at * step >= n_vec) break;
+        if (threadIdx.x == 0) taken[(it + 1) & 1] = (long long)atomicAdd(counter, 1ull);
+        base = at * step + threadIdx.x;
+#elif LOOP
     for (; base < n_vec; base += (long long)gridDim.x * step)
 #endif
     {
@@ -171,6 +189,14 @@ extern "C" __global__ void __launch_bounds__(THREADS) mem_rate(
         }
 #endif
     }
+#if LOOP == 2
+        __syncthreads();  // every thread has read taken[it & 1] before thread 0 refills it
+    }
+    if (threadIdx.x == 0 && atomicAdd(counter + 1, 1ull) == gridDim.x - 1) {
+        counter[0] = 0;
+        counter[1] = 0;
+    }
+#endif
 #if KIND == 9
     __syncthreads();
     for (int i = threadIdx.x; i < pass * ROWS_PER_PASS; i += THREADS)
@@ -195,9 +221,9 @@ def forms(kinds, loads, stores, units, threads, grids):
             continue
         if kind == "rmw" and ld == "cpp":
             continue
-        if kind == "rows_smem" and g == "loop":
+        if kind == "rows_smem" and g != "grid":
             continue  # its row index assumes one pass
-        if kind == "rows_end" and g == "grid":
+        if kind == "rows_end" and g != "loop":
             continue  # one pass per block: nothing to keep
         yield kind, ld, st if kind in STORING else "-", u, t, g
 
@@ -205,7 +231,7 @@ def forms(kinds, loads, stores, units, threads, grids):
 def kernel_for(kind, ld, st, u, threads, grid, device, every=4):
     from trtllm_replayssm.ops._nvrtc import load_kernel
 
-    defines = {"KIND": KINDS[kind], "U": u, "THREADS": threads, "LOOP": int(grid == "loop"), "EVERY": every,
+    defines = {"KIND": KINDS[kind], "U": u, "THREADS": threads, "LOOP": GRIDS[grid], "EVERY": every,
                "END_ROWS": END_ROWS}
     sig = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_float)
     return load_kernel(source(ld, st if st in STORES else "st"), "mem_rate", defines, sig, device)
@@ -220,7 +246,7 @@ def main(argv=None):
     p.add_argument("--stores", nargs="+", choices=list(STORES), default=list(STORES))
     p.add_argument("--units", nargs="+", type=int, default=[2, 4, 8])
     p.add_argument("--threads", nargs="+", type=int, default=[256, 512])
-    p.add_argument("--grids", nargs="+", choices=["grid", "loop"], default=["grid", "loop"])
+    p.add_argument("--grids", nargs="+", choices=list(GRIDS), default=["grid", "loop"])
     p.add_argument("--every", type=int, default=4, help="rows_every: store every N-th row's sum")
     args = p.parse_args(argv)
     if args.mib <= 0:
@@ -236,7 +262,7 @@ def main(argv=None):
     n_vec = (args.mib << 20) // 16
     src = torch.ones(n_vec * 4, device=dev)
     dst = torch.empty_like(src)
-    sink = torch.zeros(1, device=dev)
+    sink = torch.zeros(8, device=dev)  # word 0: the loads' sink; 2-5: the counter form's two counters
     flush = L2Flusher()
     sms = torch.cuda.get_device_properties(dev).multi_processor_count
     copies = copy_bandwidths_gbps()
@@ -252,7 +278,7 @@ def main(argv=None):
         try:
             k = kernel_for(kind, ld, st, u, t, g, dev, args.every)
             resident = k.blocks_per_sm(t, 0)
-            blocks = sms * resident if g == "loop" else n_vec // per_block
+            blocks = sms * resident if g != "grid" else n_vec // per_block
             if kind == "rows_end" and -(-n_vec // per_block // blocks) * per_block // 32 > END_ROWS:
                 raise ValueError(f"a block's row sums exceed END_ROWS ({END_ROWS}): use a smaller --mib")
 

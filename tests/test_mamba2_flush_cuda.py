@@ -106,6 +106,12 @@ def test_ws_shared_memory_and_stages():
     d = fc.ws_defines(128, 8, 64, 128, 16, torch.bfloat16, torch.bfloat16, torch.float32, torch.float32, True, False,
                       None, 5)
     assert (d["CW"], d["THREADS"], d["STAGES"], d["HPG"], d["RING_KIND"], d["HAS_INDICES"]) == (16, 544, 5, 16, 0, 0)
+    assert d["ORDER"] == 0
+    assert fc.ws_defines(128, 8, 64, 128, 16, torch.bfloat16, torch.bfloat16, torch.float32, None, False, False, None, 5,
+                         "counter")["ORDER"] == 1
+    with pytest.raises(ValueError, match="order: expected one of"):
+        fc.ws_defines(128, 8, 64, 128, 16, torch.bfloat16, torch.bfloat16, torch.float32, None, False, False, None, 5,
+                      "random")
     with pytest.raises(ValueError, match="ring: expected one of"):
         fc.ws_defines(8, 2, 64, 128, 16, torch.bfloat16, torch.bfloat16, torch.int8, None, False, False, None, 2)
 
@@ -144,10 +150,22 @@ def test_ws_launch_refuses_coef_without_its_window():
                          torch.zeros(batch, 2, dtype=torch.int32), x, B, B, None, None, None, x.clone(), batch,
                          (0,) * 16, cap)
     assert torch.equal(ck, before)
+    # An item counter must be one int32 on the step's device.
+    lines = batch * heads * (cap + 2)
+    roomy = torch.zeros(lines + 8)[:lines].view(batch, heads, cap + 2)
+    for bad in (torch.zeros(1, dtype=torch.int64), torch.zeros(2, dtype=torch.int32)):
+        with pytest.raises(ValueError, match="^counter: expected one int32"):
+            fc.flush_rows_ws(ck, torch.zeros(batch, heads, cap, head_dim), torch.zeros(batch, 1, cap, 128), roomy,
+                             torch.zeros(batch, 2, dtype=torch.int32), x, B, B, None, None, None, x.clone(), batch,
+                             (0,) * 16, cap, counter=bad)
+    assert torch.equal(ck, before)
 
 
 def test_launch_config_takes_the_ws_flush():
     assert decode.LaunchConfig(**dict(CUDA_FLUSH, flush_impl="cuda_ws")).flush_impl == "cuda_ws"
+    assert decode.LaunchConfig(**dict(CUDA_FLUSH, flush_impl="cuda_ws", flush_ws_order="counter")).flush_ws_order == "counter"
+    with pytest.raises(ValueError, match="flush_ws_order: expected 'stride' or 'counter', got 'random'"):
+        decode.LaunchConfig(**dict(CUDA_FLUSH, flush_impl="cuda_ws", flush_ws_order="random"))
     assert decode.LaunchConfig(**dict(CUDA_FLUSH, flush_impl="cuda_ws", flush_ws_stages=3)).flush_ws_stages == 3
     for bad in (1, 6, -1):
         with pytest.raises(ValueError, match="flush_ws_stages: expected 0 or 2 to 5"):
@@ -229,7 +247,8 @@ def test_defaults_assemble_without_spills(sm, tmp_path):
 @pytest.mark.skipif(not HAVE_PTXAS, reason="Triton's ptxas is not installed")
 @pytest.mark.parametrize("sm", [90, 100, 103])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_ws_kernel_assembles_without_spills(sm, dtype, tmp_path):
+@pytest.mark.parametrize("order", fc.WS_ORDERS)
+def test_ws_kernel_assembles_without_spills(sm, dtype, order, tmp_path):
     # One 544-thread block per SM: within 120 registers a thread, no spill, at the dims it serves.
     # (The last case without z and D: HAS_Z / HAS_D 0.)
     for heads, groups, head_dim, gated in [(128, 8, 64, True), (96, 8, 80, True), (8, 2, 128, True),
@@ -237,9 +256,11 @@ def test_ws_kernel_assembles_without_spills(sm, dtype, tmp_path):
         stages = fc.ws_stages(256, heads, head_dim, 128, 16, dtype.itemsize, dtype.itemsize, dtype.itemsize, gated,
                               232448)
         defs = fc.ws_defines(heads, groups, head_dim, 128, 16, dtype, dtype, dtype, torch.float32 if gated else None,
-                             gated, gated, torch.int32, stages)
+                             gated, gated, torch.int32, stages, order)
         ptx = _nvrtc.compile_ptx(fc.source(fc.WS_FILE), "flush_ws.cu", sm, tuple((k, str(v)) for k, v in defs.items()))
         assert "cp.async.bulk.shared::cluster.global" in ptx and "mbarrier.try_wait" in ptx
+        # The counter order takes items by atomics on the counter; the stride order touches none.
+        assert ("atom.global.add.u32" in ptx) == (order == "counter"), order
         regs, spills, log = assemble(ptx, sm, tmp_path / f"flush_ws_{sm}_{head_dim}_{gated}.ptx")
         assert regs * defs["THREADS"] <= 65536 and spills == 0, (sm, head_dim, log)
 
@@ -250,8 +271,9 @@ def test_ws_kernel_assembles_without_spills(sm, dtype, tmp_path):
 @pytest.mark.gpu
 @pytest.mark.parametrize("params", [{}, dict(flush_cuda_rows=8, flush_cuda_blocks=3, flush_heads=2),
                                     dict(flush_impl="cuda_ws"), dict(flush_impl="cuda_ws", flush_ws_stages=2),
-                                    dict(flush_impl="cuda_ws", ring_x_in_ring=True)],
-                         ids=["default", "rows8-heads2", "ws", "ws2", "ws-ring-x"])
+                                    dict(flush_impl="cuda_ws", ring_x_in_ring=True),
+                                    dict(flush_impl="cuda_ws", ring_x_in_ring=True, flush_ws_order="counter")],
+                         ids=["default", "rows8-heads2", "ws", "ws2", "ws-ring-x", "ws-counter"])
 @pytest.mark.parametrize("batch", [1, 3, 64])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize("dims", [(8, 64, 128, 2), (8, 80, 128, 8), (4, 128, 64, 1), (6, 256, 128, 3)])
@@ -262,11 +284,13 @@ def test_cuda_flush_steps_gpu(dims, dtype, batch, params):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("impl,ring_x", [("cuda", False), ("cuda_ws", False), ("cuda_ws", True)])
-def test_cuda_flush_nemotron_dims_four_windows_gpu(impl, ring_x):
+@pytest.mark.parametrize("impl,ring_x,order", [("cuda", False, "stride"), ("cuda_ws", False, "stride"),
+                                               ("cuda_ws", True, "stride"), ("cuda_ws", True, "counter")])
+def test_cuda_flush_nemotron_dims_four_windows_gpu(impl, ring_x, order):
     # The accuracy target: the fp32 checkpoint within 1e-5 of float64 over 4 windows at L=16.
     run = _kernel_replay(decode.LaunchConfig(**dict(CUDA_FLUSH, flush_persistent=4, flush_list_items="heads",
-                                                    flush_heads=16, flush_impl=impl, ring_x_in_ring=ring_x)))
+                                                    flush_heads=16, flush_impl=impl, ring_x_in_ring=ring_x,
+                                                    flush_ws_order=order)))
     check_replay((128, 64, 128, 8), torch.bfloat16, 3, 16, 66, "cuda", run=run, ckpt_tol=1e-5)
 
 
@@ -318,12 +342,13 @@ def test_flush_without_nvrtc_takes_the_triton_launch_gpu(monkeypatch):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("impl", ["cuda", "cuda_ws"])
-def test_cuda_flush_cuda_graph_equals_eager_gpu(impl):
+@pytest.mark.parametrize("impl,order", [("cuda", "stride"), ("cuda_ws", "stride"), ("cuda_ws", "counter")])
+def test_cuda_flush_cuda_graph_equals_eager_gpu(impl, order):
     dims = (16, 64, 128, 2)
     gen = torch.Generator().manual_seed(8)
     base, _ = allocate(6, *dims, 4, torch.bfloat16, "cuda", gen)
-    eager, graph = _graph_vs_eager(_kernel_replay(decode.LaunchConfig(**dict(CUDA_FLUSH, flush_impl=impl))),
+    eager, graph = _graph_vs_eager(_kernel_replay(decode.LaunchConfig(**dict(CUDA_FLUSH, flush_impl=impl,
+                                                                                 flush_ws_order=order))),
                                    base.clone, 5, *dims, torch.bfloat16)
     for name, t in eager.tensors().items():
         assert torch.equal(t, getattr(graph, name)), name

@@ -17,7 +17,7 @@ from trtllm_replayssm.ops import _nvrtc  # noqa: E402
 
 
 def test_forms_store_only_where_the_kind_stores():
-    forms = list(probe.forms(list(probe.KINDS), list(probe.LOADS), list(probe.STORES), [2, 4], [256], ["grid", "loop"]))
+    forms = list(probe.forms(list(probe.KINDS), list(probe.LOADS), list(probe.STORES), [2, 4], [256], list(probe.GRIDS)))
     for kind, load, store, *_ in forms:
         assert (store == "-") == (kind not in ("rmw", "copy")), (kind, store)
     kinds = {f[0] for f in forms}
@@ -26,11 +26,11 @@ def test_forms_store_only_where_the_kind_stores():
     assert not any(kind == "rmw" and load == "cpp" for kind, load, *_ in forms)
     assert any(kind == "rmw" and load == "nc" for kind, load, *_ in forms)
     # rows_smem indexes its rows by block: one pass only; rows_end keeps a block's passes.
-    assert not any(kind == "rows_smem" and grid == "loop" for kind, *_, grid in forms)
+    assert not any(kind == "rows_smem" and grid != "grid" for kind, *_, grid in forms)
     assert {grid for kind, *_, grid in forms if kind == "rows_end"} == {"loop"}
     # Each read-like form once per (load, U, threads, grid), not once per store form.
     reads = [f for f in forms if f[0] == "read"]
-    assert len(reads) == len(probe.LOADS) * 2 * 1 * 2
+    assert len(reads) == len(probe.LOADS) * 2 * 1 * len(probe.GRIDS)
 
 
 @pytest.mark.parametrize("load", list(probe.LOADS))
@@ -62,9 +62,9 @@ def test_bad_arguments_name_the_option(argv, match, capsys):
 @pytest.mark.parametrize("arch", [90, 100])
 def test_every_form_compiles_with_its_instructions(arch):
     for kind, load, store, u, threads, grid in probe.forms(list(probe.KINDS), list(probe.LOADS), list(probe.STORES),
-                                                           [4], [256], ["grid", "loop"]):
+                                                           [4], [256], list(probe.GRIDS)):
         defines = (("END_ROWS", str(probe.END_ROWS)), ("EVERY", "4"), ("KIND", str(probe.KINDS[kind])),
-                   ("LOOP", str(int(grid == "loop"))), ("THREADS", str(threads)), ("U", str(u)))
+                   ("LOOP", str(probe.GRIDS[grid])), ("THREADS", str(threads)), ("U", str(u)))
         src = probe.source(load, store if store in probe.STORES else "st")
         ptx = _nvrtc.compile_ptx(src, "mem_rate", arch, defines)
         loads = set(re.findall(r"\bld\.global[\w.:]*\.v4\.f32", ptx))
@@ -72,6 +72,8 @@ def test_every_form_compiles_with_its_instructions(arch):
         assert loads == {probe.LOADS[load] or "ld.global.nc.v4.f32"}, (kind, load, loads)
         stores = set(re.findall(r"\bst\.global[\w.:]*\.v4\.f32", ptx))
         assert stores == ({probe.STORES[store]} if kind in ("rmw", "copy") else set()), (kind, store, stores)
+        # The counter form takes each pass from one 64-bit counter and counts its finished blocks.
+        assert len(re.findall(r"\batom\.global\.add\.u64", ptx)) == (3 if grid == "counter" else 0), (kind, grid)
 
 
 @pytest.mark.skipif(_nvrtc.find_nvrtc() is None, reason="no NVRTC library here (the nvidia-cuda-nvrtc wheel)")

@@ -46,7 +46,7 @@ from .._flush_rows import KINDS as _KINDS
 from .._flush_rows import checkpoint_reason, chunked, launch_plan
 from .._flush_rows import source as _source
 
-__all__ = ["THREADS", "WS_CONSUMERS", "WS_MAX_STAGES", "WS_STREAM_RESERVE", "defines", "flush_rows_cuda",
+__all__ = ["THREADS", "WS_CONSUMERS", "WS_MAX_STAGES", "WS_ORDERS", "WS_STREAM_RESERVE", "defines", "flush_rows_cuda",
            "flush_rows_ws", "have_nvrtc", "rows_per_instr", "shared_bytes", "unsupported", "warp_rows", "ws_defines",
            "ws_shared_bytes", "ws_shared_limit", "ws_stage_bytes", "ws_stages", "ws_unsupported"]
 
@@ -60,6 +60,10 @@ _P = ctypes.c_void_p
 _I32, _I64 = ctypes.c_int32, ctypes.c_int64
 #: ``mamba2_flush_rows``'s parameters: 12 pointers, the batch, 16 strides (the rows' strides are defines).
 SIGNATURE = (_P,) * 12 + (_I32,) + (_I64,) * 16
+#: ``mamba2_flush_ws``'s: those, then the item counter.
+WS_SIGNATURE = SIGNATURE + (_P,)
+#: How a ``flush_ws.cu`` block takes its items: striding by the grid, or from a counter.
+WS_ORDERS = ("stride", "counter")
 
 
 KERNEL_FILE = str(Path(__file__).with_name("flush_cuda.cu"))
@@ -285,8 +289,14 @@ def ws_unsupported(checkpoint: torch.Tensor, ring_x: torch.Tensor, ring_B: torch
 
 
 def ws_defines(heads: int, groups: int, head_dim: int, d_state: int, capacity: int, x_dtype, bc_dtype, ring_dtype,
-               d_dtype, has_d: bool, has_z: bool, idx_dtype, stages: int) -> dict:
-    """The ``-D`` values ``flush_ws.cu`` is compiled with."""
+               d_dtype, has_d: bool, has_z: bool, idx_dtype, stages: int, order: str = "stride",
+               chunk: int = 4) -> dict:
+    """The ``-D`` values ``flush_ws.cu`` is compiled with; ``order``: how a block takes its items
+    (:data:`WS_ORDERS`), ``chunk``: consecutive items per take from the counter."""
+    if order not in WS_ORDERS:
+        raise ValueError(f"order: expected one of {WS_ORDERS}, got {order!r}")
+    if chunk < 1:
+        raise ValueError(f"chunk: expected >= 1, got {chunk}")
     for name, dt in (("x", x_dtype), ("B", bc_dtype), ("ring", ring_dtype)):
         if dt not in _KINDS:
             raise ValueError(f"{name}: expected one of {tuple(_KINDS)}, got {dt}")
@@ -294,17 +304,23 @@ def ws_defines(heads: int, groups: int, head_dim: int, d_state: int, capacity: i
                 CW=WS_CONSUMERS, STAGES=stages, THREADS=(WS_CONSUMERS + 1) * 32, X_KIND=_KINDS[x_dtype],
                 BC_KIND=_KINDS[bc_dtype], RING_KIND=_KINDS[ring_dtype],
                 D_KIND=_KINDS.get(d_dtype, 0) if has_d else 0, HAS_D=int(has_d), HAS_Z=int(has_z),
-                HAS_INDICES=int(idx_dtype is not None), IDX_64=int(idx_dtype == torch.int64))
+                HAS_INDICES=int(idx_dtype is not None), IDX_64=int(idx_dtype == torch.int64),
+                ORDER=WS_ORDERS.index(order), CHUNK=chunk)
 
 
 def flush_rows_ws(checkpoint, ring_x, ring_B, coef, info, x, B, C, D, z, idx, y, batch, strides, capacity,
-                  stages: int = 0):
+                  stages: int = 0, counter: torch.Tensor | None = None, chunk: int = 4):
     """Launch ``mamba2_flush_ws`` on the current stream: the arguments of :func:`flush_rows_cuda`
     (its ``strides``: the staged step's 16 flush strides), for a step :func:`ws_unsupported`
     accepts. ``coef`` must start on a 16-byte boundary with 12 readable bytes past its end (its
     lines are bulk-copied in 16-byte windows); ``stages``: ``LaunchConfig.flush_ws_stages`` (0: the
     most that fit, at most :data:`WS_MAX_STAGES`; more than fit is refused). One block per SM
-    walks the (flush row, head) items."""
+    walks the (flush row, head) items: with ``counter`` (``[1]`` int32, 0 when the launch starts:
+    ``LaunchConfig.flush_ws_order="counter"``) each takes its next ``chunk`` consecutive items from
+    it, else block ``b`` takes items ``b``, ``b + blocks``, ..."""
+    if counter is not None and (counter.dtype != torch.int32 or counter.numel() != 1 or counter.device != x.device):
+        raise ValueError(f"counter: expected one int32 on {x.device}, got {counter.dtype} x {counter.numel()} on "
+                         f"{counter.device}")
     _, heads, head_dim, d_state = checkpoint.shape
     groups = B.shape[1]
     if not coef.is_contiguous() or coef.data_ptr() % 16 or (
@@ -320,11 +336,11 @@ def flush_rows_ws(checkpoint, ring_x, ring_B, coef, info, x, B, C, D, z, idx, y,
     stages = stages or most
     defs = ws_defines(heads, groups, head_dim, d_state, capacity, x.dtype, B.dtype, ring_x.dtype,
                       None if D is None else D.dtype, D is not None, z is not None,
-                      None if idx is None else idx.dtype, stages)
+                      None if idx is None else idx.dtype, stages, "stride" if counter is None else "counter", chunk)
     shared = ws_shared_bytes(batch, heads, head_dim, d_state, capacity, *sizes, stages)
     threads = defs["THREADS"]
-    kernel, blocks = launch_plan(WS_FILE, "mamba2_flush_ws", SIGNATURE, tuple(defs.items()), index, batch * heads,
+    kernel, blocks = launch_plan(WS_FILE, "mamba2_flush_ws", WS_SIGNATURE, tuple(defs.items()), index, batch * heads,
                                  shared, threads)
     ptrs = _pointers(checkpoint, ring_x, ring_B, coef, info, x, B, C, D, z, idx, y)
-    kernel.launch(blocks, threads, shared, (*ptrs, batch, *strides),
+    kernel.launch(blocks, threads, shared, (*ptrs, batch, *strides, (checkpoint if counter is None else counter).data_ptr()),
                   torch.cuda.current_stream(x.device).cuda_stream)

@@ -102,11 +102,16 @@ def _ring_kernel(
     HAS_DT_BIAS: tl.constexpr, DT_SOFTPLUS: tl.constexpr, HAS_CLAMP: tl.constexpr, HAS_INDICES: tl.constexpr,
     ring_x_ptr=None, x_ptr=None, s_rx_slot=0, s_rx_head=0, s_rx_j=0, s_x_row=0, s_x_head=0,
     P: tl.constexpr = 1, BLOCK_P: tl.constexpr = 1, RING_X: tl.constexpr = False,
+    count_ptr=None, ZERO_COUNT: tl.constexpr = False,
 ):
     # RING_X: this launch also writes the token's ring x entry (LaunchConfig.ring_x_in_ring), so
-    # that the stream launch, which reads the checkpoint, stores only y.
+    # that the stream launch, which reads the checkpoint, stores only y. ZERO_COUNT: it zeroes the
+    # warp-specialised flush launch's item counter (flush_ws_order="counter"), which runs after it.
     row = tl.program_id(0).to(tl.int64)
     g = tl.program_id(1)
+    if ZERO_COUNT:
+        if (row == 0) & (g == 0):
+            tl.store(count_ptr, 0)
     slot, live = _slot_of(idx_ptr, row, pad_slot_id, HAS_INDICES)
     c = tl.where(live, tl.load(committed_ptr + slot), 0)
     flush_at = tl.load(flush_at_ptr + slot)
@@ -505,9 +510,16 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
     (s_x_row, s_x_head, s_dt_row, s_B_row, s_B_group, s_C_row, s_C_group, s_z_row, s_z_head, s_y_row, s_y_head) = strides
     (s_ck_slot, s_ck_head, s_ck_p, s_rx_slot, s_rx_head, s_rx_j, s_rdt_slot, s_rdt_head,
      s_rB_slot, s_rB_group, s_rB_j) = _state_strides(checkpoint, ring_x, ring_dt, ring_B)
-    # 4 words past the lines: the warp-specialised flush copies each line in 16-byte windows.
+    # 4 words past the lines: the warp-specialised flush copies each line in 16-byte windows; the
+    # next word: its item counter (flush_ws_order="counter"), zeroed by the ring launch.
     lines = batch * heads * (capacity + 2)
-    coef = torch.empty(lines + 4, dtype=torch.float32, device=x.device)[:lines].view(batch, heads, capacity + 2)
+    scratch = torch.empty(lines + 8, dtype=torch.float32, device=x.device)
+    coef = scratch[:lines].view(batch, heads, capacity + 2)
+    cuda_flush = cfg.flush_launch and cfg.flush_impl in ("cuda", "cuda_ws") and unsupported(
+        checkpoint, batch, dict(ring_x=ring_x, ring_B=ring_B, x=x, B=B, C=C, z=z)) is None
+    ws_flush = cuda_flush and cfg.flush_impl == "cuda_ws" and ws_unsupported(
+        checkpoint, ring_x, ring_B, x, B, z, batch) is None
+    counter = scratch[lines + 4:lines + 5].view(torch.int32) if ws_flush and cfg.flush_ws_order == "counter" else None
     info = torch.empty(batch, 2, dtype=torch.int32, device=x.device)
     block_j = max(16, triton.next_power_of_2(capacity))
     block_n = triton.next_power_of_2(d_state)
@@ -523,6 +535,7 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
         **(dict(ring_x_ptr=ring_x, x_ptr=x, s_rx_slot=s_rx_slot, s_rx_head=s_rx_head, s_rx_j=s_rx_j, s_x_row=s_x_row,
                 s_x_head=s_x_head, P=head_dim, BLOCK_P=triton.next_power_of_2(head_dim), RING_X=True)
            if ring_x_here else {}),
+        **(dict(count_ptr=counter, ZERO_COUNT=True) if counter is not None else {}),
     )
     sms = _sm_count(x.device) if x.device.type == "cuda" else None
     flush_strides = (s_ck_slot, s_ck_head, s_rx_slot, s_rx_head, s_rB_slot, s_rB_group,
@@ -542,7 +555,7 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
         if ws_flush:
             flush_rows_ws(checkpoint, ring_x, ring_B, coef, info, x, B, C, D_ if flags["HAS_D"] else None,
                           z_ if flags["HAS_Z"] else None, idx_ if flags["HAS_INDICES"] else None, y, batch,
-                          flush_strides, capacity, cfg.flush_ws_stages)
+                          flush_strides, capacity, cfg.flush_ws_stages, counter, cfg.flush_ws_chunk)
             return
         if cuda_flush:
             flush_rows_cuda(checkpoint, ring_x, ring_B, coef, info, x, B, C, D_ if flags["HAS_D"] else None,
@@ -568,10 +581,6 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
         if items != ROW_GRID:
             note_resident(key, compiled, x.device)
 
-    cuda_flush = cfg.flush_launch and cfg.flush_impl in ("cuda", "cuda_ws") and unsupported(
-        checkpoint, batch, dict(ring_x=ring_x, ring_B=ring_B, x=x, B=B, C=C, z=z)) is None
-    ws_flush = cuda_flush and cfg.flush_impl == "cuda_ws" and ws_unsupported(
-        checkpoint, ring_x, ring_B, x, B, z, batch) is None
     # flush_stream: the flush launch first, on a side stream, so that it runs under the stream
     # launch (disjoint rows); joined before returning.
     side = fork(x.device) if cfg.flush_launch and cfg.flush_stream else None

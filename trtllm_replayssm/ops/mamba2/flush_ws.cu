@@ -89,7 +89,8 @@ __device__ __forceinline__ void add_outer(float4 (&acc)[RW], const float* a, flo
 }
 
 // Work: items (flush row k, head h), numbered from the ring launch's flags (info[2 * row + 1]) in
-// one order by every block; block b takes items b, b + gridDim.x, ... Per item: S <- Gamma S +
+// one order by every block; block b takes items b, b + gridDim.x, ... (ORDER 0) or the next one
+// from a counter (ORDER 1, below). Per item: S <- Gamma S +
 // dt_t x_t B_t^T + sum_{j<c} w_j x_j B_j^T in fp32 (the coef line of the ring launch: w_j for
 // j < CAP, Gamma at CAP, dt_t at CAP + 1), stored; y = S C, (y + D x) silu(z). Every operand of an
 // item reaches the block in the item's stage, by the producer's bulk copies: a consumer's own
@@ -97,8 +98,14 @@ __device__ __forceinline__ void add_outer(float4 (&acc)[RW], const float* a, flo
 // an item takes), and with the ring x, x, z and coef line loaded by the consumers, an item ahead,
 // Nsight Compute put half of their cycles on waiting for those loads (benchmarks/NOTES_mamba2.md,
 // thirty-fourth run).
+//
+// ORDER 1: a block's producer takes its next CHUNK items from item_counter (zeroed by the ring
+// launch) instead of striding over the items, so that the tiles in flight on the whole device stay the
+// checkpoint's next ones. On an H200 an in-place update of 1 GiB as one wave of blocks striding
+// over it takes 543-579 us against 525-541 us as a grid, and 529-544 us with the passes taken
+// from a counter (probe_memory_rates.py, the thirty-eighth run).
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
-mamba2_flush_ws(MAMBA2_FLUSH_PARAMS) {
+mamba2_flush_ws(MAMBA2_FLUSH_PARAMS, int* __restrict__ item_counter) {
     extern __shared__ __align__(128) unsigned char buf[];
     u64* full = (u64*)buf;
     u64* empty = full + STAGES;
@@ -121,8 +128,19 @@ mamba2_flush_ws(MAMBA2_FLUSH_PARAMS) {
     // (its barriers make the initialisation visible to every thread)
     const int flushing = mamba2_number_flush_rows(info, idx, batch, rows, ring_len, slots, warp_count);
     const int items = flushing * HEADS;
+#if ORDER
+    // The counter counts chunks of CHUNK consecutive items; a producer asks for its next chunk when
+    // it starts one, so the atomic's round trip (long under a saturated memory system) overlaps
+    // CHUNK items.
+    __shared__ int stage_item[STAGES];  // the item in each stage; -1: no more
+    __shared__ int first_chunk;
+    if (tid == 0) first_chunk = items ? atomicAdd(item_counter, 1) : 0;
+    __syncthreads();
+    if (first_chunk * CHUNK >= items) return;  // a step without flush rows: its blocks leave the SMs to the stream launch
+#else
     const int mine = (int)blockIdx.x < items ? (items - 1 - (int)blockIdx.x) / (int)gridDim.x + 1 : 0;
     if (mine == 0) return;  // a step without flush rows: its blocks leave the SMs to the stream launch
+#endif
 #if HAS_D
     for (int i = tid; i < HEADS; i += THREADS) d_of[i] = DA::load(Dv + i);
     __syncthreads();
@@ -130,17 +148,26 @@ mamba2_flush_ws(MAMBA2_FLUSH_PARAMS) {
 
     if (warp == CW) {  // the producer: one thread fills the stages and sends the folded tiles out
         if (lane == 0) {
-            auto tile_of = [&](int i, int& k, int& h) {
-                const int it = blockIdx.x + i * gridDim.x;
+            auto tile_of_item = [&](int it, int& k, int& h) {
                 k = it / HEADS;
                 h = it % HEADS;
                 return ckpt + slots[k] * s_ck_slot + h * s_ck_head;
             };
+#if ORDER
+            auto load = [&](int i, int it) {  // the stage of sequence number i gets item it
+                int k, h;
+                float* tile = tile_of_item(it, k, h);
+                const int s = i % STAGES;
+                stage_item[s] = it;  // published to the consumers by the barrier's arrival (release)
+#else
+            auto tile_of = [&](int i, int& k, int& h) { return tile_of_item(blockIdx.x + i * gridDim.x, k, h); };
             auto load = [&](int i) {
                 int k, h;
                 float* tile = tile_of(i, k, h);
+                const int s = i % STAGES;
+#endif
                 const long long row = rows[k], slot = slots[k];
-                const int s = i % STAGES, g = h / HPG;
+                const int g = h / HPG;
                 unsigned char* st = stages + s * STAGE_BYTES;
                 // The coef line's window: from the 16-byte boundary at or before it, whole 16-byte
                 // chunks (the launcher leaves 12 readable bytes past the last line).
@@ -159,23 +186,63 @@ mamba2_flush_ws(MAMBA2_FLUSH_PARAMS) {
 #endif
                 bulk_load(st + OFF_COEF, coef + first, window, &full[s]);
             };
-            int next = 0;
-            for (; next < mine && next < STAGES; ++next) load(next);
-            for (int i = 0; i < mine; ++i) {
+            // Once every consumer warp's rows of sequence number i are back in its stage, the folded
+            // tile goes out by one bulk store.
+            auto send_out = [&](int i, float* tile) {
                 const int s = i % STAGES;
-                int k, h;
-                float* tile = tile_of(i, k, h);
-                bar_wait(&empty[s], (i / STAGES) & 1);  // every consumer warp's rows are back in the stage
+                bar_wait(&empty[s], (i / STAGES) & 1);
                 asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(tile),
                              "r"(smem_addr(stages + s * STAGE_BYTES)), "r"(OFF_RB)
                              : "memory");
                 asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+            };
+#if ORDER
+            // Items until the counter runs past them; then a stage marked -1 ends the consumers' loop.
+            auto finish = [&](int i) {
+                stage_item[i % STAGES] = -1;
+                bar_arrive(&full[i % STAGES]);
+            };
+            int it = first_chunk * CHUNK, chunk_end = min(it + CHUNK, items);
+            int pending = atomicAdd(item_counter, 1);
+            auto advance = [&]() {  // it: the next item, or items when there is none
+                if (++it < chunk_end) return;
+                it = min(pending * CHUNK, items);
+                chunk_end = min(it + CHUNK, items);
+                if (it < items) pending = atomicAdd(item_counter, 1);
+            };
+            int next = 0;
+            for (; next < STAGES && it < items; ++next) {
+                load(next, it);
+                advance();
+            }
+            bool ended = next < STAGES;
+            if (ended) finish(next);
+            for (int i = 0; i < next; ++i) {
+                int k, h;
+                send_out(i, tile_of_item(stage_item[i % STAGES], k, h));
+                if (it < items) {  // next's stage is this one: refill it once the store has read it
+                    asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
+                    load(next, it);
+                    ++next;
+                    advance();
+                } else if (!ended) {
+                    finish(next);
+                    ended = true;
+                }
+            }
+#else
+            int next = 0;
+            for (; next < mine && next < STAGES; ++next) load(next);
+            for (int i = 0; i < mine; ++i) {
+                int k, h;
+                send_out(i, tile_of(i, k, h));
                 if (next < mine) {  // next's stage is this one: refill it once the store has read it
                     asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
                     load(next);
                     ++next;
                 }
             }
+#endif
             asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
         }
         return;
@@ -183,12 +250,23 @@ mamba2_flush_ws(MAMBA2_FLUSH_PARAMS) {
 
     float* xw = ops + warp * WARP_OPS;  // [ENTRIES][RW]: w_j x_j (0 from c on); entry CAP: dt_t x_t
     const int pt = warp * RW;           // the warp's rows of the head
-    for (int i = 0; i < mine; ++i) {
-        const int it = blockIdx.x + i * gridDim.x, k = it / HEADS, h = it % HEADS, s = i % STAGES;
+    for (int i = 0;; ++i) {
+        const int s = i % STAGES;
+#if ORDER
+        bar_wait(&full[s], (i / STAGES) & 1);
+        const int it = stage_item[s];
+        if (it < 0) break;
+#else
+        if (i >= mine) break;
+        const int it = blockIdx.x + i * gridDim.x;
+#endif
+        const int k = it / HEADS, h = it % HEADS;
         const long long row = rows[k];
         const int c = ring_len[k], lead = (int)(coef_line_at(row, h) & 3);  // the line in its window
         const float d_h = HAS_D ? d_of[h] : 0.f;
+#if !ORDER
         bar_wait(&full[s], (i / STAGES) & 1);
+#endif
         unsigned char* st = stages + s * STAGE_BYTES;
         // This item's weights into the warp's scratch; its rows' x and z kept for the output (the
         // stage is refilled once the folded rows are back in it).

@@ -93,6 +93,10 @@ class LaunchConfig:
     # "cuda_ws": head tiles in flight per block (2 to 5; 0: the most that fit the device's shared
     # memory, at most 5). Fewer leave shared memory beside it for the stream launch's programs.
     flush_ws_stages: int = 0
+    # "cuda_ws": how a block takes its (row, head) items: "stride" (block b: b, b + blocks, ...) or
+    # "counter" (the next from a counter the ring launch zeroes: the tiles in flight stay contiguous).
+    flush_ws_order: str = "stride"
+    flush_ws_chunk: int = 4  # "counter": consecutive items a block takes at once
     # kernel="staged" with flush_launch: the ring launch, not the stream launch, stores the
     # token's ring x entry (the stream launch then writes only y beside its checkpoint reads).
     ring_x_in_ring: bool = False
@@ -135,6 +139,10 @@ class LaunchConfig:
             raise ValueError(f"LaunchConfig.flush_cuda_blocks: expected 1 to 8, got {self.flush_cuda_blocks}")
         if self.flush_ws_stages not in (0, 2, 3, 4, 5):
             raise ValueError(f"LaunchConfig.flush_ws_stages: expected 0 or 2 to 5, got {self.flush_ws_stages}")
+        if self.flush_ws_order not in ("stride", "counter"):
+            raise ValueError(f"LaunchConfig.flush_ws_order: expected 'stride' or 'counter', got {self.flush_ws_order!r}")
+        if not 1 <= self.flush_ws_chunk <= 64:
+            raise ValueError(f"LaunchConfig.flush_ws_chunk: expected 1 to 64, got {self.flush_ws_chunk}")
         if self.flush_cuda_rows is not None and self.flush_cuda_rows < 1:
             raise ValueError(f"LaunchConfig.flush_cuda_rows: expected None or >= 1, got {self.flush_cuda_rows}")
         if self.flush_heads < 1:

@@ -271,6 +271,9 @@ def launch_config(kind: str, head_dim: int, d_state: int, batch: int) -> LaunchC
         # staggered phases); at 32 and 64 its amortized step led too but its mixed one trailed by
         # 1.6-1.7 us (few rows flush per staggered step, and a block walks its items one after
         # another). Below 256 the Triton launch stays.
+        # Its blocks stride over the items (flush_ws_order="stride"): taking them from a counter in
+        # chunks of 4 read 567-608 us at Nemotron-H 256 against 594-597, one capture to the next,
+        # and lost at 128 and 512 (NOTES_mamba2.md, thirty-eighth run).
         ws = batch >= 256 and d_state == 128
         # The token's ring x entry stored by the ring launch (ring_x_in_ring): the stream launch,
         # a read of the checkpoint, then writes only y. Stores among a long stream of reads cost

@@ -19,8 +19,8 @@ bytes, to separate what the memory system allows from what a kernel's form costs
 
 with the load forms of :data:`LOADS`, the store forms of :data:`STORES`, ``U`` vectors per thread
 per pass, threads per block, and one pass over the buffer (``grid``), one wave looping
-(``loop``) or one wave taking its passes from a counter (``counter``). H200 findings (``results/memory_rates_2026-12-04_h200_*``, NOTES_mamba2.md,
-thirty-sixth run): a plain read of 1 GiB takes 244-246 us with ``ld.global`` (``plain``, ``ca``,
+(``loop``) or one wave taking its passes from a counter (``counter``). H200 findings
+(``results/memory_rates_2026-12-04_h200_*``, NOTES_mamba2.md, thirty-sixth run): a plain read of 1 GiB takes 244-246 us with ``ld.global`` (``plain``, ``ca``,
 ``cg``, ``nc``), 253-260 us with ``.L1::no_allocate``, ``.cs``, ``.lu`` or an ``.L2::256B``
 prefetch size; storing the row sums costs 12-14 us however they are stored, about as much when
 only every 16th is, and ~3 us over a looping read (248 us) when a wave of blocks keeps them until

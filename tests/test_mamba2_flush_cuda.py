@@ -163,7 +163,10 @@ def test_ws_launch_refuses_coef_without_its_window():
 
 def test_launch_config_takes_the_ws_flush():
     assert decode.LaunchConfig(**dict(CUDA_FLUSH, flush_impl="cuda_ws")).flush_impl == "cuda_ws"
-    assert decode.LaunchConfig(**dict(CUDA_FLUSH, flush_impl="cuda_ws", flush_ws_order="counter")).flush_ws_order == "counter"
+    counted = decode.LaunchConfig(**dict(CUDA_FLUSH, flush_impl="cuda_ws", flush_ws_order="counter"))
+    assert (counted.flush_ws_order, counted.flush_ws_chunk) == ("counter", 4)
+    with pytest.raises(ValueError, match="flush_ws_chunk: expected 1 to 64, got 0"):
+        decode.LaunchConfig(**dict(CUDA_FLUSH, flush_impl="cuda_ws", flush_ws_order="counter", flush_ws_chunk=0))
     with pytest.raises(ValueError, match="flush_ws_order: expected 'stride' or 'counter', got 'random'"):
         decode.LaunchConfig(**dict(CUDA_FLUSH, flush_impl="cuda_ws", flush_ws_order="random"))
     assert decode.LaunchConfig(**dict(CUDA_FLUSH, flush_impl="cuda_ws", flush_ws_stages=3)).flush_ws_stages == 3

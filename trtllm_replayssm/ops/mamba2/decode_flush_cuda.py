@@ -342,5 +342,6 @@ def flush_rows_ws(checkpoint, ring_x, ring_B, coef, info, x, B, C, D, z, idx, y,
     kernel, blocks = launch_plan(WS_FILE, "mamba2_flush_ws", WS_SIGNATURE, tuple(defs.items()), index, batch * heads,
                                  shared, threads)
     ptrs = _pointers(checkpoint, ring_x, ring_B, coef, info, x, B, C, D, z, idx, y)
-    kernel.launch(blocks, threads, shared, (*ptrs, batch, *strides, (checkpoint if counter is None else counter).data_ptr()),
+    count_at = (checkpoint if counter is None else counter).data_ptr()  # never read in the stride order
+    kernel.launch(blocks, threads, shared, (*ptrs, batch, *strides, count_at),
                   torch.cuda.current_stream(x.device).cuda_stream)

@@ -100,8 +100,8 @@ __device__ __forceinline__ void add_outer(float4 (&acc)[RW], const float* a, flo
 // thirty-fourth run).
 //
 // ORDER 1: a block's producer takes its next CHUNK items from item_counter (zeroed by the ring
-// launch) instead of striding over the items, so that the tiles in flight on the whole device stay the
-// checkpoint's next ones. On an H200 an in-place update of 1 GiB as one wave of blocks striding
+// launch) instead of striding over the items, so that the tiles in flight on the whole device
+// stay the checkpoint's next ones. On an H200 an in-place update of 1 GiB as one wave of blocks striding
 // over it takes 543-579 us against 525-541 us as a grid, and 529-544 us with the passes taken
 // from a counter (probe_memory_rates.py, the thirty-eighth run).
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
@@ -136,7 +136,7 @@ mamba2_flush_ws(MAMBA2_FLUSH_PARAMS, int* __restrict__ item_counter) {
     __shared__ int first_chunk;
     if (tid == 0) first_chunk = items ? atomicAdd(item_counter, 1) : 0;
     __syncthreads();
-    if (first_chunk * CHUNK >= items) return;  // a step without flush rows: its blocks leave the SMs to the stream launch
+    if (first_chunk * CHUNK >= items) return;  // no flush rows (or none left): leave the SM to the stream launch
 #else
     const int mine = (int)blockIdx.x < items ? (items - 1 - (int)blockIdx.x) / (int)gridDim.x + 1 : 0;
     if (mine == 0) return;  // a step without flush rows: its blocks leave the SMs to the stream launch

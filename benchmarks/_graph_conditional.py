@@ -29,7 +29,7 @@ import torch
 
 from trtllm_replayssm.ops._nvrtc import NvrtcError, _cu_check, _libcuda
 
-__all__ = ["DEVICE_DECLARATION", "available", "body_stream", "capturing", "create_handle", "if_node"]
+__all__ = ["DEVICE_DECLARATION", "available", "body_stream", "create_handle", "if_node"]
 
 #: Device-side declaration of ``cudaGraphSetConditional`` for an NVRTC source (no toolkit headers
 #: on the include path): the runtime's own declaration, a builtin the loader resolves.
@@ -78,14 +78,6 @@ def available() -> bool:
     return all(hasattr(lib, n) for n in ("cuGraphConditionalHandleCreate", "cuGraphAddNode",
                                          "cuStreamBeginCaptureToGraph", "cuStreamGetCaptureInfo_v2",
                                          "cuStreamUpdateCaptureDependencies"))
-
-
-def capturing(stream: torch.cuda.Stream) -> bool:
-    """Whether ``stream`` is being captured into a graph."""
-    status = ctypes.c_int()
-    _cu_check(_libcuda().cuStreamGetCaptureInfo_v2(ctypes.c_void_p(stream.cuda_stream), ctypes.byref(status),
-                                                   None, None, None, None), "capture info")
-    return status.value == _CAPTURE_ACTIVE
 
 
 def _capture_info(stream: torch.cuda.Stream):

@@ -18,16 +18,17 @@ bytes, to separate what the memory system allows from what a kernel's form costs
   traffic without its arithmetic); ``copy``: into a second buffer;
 
 with the load forms of :data:`LOADS`, the store forms of :data:`STORES`, ``U`` vectors per thread
-per pass, threads per block, and one pass over the buffer (``grid``), one wave looping
-(``loop``) or one wave taking its passes from a counter (``counter``). H200 findings
-(``results/memory_rates_2026-12-04_h200_*``, NOTES_mamba2.md, thirty-sixth run): a plain read of 1 GiB takes 244-246 us with ``ld.global`` (``plain``, ``ca``,
-``cg``, ``nc``), 253-260 us with ``.L1::no_allocate``, ``.cs``, ``.lu`` or an ``.L2::256B``
-prefetch size; storing the row sums costs 12-14 us however they are stored, about as much when
-only every 16th is, and ~3 us over a looping read (248 us) when a wave of blocks keeps them until
-its last pass (``rows_end``: 250.7-252.3 us; thirty-seventh run). An in-place update or a copy of
-1 GiB as one striding wave takes 541-579 us against 519-541 as a grid; taking the passes from a
-counter brings it back to 522-552 (the read alone goes the other way: 271 against 248; thirty-eighth
-run, ``results/memory_rates_2026-12-04_h200_counter.txt``).
+per pass, threads per block, and one pass over the buffer (``grid``), one wave looping (``loop``)
+or one wave taking its passes from a counter (``counter``). H200 findings
+(``results/memory_rates_2026-12-04_h200_*``, NOTES_mamba2.md, thirty-sixth run): a plain read
+of 1 GiB takes 244-246 us with ``ld.global`` (``plain``, ``ca``, ``cg``, ``nc``), 253-260 us with
+``.L1::no_allocate``, ``.cs``, ``.lu`` or an ``.L2::256B`` prefetch size; storing the row sums
+costs 12-14 us however they are stored, about as much when only every 16th is, and ~3 us over a
+looping read (248 us) when a wave of blocks keeps them until its last pass (``rows_end``:
+250.7-252.3 us; thirty-seventh run). An in-place update or a copy of 1 GiB as one striding wave
+takes 541-579 us against 519-541 as a grid; taking the passes from a counter brings it back to
+522-552 (the read alone goes the other way: 271 against 248; thirty-eighth run,
+``results/memory_rates_2026-12-04_h200_counter.txt``).
 
     PYTHONPATH=$PWD python3 benchmarks/probe_memory_rates.py [--mib 1024] [--rounds 10]
     PYTHONPATH=$PWD python3 benchmarks/probe_memory_rates.py --kinds read rows --loads plain --units 4 8

@@ -20,6 +20,7 @@ from test_mamba2_kernels import _graph_vs_eager, _kernel_replay, allocate, check
 from trtllm_replayssm.ops import _nvrtc
 from trtllm_replayssm.ops.mamba2 import decode
 from trtllm_replayssm.ops.mamba2 import decode_flush_cuda as fc
+from trtllm_replayssm.ops.mamba2.launch import WS_ORDERS
 
 CUDA_FLUSH = dict(block_p=16, num_warps=2, kernel="staged", fold="bf16x3", flush_launch=True, flush_stream=True,
                   flush_impl="cuda")
@@ -167,7 +168,7 @@ def test_launch_config_takes_the_ws_flush():
     assert (counted.flush_ws_order, counted.flush_ws_chunk) == ("counter", 4)
     with pytest.raises(ValueError, match="flush_ws_chunk: expected 1 to 64, got 0"):
         decode.LaunchConfig(**dict(CUDA_FLUSH, flush_impl="cuda_ws", flush_ws_order="counter", flush_ws_chunk=0))
-    with pytest.raises(ValueError, match="flush_ws_order: expected 'stride' or 'counter', got 'random'"):
+    with pytest.raises(ValueError, match=r"flush_ws_order: expected one of \('stride', 'counter'\), got 'random'"):
         decode.LaunchConfig(**dict(CUDA_FLUSH, flush_impl="cuda_ws", flush_ws_order="random"))
     assert decode.LaunchConfig(**dict(CUDA_FLUSH, flush_impl="cuda_ws", flush_ws_stages=3)).flush_ws_stages == 3
     for bad in (1, 6, -1):
@@ -250,7 +251,7 @@ def test_defaults_assemble_without_spills(sm, tmp_path):
 @pytest.mark.skipif(not HAVE_PTXAS, reason="Triton's ptxas is not installed")
 @pytest.mark.parametrize("sm", [90, 100, 103])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-@pytest.mark.parametrize("order", fc.WS_ORDERS)
+@pytest.mark.parametrize("order", WS_ORDERS)
 def test_ws_kernel_assembles_without_spills(sm, dtype, order, tmp_path):
     # One 544-thread block per SM: within 120 registers a thread, no spill, at the dims it serves.
     # (The last case without z and D: HAS_Z / HAS_D 0.)

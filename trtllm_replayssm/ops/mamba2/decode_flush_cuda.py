@@ -45,8 +45,9 @@ from .. import _nvrtc
 from .._flush_rows import KINDS as _KINDS
 from .._flush_rows import checkpoint_reason, chunked, launch_plan
 from .._flush_rows import source as _source
+from .launch import WS_ORDERS
 
-__all__ = ["THREADS", "WS_CONSUMERS", "WS_MAX_STAGES", "WS_ORDERS", "WS_STREAM_RESERVE", "defines", "flush_rows_cuda",
+__all__ = ["THREADS", "WS_CONSUMERS", "WS_MAX_STAGES", "WS_STREAM_RESERVE", "defines", "flush_rows_cuda",
            "flush_rows_ws", "have_nvrtc", "rows_per_instr", "shared_bytes", "unsupported", "warp_rows", "ws_defines",
            "ws_shared_bytes", "ws_shared_limit", "ws_stage_bytes", "ws_stages", "ws_unsupported"]
 
@@ -62,8 +63,6 @@ _I32, _I64 = ctypes.c_int32, ctypes.c_int64
 SIGNATURE = (_P,) * 12 + (_I32,) + (_I64,) * 16
 #: ``mamba2_flush_ws``'s: those, then the item counter.
 WS_SIGNATURE = SIGNATURE + (_P,)
-#: How a ``flush_ws.cu`` block takes its items: striding by the grid, or from a counter.
-WS_ORDERS = ("stride", "counter")
 
 
 KERNEL_FILE = str(Path(__file__).with_name("flush_cuda.cu"))

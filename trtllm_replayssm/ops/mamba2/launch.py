@@ -11,7 +11,8 @@ import triton
 
 from .._prefetch import PREFETCH_MODES
 
-__all__ = ["DOT_FOLDS", "FLUSH_IMPLS", "FOLDS", "KERNELS", "PIPELINES", "LaunchConfig", "launch_config"]
+__all__ = ["DOT_FOLDS", "FLUSH_IMPLS", "FOLDS", "KERNELS", "PIPELINES", "WS_ORDERS", "LaunchConfig",
+           "launch_config"]
 
 #: Flush fold of the "v4" and "staged" kernels: unrolled rank-1 FMAs, a rolled loop, or an fp32
 #: ``tl.dot`` at this precision; "staged" also has the loop software-pipelined ("pipe").
@@ -29,6 +30,8 @@ PIPELINES = ("regs", "range", "cols")
 #: Flush launches of the "staged" kernel with flush_launch: Triton's, the CUDA C++ kernel, or its
 #: warp-specialised form.
 FLUSH_IMPLS = ("triton", "cuda", "cuda_ws")
+#: How the warp-specialised flush's blocks take their items: striding by the grid, or from a counter.
+WS_ORDERS = ("stride", "counter")
 
 
 @dataclass(frozen=True)
@@ -139,8 +142,8 @@ class LaunchConfig:
             raise ValueError(f"LaunchConfig.flush_cuda_blocks: expected 1 to 8, got {self.flush_cuda_blocks}")
         if self.flush_ws_stages not in (0, 2, 3, 4, 5):
             raise ValueError(f"LaunchConfig.flush_ws_stages: expected 0 or 2 to 5, got {self.flush_ws_stages}")
-        if self.flush_ws_order not in ("stride", "counter"):
-            raise ValueError(f"LaunchConfig.flush_ws_order: expected 'stride' or 'counter', got {self.flush_ws_order!r}")
+        if self.flush_ws_order not in WS_ORDERS:
+            raise ValueError(f"LaunchConfig.flush_ws_order: expected one of {WS_ORDERS}, got {self.flush_ws_order!r}")
         if not 1 <= self.flush_ws_chunk <= 64:
             raise ValueError(f"LaunchConfig.flush_ws_chunk: expected 1 to 64, got {self.flush_ws_chunk}")
         if self.flush_cuda_rows is not None and self.flush_cuda_rows < 1:

@@ -229,13 +229,18 @@ def forms(kinds, loads, stores, units, threads, grids):
         yield kind, ld, st if kind in STORING else "-", u, t, g
 
 
+def defines_for(kind, u, threads, grid, every=4) -> dict:
+    """The ``-D`` values ``mem_rate`` is compiled with for one form."""
+    return {"KIND": KINDS[kind], "U": u, "THREADS": threads, "LOOP": GRIDS[grid], "EVERY": every,
+            "END_ROWS": END_ROWS}
+
+
 def kernel_for(kind, ld, st, u, threads, grid, device, every=4):
     from trtllm_replayssm.ops._nvrtc import load_kernel
 
-    defines = {"KIND": KINDS[kind], "U": u, "THREADS": threads, "LOOP": GRIDS[grid], "EVERY": every,
-               "END_ROWS": END_ROWS}
     sig = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_float)
-    return load_kernel(source(ld, st if st in STORES else "st"), "mem_rate", defines, sig, device)
+    return load_kernel(source(ld, st if st in STORES else "st"), "mem_rate", defines_for(kind, u, threads, grid, every),
+                       sig, device)
 
 
 def main(argv=None):

@@ -63,8 +63,7 @@ def test_bad_arguments_name_the_option(argv, match, capsys):
 def test_every_form_compiles_with_its_instructions(arch):
     for kind, load, store, u, threads, grid in probe.forms(list(probe.KINDS), list(probe.LOADS), list(probe.STORES),
                                                            [4], [256], list(probe.GRIDS)):
-        defines = (("END_ROWS", str(probe.END_ROWS)), ("EVERY", "4"), ("KIND", str(probe.KINDS[kind])),
-                   ("LOOP", str(probe.GRIDS[grid])), ("THREADS", str(threads)), ("U", str(u)))
+        defines = tuple((k, str(v)) for k, v in probe.defines_for(kind, u, threads, grid).items())
         src = probe.source(load, store if store in probe.STORES else "st")
         ptx = _nvrtc.compile_ptx(src, "mem_rate", arch, defines)
         loads = set(re.findall(r"\bld\.global[\w.:]*\.v4\.f32", ptx))
@@ -78,8 +77,7 @@ def test_every_form_compiles_with_its_instructions(arch):
 
 @pytest.mark.skipif(_nvrtc.find_nvrtc() is None, reason="no NVRTC library here (the nvidia-cuda-nvrtc wheel)")
 def test_rows_end_stores_only_after_the_reads():
-    defines = (("END_ROWS", str(probe.END_ROWS)), ("EVERY", "4"), ("KIND", str(probe.KINDS["rows_end"])),
-               ("LOOP", "1"), ("THREADS", "256"), ("U", "4"))
+    defines = tuple((k, str(v)) for k, v in probe.defines_for("rows_end", 4, 256, "loop").items())
     ptx = _nvrtc.compile_ptx(probe.source("plain", "st"), "mem_rate", 90, defines)
     lines = ptx.splitlines()
     loads = [i for i, line in enumerate(lines) if re.search(r"\bld\.global", line)]

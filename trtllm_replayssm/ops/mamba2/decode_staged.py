@@ -18,8 +18,9 @@ kernel:
    ``coef_j = w_j (B_j . C_t)``, ``Gamma``, ``dt_t (B_t . C_t)``; flush rows ``w_j``, ``Gamma``,
    ``dt_t``. It appends ``dt_t`` and ``B_t`` at ring position ``c``, and with ``ring_x_in_ring``
    (with ``flush_launch``; the default from batch 128) the group's heads of ``x_t`` too, for
-   non-flush rows. (One program per row looping over the groups took ~18 us at any batch on an
-   H200: latency-bound.)
+   non-flush rows; with ``ring_x_side`` a launch of its own stores them on a second side stream,
+   beside the stream launch (``ring.py``). (One program per row looping over the groups took ~18
+   us at any batch on an H200: latency-bound.)
 2. ``_stream_kernel``, one program per ``(head_dim tile, head, row)`` as the standard kernel:
    the checkpoint tile is the first load; non-flush
    ``y = Gamma S_c C + x_ring^T coef + coef_now x_t`` (plus ``D x`` and the ``z`` gate) and the
@@ -62,6 +63,8 @@ Every flush program asks the L2 for its next tile before each tile's load
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import triton
 import triton.language as tl
@@ -72,7 +75,8 @@ from .._prefetch import prefetch_l2, prefetch_mode
 from .._side_stream import fork, join
 from .._tf32 import fp32_dot
 from .decode_flush_cuda import flush_rows_cuda, flush_rows_ws, unsupported, ws_unsupported
-from .decode import _common, _mixer_gate, _mixer_output, _program_ids, _slot_of, _softplus_clamp, _state_strides
+from .decode import _common, _mixer_gate, _mixer_output, _program_ids, _slot_of, _state_strides
+from .ring import _ring_kernel, _ring_x_kernel
 
 __all__ = ["flush_heads_per_program", "flush_register_cap", "replay_step_staged"]
 
@@ -88,79 +92,6 @@ def flush_register_cap(cfg, programs: int | None, sms: int | None) -> int | None
     if programs is None or sms is None:
         return caps[0]
     return fullest_last_wave_cap(caps, programs, cfg.flush_warps, sms)
-
-
-@triton.jit
-def _ring_kernel(
-    ring_dt_ptr, ring_B_ptr, committed_ptr, flush_at_ptr,
-    dt_ptr, A_ptr, B_ptr, C_ptr, dt_bias_ptr, idx_ptr, coef_ptr, info_ptr,
-    window, pad_slot_id, dt_min, dt_max,
-    s_rdt_slot, s_rdt_head, s_rB_slot, s_rB_group, s_rB_j,
-    s_dt_row, s_B_row, s_B_group, s_C_row, s_C_group,
-    GROUPS: tl.constexpr, HEADS_PER_GROUP: tl.constexpr, N: tl.constexpr, CAP: tl.constexpr,
-    BLOCK_HG: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_J: tl.constexpr,
-    HAS_DT_BIAS: tl.constexpr, DT_SOFTPLUS: tl.constexpr, HAS_CLAMP: tl.constexpr, HAS_INDICES: tl.constexpr,
-    ring_x_ptr=None, x_ptr=None, s_rx_slot=0, s_rx_head=0, s_rx_j=0, s_x_row=0, s_x_head=0,
-    P: tl.constexpr = 1, BLOCK_P: tl.constexpr = 1, RING_X: tl.constexpr = False,
-    count_ptr=None, ZERO_COUNT: tl.constexpr = False,
-):
-    # RING_X: this launch also writes the token's ring x entry (LaunchConfig.ring_x_in_ring), so
-    # that the stream launch, which reads the checkpoint, stores only y. ZERO_COUNT: it zeroes the
-    # warp-specialised flush launch's item counter (flush_ws_order="counter"), which runs after it.
-    row = tl.program_id(0).to(tl.int64)
-    g = tl.program_id(1)
-    if ZERO_COUNT:
-        if (row == 0) & (g == 0):
-            tl.store(count_ptr, 0)
-    slot, live = _slot_of(idx_ptr, row, pad_slot_id, HAS_INDICES)
-    c = tl.where(live, tl.load(committed_ptr + slot), 0)
-    flush_at = tl.load(flush_at_ptr + slot)
-    is_flush = c + 1 >= tl.where(live, flush_at, CAP + 1)
-    fits = tl.where(live, c < CAP, False)
-    offs_hg = tl.arange(0, BLOCK_HG)
-    offs_n = tl.arange(0, BLOCK_N)
-    offs_j = tl.arange(0, BLOCK_J)
-    mask_hg = offs_hg < HEADS_PER_GROUP
-    mask_n = offs_n < N
-    in_ring = offs_j < c
-    LINE: tl.constexpr = CAP + 2
-    # Lanes past the group's heads repeat its first head (every load stays in bounds; their stores are masked).
-    heads = g * HEADS_PER_GROUP + tl.where(mask_hg, offs_hg, 0)
-    # A flush row's line holds the weights alone: its scores are never read, so neither is its
-    # ring B here (the flush launch folds it; in an all-flush step at batch 256 that is 7.7 MB).
-    rB = tl.load(ring_B_ptr + slot * s_rB_slot + g * s_rB_group + offs_j[:, None] * s_rB_j + offs_n[None, :],
-                 mask=(offs_j < tl.where(is_flush, 0, c))[:, None] & mask_n[None, :], other=0.0).to(tl.float32)
-    B_raw = tl.load(B_ptr + row * s_B_row + g * s_B_group + offs_n, mask=mask_n, other=0.0)
-    Cv = tl.load(C_ptr + row * s_C_row + g * s_C_group + offs_n, mask=mask_n, other=0.0).to(tl.float32)
-    rdt = tl.load(ring_dt_ptr + slot * s_rdt_slot + heads[:, None] * s_rdt_head + offs_j[None, :],
-                  mask=mask_hg[:, None] & in_ring[None, :], other=0.0)
-    dt = tl.load(dt_ptr + row * s_dt_row + heads, mask=mask_hg, other=0.0).to(tl.float32)
-    dt = _softplus_clamp(dt, heads, HAS_DT_BIAS, dt_bias_ptr, DT_SOFTPLUS, HAS_CLAMP, dt_min, dt_max)
-    A = tl.load(A_ptr + heads, mask=mask_hg, other=0.0).to(tl.float32)
-    score = tl.sum(rB * Cv[None, :], axis=1)  # [J]: B_j . C_t, shared by the group's heads
-    score_now = tl.sum(B_raw.to(tl.float32) * Cv, axis=0)
-    total = tl.sum(rdt, axis=1) + dt  # [heads]
-    w = tl.where(in_ring[None, :], tl.exp(A[:, None] * (total[:, None] - tl.cumsum(rdt, axis=1))) * rdt, 0.0)
-    gamma = tl.exp(A * total)
-    line = coef_ptr + (row * GROUPS * HEADS_PER_GROUP + heads) * LINE
-    lead = tl.where(is_flush, w, w * score[None, :])
-    tl.store(line[:, None] + offs_j[None, :], lead, mask=mask_hg[:, None] & (offs_j < CAP)[None, :])
-    tl.store(line + CAP, gamma, mask=mask_hg)
-    tl.store(line + CAP + 1, tl.where(is_flush, dt, dt * score_now), mask=mask_hg)
-    # The token's ring entry (entry c is not read by this step).
-    tl.store(ring_dt_ptr + slot * s_rdt_slot + heads * s_rdt_head + c, dt, mask=offs_hg < tl.where(fits, HEADS_PER_GROUP, 0))
-    tl.store(ring_B_ptr + slot * s_rB_slot + g * s_rB_group + c * s_rB_j + offs_n, B_raw,
-             mask=offs_n < tl.where(fits, N, 0))
-    if RING_X:
-        # Not for a flush row: its flush folds the token from x, and the entry is never read.
-        offs_p = tl.arange(0, BLOCK_P)
-        mask_x = mask_hg[:, None] & (offs_p < tl.where(fits & (is_flush == 0), P, 0))[None, :]
-        xv = tl.load(x_ptr + row * s_x_row + heads[:, None] * s_x_head + offs_p[None, :], mask=mask_x, other=0.0)
-        tl.store(ring_x_ptr + slot * s_rx_slot + heads[:, None] * s_rx_head + c * s_rx_j + offs_p[None, :], xv,
-                 mask=mask_x)
-    if g == 0:
-        tl.store(info_ptr + 2 * row, c)
-        tl.store(info_ptr + 2 * row + 1, tl.where(is_flush, 1, 0))
 
 
 @triton.jit
@@ -523,7 +454,7 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
     info = torch.empty(batch, 2, dtype=torch.int32, device=x.device)
     block_j = max(16, triton.next_power_of_2(capacity))
     block_n = triton.next_power_of_2(d_state)
-    ring_x_here = cfg.ring_x_in_ring  # LaunchConfig allows it only with flush_launch
+    ring_x_here = cfg.ring_x_in_ring  # LaunchConfig allows it (and ring_x_side) only with flush_launch
     _ring_kernel[(batch, groups)](
         ring_dt, ring_B, committed, flush_at, dt, A, B, C, bias_, idx_, coef, info,
         int(window), pad_slot_id, lo, hi,
@@ -587,6 +518,15 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
     if side is not None:
         with torch.cuda.stream(side):
             flush_rows()
+    # ring_x_side: the token's ring x entry, which nothing in this step reads, on a second side stream.
+    side_x = fork(x.device, 1) if cfg.ring_x_side else None
+    if cfg.ring_x_side:
+        with torch.cuda.stream(side_x) if side_x is not None else contextlib.nullcontext():
+            _ring_x_kernel[(batch, groups)](
+                ring_x, x, info, idx_, pad_slot_id, s_rx_slot, s_rx_head, s_rx_j, s_x_row, s_x_head,
+                HEADS_PER_GROUP=heads // groups, CAP=capacity, P=head_dim,
+                BLOCK_HG=triton.next_power_of_2(heads // groups), BLOCK_P=triton.next_power_of_2(head_dim),
+                HAS_INDICES=flags["HAS_INDICES"], num_warps=cfg.ring_warps)
     tiles = triton.cdiv(head_dim, cfg.block_p)
     grid = (batch, heads, tiles) if cfg.rows_fastest else (tiles, heads, batch)
     _stream_kernel[grid](
@@ -598,8 +538,9 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
         BLOCK_P=cfg.block_p, BLOCK_N=block_n, BLOCK_J=block_j,
         HAS_D=flags["HAS_D"], HAS_Z=flags["HAS_Z"], HAS_INDICES=flags["HAS_INDICES"], FOLD=cfg.fold,
         ROWS_FASTEST=cfg.rows_fastest, RING_PREFETCH=cfg.ring_prefetch, FLUSH_HERE=not cfg.flush_launch,
-        RING_X_STORED=ring_x_here, num_warps=cfg.num_warps, maxnreg=cfg.max_registers,
+        RING_X_STORED=ring_x_here or cfg.ring_x_side, num_warps=cfg.num_warps, maxnreg=cfg.max_registers,
     )
+    join(side_x, x.device)
     if side is not None:
         join(side, x.device)
     elif cfg.flush_launch:

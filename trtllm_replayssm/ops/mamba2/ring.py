@@ -1,0 +1,121 @@
+"""The ring launches of the staged Mamba-2 step (``decode_staged.py``): what the stream and flush
+launches read of the ring before they start, and the token's ring ``x`` entry.
+
+- ``_ring_kernel``, one program per (batch row, group): the cursors, the ring weights, scores and
+  decays as per-(row, head) coefficient lines, the row's ``(c, flush)`` flags, and the token's
+  ring ``dt`` and ``B`` entries (its ``x`` entry too with ``LaunchConfig.ring_x_in_ring``).
+- ``_ring_x_kernel`` (``LaunchConfig.ring_x_side``), one program per (batch row, group): the
+  token's ring ``x`` entry of the group's heads, from the flags the ring launch wrote. Nothing in
+  the step reads that entry, so the launch runs on a second side stream beside the stream launch
+  instead of lengthening the ring launch that every other launch of the step waits for.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from .decode import _slot_of, _softplus_clamp
+
+__all__ = []
+
+
+@triton.jit
+def _store_ring_x(ring_x_ptr, x_ptr, row, slot, heads, mask_hg, store, c, s_rx_slot, s_rx_head, s_rx_j, s_x_row,
+                  s_x_head, P: tl.constexpr, BLOCK_P: tl.constexpr):
+    """Store ``x[row, heads]`` (``[BLOCK_HG, BLOCK_P]``, lanes past ``mask_hg`` masked) into ring
+    entry ``c`` of ``slot`` where ``store``. Not for a flush row: its flush folds the token from
+    ``x``, and the entry is never read."""
+    offs_p = tl.arange(0, BLOCK_P)
+    mask_x = mask_hg[:, None] & (offs_p < tl.where(store, P, 0))[None, :]
+    xv = tl.load(x_ptr + row * s_x_row + heads[:, None] * s_x_head + offs_p[None, :], mask=mask_x, other=0.0)
+    tl.store(ring_x_ptr + slot * s_rx_slot + heads[:, None] * s_rx_head + c * s_rx_j + offs_p[None, :], xv,
+             mask=mask_x)
+
+
+@triton.jit
+def _ring_kernel(
+    ring_dt_ptr, ring_B_ptr, committed_ptr, flush_at_ptr,
+    dt_ptr, A_ptr, B_ptr, C_ptr, dt_bias_ptr, idx_ptr, coef_ptr, info_ptr,
+    window, pad_slot_id, dt_min, dt_max,
+    s_rdt_slot, s_rdt_head, s_rB_slot, s_rB_group, s_rB_j,
+    s_dt_row, s_B_row, s_B_group, s_C_row, s_C_group,
+    GROUPS: tl.constexpr, HEADS_PER_GROUP: tl.constexpr, N: tl.constexpr, CAP: tl.constexpr,
+    BLOCK_HG: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_J: tl.constexpr,
+    HAS_DT_BIAS: tl.constexpr, DT_SOFTPLUS: tl.constexpr, HAS_CLAMP: tl.constexpr, HAS_INDICES: tl.constexpr,
+    ring_x_ptr=None, x_ptr=None, s_rx_slot=0, s_rx_head=0, s_rx_j=0, s_x_row=0, s_x_head=0,
+    P: tl.constexpr = 1, BLOCK_P: tl.constexpr = 1, RING_X: tl.constexpr = False,
+    count_ptr=None, ZERO_COUNT: tl.constexpr = False,
+):
+    # RING_X: this launch also writes the token's ring x entry (LaunchConfig.ring_x_in_ring), so
+    # that the stream launch, which reads the checkpoint, stores only y (ring_x_side: _ring_x_kernel
+    # writes it instead, beside the stream launch). ZERO_COUNT: it zeroes the
+    # warp-specialised flush launch's item counter (flush_ws_order="counter"), which runs after it.
+    row = tl.program_id(0).to(tl.int64)
+    g = tl.program_id(1)
+    if ZERO_COUNT:
+        if (row == 0) & (g == 0):
+            tl.store(count_ptr, 0)
+    slot, live = _slot_of(idx_ptr, row, pad_slot_id, HAS_INDICES)
+    c = tl.where(live, tl.load(committed_ptr + slot), 0)
+    flush_at = tl.load(flush_at_ptr + slot)
+    is_flush = c + 1 >= tl.where(live, flush_at, CAP + 1)
+    fits = tl.where(live, c < CAP, False)
+    offs_hg = tl.arange(0, BLOCK_HG)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_j = tl.arange(0, BLOCK_J)
+    mask_hg = offs_hg < HEADS_PER_GROUP
+    mask_n = offs_n < N
+    in_ring = offs_j < c
+    LINE: tl.constexpr = CAP + 2
+    # Lanes past the group's heads repeat its first head (every load stays in bounds; their stores are masked).
+    heads = g * HEADS_PER_GROUP + tl.where(mask_hg, offs_hg, 0)
+    # A flush row's line holds the weights alone: its scores are never read, so neither is its
+    # ring B here (the flush launch folds it; in an all-flush step at batch 256 that is 7.7 MB).
+    rB = tl.load(ring_B_ptr + slot * s_rB_slot + g * s_rB_group + offs_j[:, None] * s_rB_j + offs_n[None, :],
+                 mask=(offs_j < tl.where(is_flush, 0, c))[:, None] & mask_n[None, :], other=0.0).to(tl.float32)
+    B_raw = tl.load(B_ptr + row * s_B_row + g * s_B_group + offs_n, mask=mask_n, other=0.0)
+    Cv = tl.load(C_ptr + row * s_C_row + g * s_C_group + offs_n, mask=mask_n, other=0.0).to(tl.float32)
+    rdt = tl.load(ring_dt_ptr + slot * s_rdt_slot + heads[:, None] * s_rdt_head + offs_j[None, :],
+                  mask=mask_hg[:, None] & in_ring[None, :], other=0.0)
+    dt = tl.load(dt_ptr + row * s_dt_row + heads, mask=mask_hg, other=0.0).to(tl.float32)
+    dt = _softplus_clamp(dt, heads, HAS_DT_BIAS, dt_bias_ptr, DT_SOFTPLUS, HAS_CLAMP, dt_min, dt_max)
+    A = tl.load(A_ptr + heads, mask=mask_hg, other=0.0).to(tl.float32)
+    score = tl.sum(rB * Cv[None, :], axis=1)  # [J]: B_j . C_t, shared by the group's heads
+    score_now = tl.sum(B_raw.to(tl.float32) * Cv, axis=0)
+    total = tl.sum(rdt, axis=1) + dt  # [heads]
+    w = tl.where(in_ring[None, :], tl.exp(A[:, None] * (total[:, None] - tl.cumsum(rdt, axis=1))) * rdt, 0.0)
+    gamma = tl.exp(A * total)
+    line = coef_ptr + (row * GROUPS * HEADS_PER_GROUP + heads) * LINE
+    lead = tl.where(is_flush, w, w * score[None, :])
+    tl.store(line[:, None] + offs_j[None, :], lead, mask=mask_hg[:, None] & (offs_j < CAP)[None, :])
+    tl.store(line + CAP, gamma, mask=mask_hg)
+    tl.store(line + CAP + 1, tl.where(is_flush, dt, dt * score_now), mask=mask_hg)
+    # The token's ring entry (entry c is not read by this step).
+    tl.store(ring_dt_ptr + slot * s_rdt_slot + heads * s_rdt_head + c, dt, mask=offs_hg < tl.where(fits, HEADS_PER_GROUP, 0))
+    tl.store(ring_B_ptr + slot * s_rB_slot + g * s_rB_group + c * s_rB_j + offs_n, B_raw,
+             mask=offs_n < tl.where(fits, N, 0))
+    if RING_X:
+        _store_ring_x(ring_x_ptr, x_ptr, row, slot, heads, mask_hg, fits & (is_flush == 0), c,
+                      s_rx_slot, s_rx_head, s_rx_j, s_x_row, s_x_head, P, BLOCK_P)
+    if g == 0:
+        tl.store(info_ptr + 2 * row, c)
+        tl.store(info_ptr + 2 * row + 1, tl.where(is_flush, 1, 0))
+
+
+@triton.jit
+def _ring_x_kernel(ring_x_ptr, x_ptr, info_ptr, idx_ptr, pad_slot_id, s_rx_slot, s_rx_head, s_rx_j, s_x_row, s_x_head,
+                   HEADS_PER_GROUP: tl.constexpr, CAP: tl.constexpr, P: tl.constexpr, BLOCK_HG: tl.constexpr,
+                   BLOCK_P: tl.constexpr, HAS_INDICES: tl.constexpr):
+    """The token's ring ``x`` entry of group ``program_id(1)``'s heads of row ``program_id(0)``,
+    at the ``c`` the ring launch wrote to ``info`` (``[batch, 2]`` int32: ``c``, flush flag)."""
+    row = tl.program_id(0).to(tl.int64)
+    g = tl.program_id(1)
+    slot, live = _slot_of(idx_ptr, row, pad_slot_id, HAS_INDICES)
+    c = tl.load(info_ptr + 2 * row)
+    is_flush = tl.load(info_ptr + 2 * row + 1) != 0
+    offs_hg = tl.arange(0, BLOCK_HG)
+    mask_hg = offs_hg < HEADS_PER_GROUP
+    heads = g * HEADS_PER_GROUP + tl.where(mask_hg, offs_hg, 0)
+    _store_ring_x(ring_x_ptr, x_ptr, row, slot, heads, mask_hg, live & (c < CAP) & (is_flush == 0), c,
+                  s_rx_slot, s_rx_head, s_rx_j, s_x_row, s_x_head, P, BLOCK_P)

@@ -50,14 +50,21 @@ def main(argv=None):
     p.add_argument("--allocations", type=int, default=3)
     p.add_argument("--captures", type=int, default=3)
     p.add_argument("--rounds", type=int, default=20)
+    p.add_argument("--mixed", type=int, default=0, metavar="N",
+                   help="then time the staggered step (bench_mamba2_decode.py's mixed column: every slot in its "
+                        "own phase, a fresh state and graph each time) N times per configuration, in turn")
+    p.add_argument("--keep", action="store_true",
+                   help="keep every allocation alive, so that each new state lies at new addresses")
     args = p.parse_args(argv)
     for name in ("batch", "allocations", "captures", "rounds"):
         if getattr(args, name) < 1:
             raise SystemExit(f"--{name}: expected >= 1, got {getattr(args, name)}")
+    if args.mixed < 0:
+        raise SystemExit(f"--mixed: expected >= 0, got {args.mixed}")
     configs = configs_for(args.derive, args.dims[1], args.dims[2], args.batch)
     if not torch.cuda.is_available():
         raise SystemExit("probe_flush_captures.py needs a CUDA GPU")
-    from bench_mamba2_decode import _inputs
+    from bench_mamba2_decode import _inputs, time_replay
 
     from trtllm_replayssm.config import ReplaySSMConfig
     from trtllm_replayssm.ops.mamba2 import Mamba2ReplayState, decode
@@ -70,6 +77,7 @@ def main(argv=None):
     x, dt, A, B, C, D, z, dt_bias = _inputs(args.batch, *args.dims, torch.bfloat16)
     idx = torch.arange(args.batch, dtype=torch.int32, device="cuda")
     y = torch.empty_like(x)
+    kept = []
     for alloc in range(args.allocations):
         state = Mamba2ReplayState.allocate(args.batch, *args.dims, ReplaySSMConfig(window=WINDOW),
                                            activation_dtype=torch.bfloat16, device="cuda")
@@ -77,6 +85,8 @@ def main(argv=None):
         state.ring_dt.uniform_(0.0, 0.1)  # ring entries a flush folds: small steps, as a model's
         state.ring_x.normal_(0, 1)
         state.ring_B.normal_(0, 1 / args.dims[2] ** 0.5)
+        if args.keep:
+            kept.append(state)
 
         def at_flush():
             state.committed.fill_(WINDOW - 1)
@@ -98,6 +108,17 @@ def main(argv=None):
                 del graph
             print(f"| {label} | {alloc} | {state.checkpoint.data_ptr():#x} | "
                   + ", ".join(f"{t:.1f}" for t in times) + " |", flush=True)
+    if args.mixed:
+        kept.clear()
+        mixed = {label: [] for label, _ in configs}
+        for _ in range(args.mixed):
+            for label, cfg in configs:
+                phases = time_replay(tuple(args.dims), args.batch, torch.bfloat16, flusher, args.rounds, True, cfg)
+                mixed[label].append(sum(phases) / len(phases))
+        print("| configuration | staggered step us, in turn |")
+        print("|---|---|")
+        for label, times in mixed.items():
+            print(f"| {label} | " + ", ".join(f"{t:.1f}" for t in times) + " |", flush=True)
 
 
 if __name__ == "__main__":

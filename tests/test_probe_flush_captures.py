@@ -37,3 +37,8 @@ def test_counts_must_be_positive(arg):
 def test_needs_a_gpu():
     with pytest.raises(SystemExit, match="needs a CUDA GPU"):
         probe.main(["--derive", ""])
+
+
+def test_mixed_count_must_not_be_negative():
+    with pytest.raises(SystemExit, match="--mixed: expected >= 0, got -1"):
+        probe.main(["--mixed", "-1"])

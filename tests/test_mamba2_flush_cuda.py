@@ -186,23 +186,6 @@ def test_launch_config_checks_ring_x_in_ring():
         decode.LaunchConfig(kernel="staged", ring_x_in_ring=True)
 
 
-def test_launch_config_checks_ring_x_side():
-    assert decode.LaunchConfig(**dict(CUDA_FLUSH, ring_x_side=True)).ring_x_side
-    with pytest.raises(ValueError, match="ring_x_side: expected a bool, got 'yes'"):
-        decode.LaunchConfig(**dict(CUDA_FLUSH, ring_x_side="yes"))
-    with pytest.raises(ValueError, match="ring_x_side: needs flush_launch=True"):
-        decode.LaunchConfig(kernel="staged", ring_x_side=True)
-    with pytest.raises(ValueError, match="ring_x_side: the ring x entry is stored once"):
-        decode.LaunchConfig(**dict(CUDA_FLUSH, ring_x_side=True, ring_x_in_ring=True))
-
-
-def test_fork_takes_two_side_streams():
-    from trtllm_replayssm.ops._side_stream import fork
-    assert fork(torch.device("cpu"), 1) is None
-    with pytest.raises(ValueError, match="fork: index expected 0 or 1, got 2"):
-        fork(torch.device("cpu"), 2)
-
-
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter path; the GPU tests run the kernel")
 def test_cuda_flush_config_off_cuda_takes_the_triton_launch():
     # Off CUDA the step keeps the Triton flush launch (the interpreter), exactly as without flush_impl.
@@ -293,9 +276,8 @@ def test_ws_kernel_assembles_without_spills(sm, dtype, order, tmp_path):
 @pytest.mark.parametrize("params", [{}, dict(flush_cuda_rows=8, flush_cuda_blocks=3, flush_heads=2),
                                     dict(flush_impl="cuda_ws"), dict(flush_impl="cuda_ws", flush_ws_stages=2),
                                     dict(flush_impl="cuda_ws", ring_x_in_ring=True),
-                                    dict(flush_impl="cuda_ws", ring_x_in_ring=True, flush_ws_order="counter"),
-                                    dict(flush_impl="cuda_ws", ring_x_side=True)],
-                         ids=["default", "rows8-heads2", "ws", "ws2", "ws-ring-x", "ws-counter", "ws-ring-x-side"])
+                                    dict(flush_impl="cuda_ws", ring_x_in_ring=True, flush_ws_order="counter")],
+                         ids=["default", "rows8-heads2", "ws", "ws2", "ws-ring-x", "ws-counter"])
 @pytest.mark.parametrize("batch", [1, 3, 64])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize("dims", [(8, 64, 128, 2), (8, 80, 128, 8), (4, 128, 64, 1), (6, 256, 128, 3)])
@@ -307,13 +289,12 @@ def test_cuda_flush_steps_gpu(dims, dtype, batch, params):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("impl,ring_x,order", [("cuda", False, "stride"), ("cuda_ws", False, "stride"),
-                                               ("cuda_ws", True, "stride"), ("cuda_ws", True, "counter"),
-                                               ("cuda_ws", "side", "stride")])
+                                               ("cuda_ws", True, "stride"), ("cuda_ws", True, "counter")])
 def test_cuda_flush_nemotron_dims_four_windows_gpu(impl, ring_x, order):
     # The accuracy target: the fp32 checkpoint within 1e-5 of float64 over 4 windows at L=16.
     run = _kernel_replay(decode.LaunchConfig(**dict(CUDA_FLUSH, flush_persistent=4, flush_list_items="heads",
-                                                    flush_heads=16, flush_impl=impl, ring_x_in_ring=ring_x is True,
-                                                    ring_x_side=ring_x == "side", flush_ws_order=order)))
+                                                    flush_heads=16, flush_impl=impl, ring_x_in_ring=ring_x,
+                                                    flush_ws_order=order)))
     check_replay((128, 64, 128, 8), torch.bfloat16, 3, 16, 66, "cuda", run=run, ckpt_tol=1e-5)
 
 

@@ -17,20 +17,17 @@ __all__ = ["fork", "join"]
 
 
 @functools.lru_cache(maxsize=None)
-def _side(device: torch.device, index: int) -> torch.cuda.Stream:
+def _side(device: torch.device) -> torch.cuda.Stream:
     low, high = torch.cuda.Stream.priority_range()
     # The flush programs are few and long: dispatched first, they run under the stream launch.
     return torch.cuda.Stream(device=device, priority=high)
 
 
-def fork(device: torch.device, index: int = 0) -> torch.cuda.Stream | None:
-    """Side stream ``index`` (0 or 1: a step may run two launches beside its current stream's)
-    of ``device`` after it waits for the current stream (``None`` off CUDA)."""
-    if index not in (0, 1):
-        raise ValueError(f"fork: index expected 0 or 1, got {index!r}")
+def fork(device: torch.device) -> torch.cuda.Stream | None:
+    """The side stream of ``device`` after it waits for the current stream (``None`` off CUDA)."""
     if device.type != "cuda":
         return None
-    side = _side(device, index)
+    side = _side(device)
     side.wait_stream(torch.cuda.current_stream(device))
     return side
 

@@ -18,9 +18,8 @@ kernel:
    ``coef_j = w_j (B_j . C_t)``, ``Gamma``, ``dt_t (B_t . C_t)``; flush rows ``w_j``, ``Gamma``,
    ``dt_t``. It appends ``dt_t`` and ``B_t`` at ring position ``c``, and with ``ring_x_in_ring``
    (with ``flush_launch``; the default from batch 128) the group's heads of ``x_t`` too, for
-   non-flush rows; with ``ring_x_side`` a launch of its own stores them on a second side stream,
-   beside the stream launch (``ring.py``). (One program per row looping over the groups took ~18
-   us at any batch on an H200: latency-bound.)
+   non-flush rows (``ring.py``). (One program per row looping over the groups took ~18 us at any
+   batch on an H200: latency-bound.)
 2. ``_stream_kernel``, one program per ``(head_dim tile, head, row)`` as the standard kernel:
    the checkpoint tile is the first load; non-flush
    ``y = Gamma S_c C + x_ring^T coef + coef_now x_t`` (plus ``D x`` and the ``z`` gate) and the
@@ -63,8 +62,6 @@ Every flush program asks the L2 for its next tile before each tile's load
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
 import triton
 import triton.language as tl
@@ -76,7 +73,7 @@ from .._side_stream import fork, join
 from .._tf32 import fp32_dot
 from .decode_flush_cuda import flush_rows_cuda, flush_rows_ws, unsupported, ws_unsupported
 from .decode import _common, _mixer_gate, _mixer_output, _program_ids, _slot_of, _state_strides
-from .ring import _ring_kernel, _ring_x_kernel
+from .ring import _ring_kernel
 
 __all__ = ["flush_heads_per_program", "flush_register_cap", "replay_step_staged"]
 
@@ -454,7 +451,7 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
     info = torch.empty(batch, 2, dtype=torch.int32, device=x.device)
     block_j = max(16, triton.next_power_of_2(capacity))
     block_n = triton.next_power_of_2(d_state)
-    ring_x_here = cfg.ring_x_in_ring  # LaunchConfig allows it (and ring_x_side) only with flush_launch
+    ring_x_here = cfg.ring_x_in_ring  # LaunchConfig allows it only with flush_launch
     _ring_kernel[(batch, groups)](
         ring_dt, ring_B, committed, flush_at, dt, A, B, C, bias_, idx_, coef, info,
         int(window), pad_slot_id, lo, hi,
@@ -518,15 +515,6 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
     if side is not None:
         with torch.cuda.stream(side):
             flush_rows()
-    # ring_x_side: the token's ring x entry, which nothing in this step reads, on a second side stream.
-    side_x = fork(x.device, 1) if cfg.ring_x_side else None
-    if cfg.ring_x_side:
-        with torch.cuda.stream(side_x) if side_x is not None else contextlib.nullcontext():
-            _ring_x_kernel[(batch, groups)](
-                ring_x, x, info, idx_, pad_slot_id, s_rx_slot, s_rx_head, s_rx_j, s_x_row, s_x_head,
-                HEADS_PER_GROUP=heads // groups, CAP=capacity, P=head_dim,
-                BLOCK_HG=triton.next_power_of_2(heads // groups), BLOCK_P=triton.next_power_of_2(head_dim),
-                HAS_INDICES=flags["HAS_INDICES"], num_warps=cfg.ring_warps)
     tiles = triton.cdiv(head_dim, cfg.block_p)
     grid = (batch, heads, tiles) if cfg.rows_fastest else (tiles, heads, batch)
     _stream_kernel[grid](
@@ -538,9 +526,8 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
         BLOCK_P=cfg.block_p, BLOCK_N=block_n, BLOCK_J=block_j,
         HAS_D=flags["HAS_D"], HAS_Z=flags["HAS_Z"], HAS_INDICES=flags["HAS_INDICES"], FOLD=cfg.fold,
         ROWS_FASTEST=cfg.rows_fastest, RING_PREFETCH=cfg.ring_prefetch, FLUSH_HERE=not cfg.flush_launch,
-        RING_X_STORED=ring_x_here or cfg.ring_x_side, num_warps=cfg.num_warps, maxnreg=cfg.max_registers,
+        RING_X_STORED=ring_x_here, num_warps=cfg.num_warps, maxnreg=cfg.max_registers,
     )
-    join(side_x, x.device)
     if side is not None:
         join(side, x.device)
     elif cfg.flush_launch:

@@ -103,10 +103,6 @@ class LaunchConfig:
     # kernel="staged" with flush_launch: the ring launch, not the stream launch, stores the
     # token's ring x entry (the stream launch then writes only y beside its checkpoint reads).
     ring_x_in_ring: bool = False
-    # kernel="staged" with flush_launch: the token's ring x entry stored by a launch of its own
-    # (ring._ring_x_kernel) on a second side stream, beside the stream launch, so that neither
-    # the ring launch, which every other launch waits for, nor the stream launch stores it.
-    ring_x_side: bool = False
 
     def __post_init__(self):
         if self.kernel not in KERNELS:
@@ -167,13 +163,6 @@ class LaunchConfig:
         if self.ring_x_in_ring and not self.flush_launch:
             # Without the flush launch the stream launch's flush rows fold the ring themselves.
             raise ValueError("LaunchConfig.ring_x_in_ring: needs flush_launch=True")
-        if not isinstance(self.ring_x_side, bool):
-            raise ValueError(f"LaunchConfig.ring_x_side: expected a bool, got {self.ring_x_side!r}")
-        if self.ring_x_side and not self.flush_launch:
-            raise ValueError("LaunchConfig.ring_x_side: needs flush_launch=True")
-        if self.ring_x_side and self.ring_x_in_ring:
-            raise ValueError("LaunchConfig.ring_x_side: the ring x entry is stored once, by the ring launch "
-                             "(ring_x_in_ring=True) or beside the stream launch (ring_x_side=True), not both")
         if self.flush_launch and self.kernel != "staged":
             raise ValueError("LaunchConfig.flush_launch: needs kernel='staged'")
         if self.flush_launch and self.fold in DOT_FOLDS and self.flush_block_p < 16:

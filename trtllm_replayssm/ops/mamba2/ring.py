@@ -1,13 +1,13 @@
-"""The ring launches of the staged Mamba-2 step (``decode_staged.py``): what the stream and flush
-launches read of the ring before they start, and the token's ring ``x`` entry.
+"""The ring launch of the staged Mamba-2 step (``decode_staged.py``), what the stream and flush
+launches read of the ring before they start.
 
-- ``_ring_kernel``, one program per (batch row, group): the cursors, the ring weights, scores and
-  decays as per-(row, head) coefficient lines, the row's ``(c, flush)`` flags, and the token's
-  ring ``dt`` and ``B`` entries (its ``x`` entry too with ``LaunchConfig.ring_x_in_ring``).
-- ``_ring_x_kernel`` (``LaunchConfig.ring_x_side``), one program per (batch row, group): the
-  token's ring ``x`` entry of the group's heads, from the flags the ring launch wrote. Nothing in
-  the step reads that entry, so the launch runs on a second side stream beside the stream launch
-  instead of lengthening the ring launch that every other launch of the step waits for.
+``_ring_kernel``, one program per (batch row, group): the cursors, the ring weights, scores and
+decays as per-(row, head) coefficient lines, the row's ``(c, flush)`` flags, and the token's ring
+``dt`` and ``B`` entries (its ``x`` entry too with ``LaunchConfig.ring_x_in_ring``).
+
+Storing the ``x`` entry from a launch of its own on a second side stream, beside the stream
+launch, was built and timed (Nemotron-H 256, H200: non-flush 274.8-275.1 against 274.5-274.9 us)
+and removed (``benchmarks/NOTES_mamba2.md``, thirty-ninth run).
 """
 
 from __future__ import annotations
@@ -18,19 +18,6 @@ import triton.language as tl
 from .decode import _slot_of, _softplus_clamp
 
 __all__ = []
-
-
-@triton.jit
-def _store_ring_x(ring_x_ptr, x_ptr, row, slot, heads, mask_hg, store, c, s_rx_slot, s_rx_head, s_rx_j, s_x_row,
-                  s_x_head, P: tl.constexpr, BLOCK_P: tl.constexpr):
-    """Store ``x[row, heads]`` (``[BLOCK_HG, BLOCK_P]``, lanes past ``mask_hg`` masked) into ring
-    entry ``c`` of ``slot`` where ``store``. Not for a flush row: its flush folds the token from
-    ``x``, and the entry is never read."""
-    offs_p = tl.arange(0, BLOCK_P)
-    mask_x = mask_hg[:, None] & (offs_p < tl.where(store, P, 0))[None, :]
-    xv = tl.load(x_ptr + row * s_x_row + heads[:, None] * s_x_head + offs_p[None, :], mask=mask_x, other=0.0)
-    tl.store(ring_x_ptr + slot * s_rx_slot + heads[:, None] * s_rx_head + c * s_rx_j + offs_p[None, :], xv,
-             mask=mask_x)
 
 
 @triton.jit
@@ -48,8 +35,7 @@ def _ring_kernel(
     count_ptr=None, ZERO_COUNT: tl.constexpr = False,
 ):
     # RING_X: this launch also writes the token's ring x entry (LaunchConfig.ring_x_in_ring), so
-    # that the stream launch, which reads the checkpoint, stores only y (ring_x_side: _ring_x_kernel
-    # writes it instead, beside the stream launch). ZERO_COUNT: it zeroes the
+    # that the stream launch, which reads the checkpoint, stores only y. ZERO_COUNT: it zeroes the
     # warp-specialised flush launch's item counter (flush_ws_order="counter"), which runs after it.
     row = tl.program_id(0).to(tl.int64)
     g = tl.program_id(1)
@@ -96,26 +82,13 @@ def _ring_kernel(
     tl.store(ring_B_ptr + slot * s_rB_slot + g * s_rB_group + c * s_rB_j + offs_n, B_raw,
              mask=offs_n < tl.where(fits, N, 0))
     if RING_X:
-        _store_ring_x(ring_x_ptr, x_ptr, row, slot, heads, mask_hg, fits & (is_flush == 0), c,
-                      s_rx_slot, s_rx_head, s_rx_j, s_x_row, s_x_head, P, BLOCK_P)
+        # Not for a flush row: its flush folds the token from x, and the entry is never read.
+        offs_p = tl.arange(0, BLOCK_P)
+        mask_x = mask_hg[:, None] & (offs_p < tl.where(fits & (is_flush == 0), P, 0))[None, :]
+        xv = tl.load(x_ptr + row * s_x_row + heads[:, None] * s_x_head + offs_p[None, :], mask=mask_x, other=0.0)
+        tl.store(ring_x_ptr + slot * s_rx_slot + heads[:, None] * s_rx_head + c * s_rx_j + offs_p[None, :], xv,
+                 mask=mask_x)
     if g == 0:
         tl.store(info_ptr + 2 * row, c)
         tl.store(info_ptr + 2 * row + 1, tl.where(is_flush, 1, 0))
 
-
-@triton.jit
-def _ring_x_kernel(ring_x_ptr, x_ptr, info_ptr, idx_ptr, pad_slot_id, s_rx_slot, s_rx_head, s_rx_j, s_x_row, s_x_head,
-                   HEADS_PER_GROUP: tl.constexpr, CAP: tl.constexpr, P: tl.constexpr, BLOCK_HG: tl.constexpr,
-                   BLOCK_P: tl.constexpr, HAS_INDICES: tl.constexpr):
-    """The token's ring ``x`` entry of group ``program_id(1)``'s heads of row ``program_id(0)``,
-    at the ``c`` the ring launch wrote to ``info`` (``[batch, 2]`` int32: ``c``, flush flag)."""
-    row = tl.program_id(0).to(tl.int64)
-    g = tl.program_id(1)
-    slot, live = _slot_of(idx_ptr, row, pad_slot_id, HAS_INDICES)
-    c = tl.load(info_ptr + 2 * row)
-    is_flush = tl.load(info_ptr + 2 * row + 1) != 0
-    offs_hg = tl.arange(0, BLOCK_HG)
-    mask_hg = offs_hg < HEADS_PER_GROUP
-    heads = g * HEADS_PER_GROUP + tl.where(mask_hg, offs_hg, 0)
-    _store_ring_x(ring_x_ptr, x_ptr, row, slot, heads, mask_hg, live & (c < CAP) & (is_flush == 0), c,
-                  s_rx_slot, s_rx_head, s_rx_j, s_x_row, s_x_head, P, BLOCK_P)

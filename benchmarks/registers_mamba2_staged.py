@@ -11,6 +11,7 @@ Same method as ``registers_gdn_staged.py`` (whose ``_compile`` this reuses). Mus
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 
@@ -36,7 +37,8 @@ def _types(fn, act: str) -> dict[str, str]:
     """Argument types of ``fn`` as the benchmark launches it (bf16 activations and rings)."""
     fixed = {"ckpt_ptr": "*fp32", "ring_dt_ptr": "*fp32", "coef_ptr": "*fp32", "A_ptr": "*fp32", "D_ptr": "*fp32",
              "dt_ptr": "*fp32", "dt_bias_ptr": "*fp32", "committed_ptr": "*i32", "flush_at_ptr": "*i32",
-             "idx_ptr": "*i32", "info_ptr": "*i32", "dt_min": "fp32", "dt_max": "fp32"}
+             "idx_ptr": "*i32", "info_ptr": "*i32", "dt_min": "fp32", "dt_max": "fp32", "terms_ptr": "*fp32",
+             "scores_ptr": "*fp32", "count_ptr": "*i32"}
     out = {}
     constexprs = {p.name for p in fn.params if p.is_constexpr}
     for name in fn.arg_names:
@@ -66,11 +68,12 @@ def resources(cfg: decode.LaunchConfig, heads=128, head_dim=64, d_state=128, gro
         GROUPS=groups, HEADS_PER_GROUP=heads // groups, N=d_state, CAP=cap,
         BLOCK_HG=triton.next_power_of_2(heads // groups), BLOCK_N=block_n, BLOCK_J=block_j,
         HAS_DT_BIAS=True, DT_SOFTPLUS=True, HAS_CLAMP=True, P=head_dim, BLOCK_P=triton.next_power_of_2(head_dim),
-        RING_X=ring_x, **flags), cfg.ring_warps, divisible=STRIDES)
+        RING_X=ring_x, COMPACT=cfg.compact_coef, **flags), cfg.ring_warps, divisible=STRIDES)
     stream = _compile(staged._stream_kernel, _types(staged._stream_kernel, act), dict(
         HEADS=heads, HEADS_PER_GROUP=heads // groups, P=head_dim, N=d_state, CAP=cap, BLOCK_P=cfg.block_p,
         BLOCK_N=block_n, BLOCK_J=block_j, HAS_D=True, HAS_Z=True, FOLD=cfg.fold, ROWS_FASTEST=cfg.rows_fastest,
-        RING_PREFETCH=cfg.ring_prefetch, FLUSH_HERE=not cfg.flush_launch, RING_X_STORED=ring_x, **flags), cfg.num_warps,
+        RING_PREFETCH=cfg.ring_prefetch, FLUSH_HERE=not cfg.flush_launch, RING_X_STORED=ring_x,
+        COMPACT=cfg.compact_coef, **flags), cfg.num_warps,
         cfg.max_registers,
         divisible=STRIDES)
     if not cfg.flush_launch:
@@ -104,6 +107,7 @@ def main(argv=None):
     from bench_mamba2_decode import VARIANTS, short
 
     configs = [decode.launch_config("replay", 64, 128, 256)]
+    configs.append(dataclasses.replace(configs[0], compact_coef=True))
     configs += [decode.LaunchConfig(**kw) for kw in VARIANTS if kw.get("kernel") == "staged"]
     for cfg in configs:
         ring, stream, flush = resources(cfg)

@@ -178,12 +178,14 @@ def test_launch_config_takes_the_ws_flush():
         decode.LaunchConfig(**dict(CUDA_FLUSH, flush_impl="cuda_ws", flush_launch=False, flush_stream=False))
 
 
-def test_launch_config_checks_ring_x_in_ring():
-    assert decode.LaunchConfig(**dict(CUDA_FLUSH, ring_x_in_ring=True)).ring_x_in_ring
-    with pytest.raises(ValueError, match="ring_x_in_ring: expected a bool, got 1"):
-        decode.LaunchConfig(**dict(CUDA_FLUSH, ring_x_in_ring=1))
-    with pytest.raises(ValueError, match="ring_x_in_ring: needs flush_launch=True"):
-        decode.LaunchConfig(kernel="staged", ring_x_in_ring=True)
+@pytest.mark.parametrize("field", ["ring_x_in_ring", "compact_coef"])
+def test_launch_config_checks_flush_launch_flags(field):
+    # Options of the staged step's ring launch that only serve beside a flush launch.
+    assert getattr(decode.LaunchConfig(**dict(CUDA_FLUSH, **{field: True})), field)
+    with pytest.raises(ValueError, match=f"{field}: expected a bool, got 1"):
+        decode.LaunchConfig(**dict(CUDA_FLUSH, **{field: 1}))
+    with pytest.raises(ValueError, match=f"{field}: needs flush_launch=True"):
+        decode.LaunchConfig(kernel="staged", **{field: True})
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter path; the GPU tests run the kernel")
@@ -276,8 +278,9 @@ def test_ws_kernel_assembles_without_spills(sm, dtype, order, tmp_path):
 @pytest.mark.parametrize("params", [{}, dict(flush_cuda_rows=8, flush_cuda_blocks=3, flush_heads=2),
                                     dict(flush_impl="cuda_ws"), dict(flush_impl="cuda_ws", flush_ws_stages=2),
                                     dict(flush_impl="cuda_ws", ring_x_in_ring=True),
-                                    dict(flush_impl="cuda_ws", ring_x_in_ring=True, flush_ws_order="counter")],
-                         ids=["default", "rows8-heads2", "ws", "ws2", "ws-ring-x", "ws-counter"])
+                                    dict(flush_impl="cuda_ws", ring_x_in_ring=True, flush_ws_order="counter"),
+                                    dict(flush_impl="cuda_ws", ring_x_in_ring=True, compact_coef=True)],
+                         ids=["default", "rows8-heads2", "ws", "ws2", "ws-ring-x", "ws-counter", "ws-compact"])
 @pytest.mark.parametrize("batch", [1, 3, 64])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize("dims", [(8, 64, 128, 2), (8, 80, 128, 8), (4, 128, 64, 1), (6, 256, 128, 3)])
@@ -288,13 +291,16 @@ def test_cuda_flush_steps_gpu(dims, dtype, batch, params):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("impl,ring_x,order", [("cuda", False, "stride"), ("cuda_ws", False, "stride"),
-                                               ("cuda_ws", True, "stride"), ("cuda_ws", True, "counter")])
-def test_cuda_flush_nemotron_dims_four_windows_gpu(impl, ring_x, order):
+@pytest.mark.parametrize("impl,ring_x,order,compact", [("cuda", False, "stride", False),
+                                                       ("cuda_ws", False, "stride", False),
+                                                       ("cuda_ws", True, "stride", False),
+                                                       ("cuda_ws", True, "counter", False),
+                                                       ("cuda_ws", True, "stride", True)])
+def test_cuda_flush_nemotron_dims_four_windows_gpu(impl, ring_x, order, compact):
     # The accuracy target: the fp32 checkpoint within 1e-5 of float64 over 4 windows at L=16.
     run = _kernel_replay(decode.LaunchConfig(**dict(CUDA_FLUSH, flush_persistent=4, flush_list_items="heads",
                                                     flush_heads=16, flush_impl=impl, ring_x_in_ring=ring_x,
-                                                    flush_ws_order=order)))
+                                                    flush_ws_order=order, compact_coef=compact)))
     check_replay((128, 64, 128, 8), torch.bfloat16, 3, 16, 66, "cuda", run=run, ckpt_tol=1e-5)
 
 

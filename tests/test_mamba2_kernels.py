@@ -239,6 +239,12 @@ STAGED_INTERPRETER = [
     # heads per group (a masked head lane)
     ((6, 80, 16, 2), dict(block_p=16, fold="tf32x3", num_warps=2, flush_launch=True, flush_heads=3,
                           flush_block_p=16, ring_x_in_ring=True)),
+    # a non-flush row's ring terms as group scores and head terms (compact_coef), the weights
+    # formed in the stream launch; with the flush list and with the per-row flush launch
+    ((6, 80, 16, 2), dict(block_p=16, fold="tf32x3", num_warps=2, flush_launch=True, flush_heads=3,
+                          flush_block_p=16, ring_x_in_ring=True, compact_coef=True)),
+    ((4, 32, 24, 1), dict(block_p=8, fold="loop", num_warps=2, flush_launch=True, flush_persistent=1,
+                          flush_list_items="heads", flush_heads=2, flush_block_p=16, compact_coef=True)),
 ]
 
 
@@ -567,12 +573,14 @@ SIDE_STREAM_GRAPH_CONFIGS = [
          flush_l2_prefetch="lines"),
     # the token's ring x stored by the ring launch (the default from batch 128)
     dict(fold="bf16x3", flush_heads=4, ring_x_in_ring=True),
+    # ... and a non-flush row's ring terms compact (compact_coef)
+    dict(fold="bf16x3", flush_heads=4, ring_x_in_ring=True, compact_coef=True),
 ]
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("seed,params", list(enumerate(SIDE_STREAM_GRAPH_CONFIGS, start=6)),
-                         ids=["side_stream", "heads_list", "ring_x_in_ring"])
+                         ids=["side_stream", "heads_list", "ring_x_in_ring", "compact_coef"])
 def test_staged_flush_stream_cuda_graph_equals_eager(seed, params):
     # Window 4; a captured step replayed against eager calls, state and outputs bit for bit.
     dims = (16, 64, 128, 2)

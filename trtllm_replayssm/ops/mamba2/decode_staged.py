@@ -162,8 +162,10 @@ def _stream_kernel(
     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_INDICES: tl.constexpr, FOLD: tl.constexpr,
     ROWS_FASTEST: tl.constexpr, RING_PREFETCH: tl.constexpr, FLUSH_HERE: tl.constexpr,
     RING_X_STORED: tl.constexpr = False,
+    ring_dt_ptr=None, terms_ptr=None, scores_ptr=None, s_rdt_slot=0, s_rdt_head=0, COMPACT: tl.constexpr = False,
 ):
     # RING_X_STORED: the ring launch wrote the token's ring x entry (LaunchConfig.ring_x_in_ring).
+    # COMPACT: the ring launch wrote the row's scores and head terms, not its line (compact_coef).
     row, h, pid_p = _program_ids(ROWS_FASTEST)
     g = h // HEADS_PER_GROUP
     offs_p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
@@ -192,12 +194,24 @@ def _stream_kernel(
     d_h, zv = _mixer_gate(h, row, offs_p, mask_p, D_ptr, z_ptr, s_z_row, s_z_head, HAS_D, HAS_Z)
 
     line = coef_ptr + (row * HEADS + h) * (CAP + 2)
-    lead = tl.load(line + offs_j, mask=offs_j < CAP, other=0.0)
-    gamma = tl.load(line + CAP)
-    last = tl.load(line + CAP + 1)
+    in_ring = offs_j < c
+    if COMPACT:
+        # w_j = exp(A (G_t - G_j)) dt_j as the ring launch forms it, from this head's ring dt.
+        terms = terms_ptr + (row * HEADS + h) * 4
+        total = tl.load(terms)
+        gamma = tl.load(terms + 1)
+        last = tl.load(terms + 2)
+        A_h = tl.load(terms + 3)
+        rdt = tl.load(ring_dt_ptr + slot * s_rdt_slot + h * s_rdt_head + offs_j, mask=in_ring, other=0.0)
+        score = tl.load(scores_ptr + (row * (HEADS // HEADS_PER_GROUP) + g) * BLOCK_J + offs_j, mask=in_ring,
+                        other=0.0)
+        lead = tl.where(in_ring, tl.exp(A_h * (total - tl.cumsum(rdt, axis=0))) * rdt * score, 0.0)
+    else:
+        lead = tl.load(line + offs_j, mask=offs_j < CAP, other=0.0)
+        gamma = tl.load(line + CAP)
+        last = tl.load(line + CAP + 1)
     x = tl.load(x_ptr + row * s_x_row + h * s_x_head + offs_p, mask=mask_p, other=0.0)
     Cv = tl.load(C_ptr + row * s_C_row + g * s_C_group + offs_n, mask=mask_n, other=0.0).to(tl.float32)
-    in_ring = offs_j < c
     rx_base = ring_x_ptr + slot * s_rx_slot + h * s_rx_head
     rB_base = ring_B_ptr + slot * s_rB_slot + g * s_rB_group
     if RING_PREFETCH:
@@ -441,15 +455,22 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
     # 4 words past the lines: the warp-specialised flush copies each line in 16-byte windows; the
     # next word: its item counter (flush_ws_order="counter"), zeroed by the ring launch.
     lines = batch * heads * (capacity + 2)
-    scratch = torch.empty(lines + 8, dtype=torch.float32, device=x.device)
+    block_j = max(16, triton.next_power_of_2(capacity))
+    # compact_coef: a non-flush row's head terms [batch, heads, 4] and group scores [batch, groups,
+    # block_j] past the lines, from a 128-byte boundary (whole sectors for the 16-byte stores).
+    terms_at = -(-(lines + 8) // 32) * 32
+    scores_at = terms_at + batch * heads * 4
+    scratch = torch.empty(scores_at + batch * groups * block_j if cfg.compact_coef else lines + 8,
+                          dtype=torch.float32, device=x.device)
     coef = scratch[:lines].view(batch, heads, capacity + 2)
+    compact = dict(terms_ptr=scratch[terms_at:scores_at], scores_ptr=scratch[scores_at:], COMPACT=True) \
+        if cfg.compact_coef else {}
     cuda_flush = cfg.flush_launch and cfg.flush_impl in ("cuda", "cuda_ws") and unsupported(
         checkpoint, batch, dict(ring_x=ring_x, ring_B=ring_B, x=x, B=B, C=C, z=z)) is None
     ws_flush = cuda_flush and cfg.flush_impl == "cuda_ws" and ws_unsupported(
         checkpoint, ring_x, ring_B, x, B, z, batch) is None
     counter = scratch[lines + 4:lines + 5].view(torch.int32) if ws_flush and cfg.flush_ws_order == "counter" else None
     info = torch.empty(batch, 2, dtype=torch.int32, device=x.device)
-    block_j = max(16, triton.next_power_of_2(capacity))
     block_n = triton.next_power_of_2(d_state)
     ring_x_here = cfg.ring_x_in_ring  # LaunchConfig allows it only with flush_launch
     _ring_kernel[(batch, groups)](
@@ -464,6 +485,7 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
                 s_x_head=s_x_head, P=head_dim, BLOCK_P=triton.next_power_of_2(head_dim), RING_X=True)
            if ring_x_here else {}),
         **(dict(count_ptr=counter, ZERO_COUNT=True) if counter is not None else {}),
+        **compact,
     )
     sms = _sm_count(x.device) if x.device.type == "cuda" else None
     flush_strides = (s_ck_slot, s_ck_head, s_rx_slot, s_rx_head, s_rB_slot, s_rB_group,
@@ -527,6 +549,7 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
         HAS_D=flags["HAS_D"], HAS_Z=flags["HAS_Z"], HAS_INDICES=flags["HAS_INDICES"], FOLD=cfg.fold,
         ROWS_FASTEST=cfg.rows_fastest, RING_PREFETCH=cfg.ring_prefetch, FLUSH_HERE=not cfg.flush_launch,
         RING_X_STORED=ring_x_here, num_warps=cfg.num_warps, maxnreg=cfg.max_registers,
+        **(dict(compact, ring_dt_ptr=ring_dt, s_rdt_slot=s_rdt_slot, s_rdt_head=s_rdt_head) if compact else {}),
     )
     if side is not None:
         join(side, x.device)

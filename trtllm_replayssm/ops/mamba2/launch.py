@@ -103,6 +103,11 @@ class LaunchConfig:
     # kernel="staged" with flush_launch: the ring launch, not the stream launch, stores the
     # token's ring x entry (the stream launch then writes only y beside its checkpoint reads).
     ring_x_in_ring: bool = False
+    # kernel="staged" with flush_launch: the ring launch writes a non-flush row's terms as the
+    # group's scores and 4 floats per head, not as lines of weights times scores (ring.py), and
+    # the stream programs form the weights from the ring's dt: 0.6 MB written a step at
+    # Nemotron-H 256 instead of 2.4 MB.
+    compact_coef: bool = False
 
     def __post_init__(self):
         if self.kernel not in KERNELS:
@@ -163,6 +168,11 @@ class LaunchConfig:
         if self.ring_x_in_ring and not self.flush_launch:
             # Without the flush launch the stream launch's flush rows fold the ring themselves.
             raise ValueError("LaunchConfig.ring_x_in_ring: needs flush_launch=True")
+        if not isinstance(self.compact_coef, bool):
+            raise ValueError(f"LaunchConfig.compact_coef: expected a bool, got {self.compact_coef!r}")
+        if self.compact_coef and not self.flush_launch:
+            # Without the flush launch the stream launch's flush rows fold with the lines' weights.
+            raise ValueError("LaunchConfig.compact_coef: needs flush_launch=True")
         if self.flush_launch and self.kernel != "staged":
             raise ValueError("LaunchConfig.flush_launch: needs kernel='staged'")
         if self.flush_launch and self.fold in DOT_FOLDS and self.flush_block_p < 16:

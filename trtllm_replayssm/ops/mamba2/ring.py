@@ -5,6 +5,13 @@ launches read of the ring before they start.
 decays as per-(row, head) coefficient lines, the row's ``(c, flush)`` flags, and the token's ring
 ``dt`` and ``B`` entries (its ``x`` entry too with ``LaunchConfig.ring_x_in_ring``).
 
+With ``LaunchConfig.compact_coef`` a non-flush row's terms are not lines of ring weights times
+scores (``[CAP + 2]`` fp32 per head, 2.4 MB a step at Nemotron-H batch 256) but the group's
+``[BLOCK_J]`` scores and four floats per head (``G_t``, ``Gamma``, ``dt_t B_t . C_t``, ``A``,
+0.6 MB): the stream programs form the weights from the ring's ``dt`` entries, which they read
+beside their checkpoint tile. Writes among the checkpoint's reads cost more than their bytes
+(``benchmarks/NOTES_mamba2.md``, thirty-sixth run); the lines were most of the non-flush step's.
+
 Storing the ``x`` entry from a launch of its own on a second side stream, beside the stream
 launch, was built and timed (Nemotron-H 256, H200: non-flush 274.8-275.1 against 274.5-274.9 us)
 and removed (``benchmarks/NOTES_mamba2.md``, thirty-ninth run).
@@ -33,6 +40,7 @@ def _ring_kernel(
     ring_x_ptr=None, x_ptr=None, s_rx_slot=0, s_rx_head=0, s_rx_j=0, s_x_row=0, s_x_head=0,
     P: tl.constexpr = 1, BLOCK_P: tl.constexpr = 1, RING_X: tl.constexpr = False,
     count_ptr=None, ZERO_COUNT: tl.constexpr = False,
+    terms_ptr=None, scores_ptr=None, COMPACT: tl.constexpr = False,
 ):
     # RING_X: this launch also writes the token's ring x entry (LaunchConfig.ring_x_in_ring), so
     # that the stream launch, which reads the checkpoint, stores only y. ZERO_COUNT: it zeroes the
@@ -73,10 +81,26 @@ def _ring_kernel(
     w = tl.where(in_ring[None, :], tl.exp(A[:, None] * (total[:, None] - tl.cumsum(rdt, axis=1))) * rdt, 0.0)
     gamma = tl.exp(A * total)
     line = coef_ptr + (row * GROUPS * HEADS_PER_GROUP + heads) * LINE
-    lead = tl.where(is_flush, w, w * score[None, :])
-    tl.store(line[:, None] + offs_j[None, :], lead, mask=mask_hg[:, None] & (offs_j < CAP)[None, :])
-    tl.store(line + CAP, gamma, mask=mask_hg)
-    tl.store(line + CAP + 1, tl.where(is_flush, dt, dt * score_now), mask=mask_hg)
+    if COMPACT:
+        # Lines for flush rows only (the flush launches read them). A non-flush row gets the
+        # group's scores and per head (G_t, Gamma, dt_t B_t . C_t, A), 16 bytes: its stream
+        # programs form the weights from the ring's dt themselves (LaunchConfig.compact_coef).
+        heads_flush = offs_hg < tl.where(is_flush, HEADS_PER_GROUP, 0)
+        tl.store(line[:, None] + offs_j[None, :], w, mask=heads_flush[:, None] & (offs_j < CAP)[None, :])
+        tl.store(line + CAP, gamma, mask=heads_flush)
+        tl.store(line + CAP + 1, dt, mask=heads_flush)
+        tl.store(scores_ptr + (row * GROUPS + g) * BLOCK_J + offs_j, score,
+                 mask=offs_j < tl.where(is_flush, 0, BLOCK_J))
+        col = tl.arange(0, 4)
+        terms = tl.where(col[None, :] == 0, total[:, None], tl.where(col[None, :] == 1, gamma[:, None], tl.where(
+            col[None, :] == 2, (dt * score_now)[:, None], A[:, None])))
+        tl.store(terms_ptr + (row * GROUPS * HEADS_PER_GROUP + heads)[:, None] * 4 + col[None, :], terms,
+                 mask=(offs_hg < tl.where(is_flush, 0, HEADS_PER_GROUP))[:, None] & (col < 4)[None, :])
+    else:
+        lead = tl.where(is_flush, w, w * score[None, :])
+        tl.store(line[:, None] + offs_j[None, :], lead, mask=mask_hg[:, None] & (offs_j < CAP)[None, :])
+        tl.store(line + CAP, gamma, mask=mask_hg)
+        tl.store(line + CAP + 1, tl.where(is_flush, dt, dt * score_now), mask=mask_hg)
     # The token's ring entry (entry c is not read by this step).
     tl.store(ring_dt_ptr + slot * s_rdt_slot + heads * s_rdt_head + c, dt, mask=offs_hg < tl.where(fits, HEADS_PER_GROUP, 0))
     tl.store(ring_B_ptr + slot * s_rB_slot + g * s_rB_group + c * s_rB_j + offs_n, B_raw,

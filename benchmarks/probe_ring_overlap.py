@@ -1,6 +1,7 @@
 """Timing probe: a staged non-flush step (the delta rules', or Mamba-2's with ``--kind
-mamba2``) with its ring launch running beside the stream launch instead of before it. What a step whose ring and stream programs run together
-could gain at most (NOTES_delta.md, twenty-fourth run), measured before building one.
+mamba2``) with its ring launch running beside the stream launch instead of before it. What a
+step whose ring and stream programs run together could gain at most (NOTES_delta.md,
+twenty-fourth run; NOTES_mamba2.md, thirty-ninth run), measured before building one.
 
 The probe reorders the ops' own launches, nothing else: the ring launch goes to the side stream
 (after the current stream, as the flush list launch does), the flush list launch follows it
@@ -74,7 +75,7 @@ def ring_beside(ds):
                 sides.append(side)
             return run
 
-    ds._ring_kernel, ds.fork = _Ring(), (lambda device, *_: sides.pop())
+    ds._ring_kernel, ds.fork = _Ring(), (lambda device: sides.pop())
     try:
         yield
     finally:

@@ -44,7 +44,8 @@ def configs_for(specs: list[str], head_dim: int, d_state: int, batch: int) -> li
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--batch", type=int, default=256)
-    p.add_argument("--dims", type=int, nargs=4, default=[128, 64, 128, 8], metavar=("HEADS", "HEAD_DIM", "D_STATE", "GROUPS"))
+    p.add_argument("--dims", type=int, nargs=4, default=[128, 64, 128, 8],
+                   metavar=("HEADS", "HEAD_DIM", "D_STATE", "GROUPS"))
     p.add_argument("--derive", nargs="+", default=[""], metavar="FIELDS",
                    help="configurations: 'field=value, ...' replacing fields of the default ('' is the default)")
     p.add_argument("--allocations", type=int, default=3)

@@ -163,16 +163,14 @@ class LaunchConfig:
                              f"tuple of them, got {self.flush_max_registers!r}")
         if self.flush_stream and not self.flush_launch:
             raise ValueError("LaunchConfig.flush_stream: needs flush_launch=True")
-        if not isinstance(self.ring_x_in_ring, bool):
-            raise ValueError(f"LaunchConfig.ring_x_in_ring: expected a bool, got {self.ring_x_in_ring!r}")
-        if self.ring_x_in_ring and not self.flush_launch:
-            # Without the flush launch the stream launch's flush rows fold the ring themselves.
-            raise ValueError("LaunchConfig.ring_x_in_ring: needs flush_launch=True")
-        if not isinstance(self.compact_coef, bool):
-            raise ValueError(f"LaunchConfig.compact_coef: expected a bool, got {self.compact_coef!r}")
-        if self.compact_coef and not self.flush_launch:
-            # Without the flush launch the stream launch's flush rows fold with the lines' weights.
-            raise ValueError("LaunchConfig.compact_coef: needs flush_launch=True")
+        for name in ("ring_x_in_ring", "compact_coef"):
+            value = getattr(self, name)
+            if not isinstance(value, bool):
+                raise ValueError(f"LaunchConfig.{name}: expected a bool, got {value!r}")
+            if value and not self.flush_launch:
+                # Without the flush launch the stream launch's flush rows fold the ring themselves,
+                # from the token's ring x entry and the lines' weights.
+                raise ValueError(f"LaunchConfig.{name}: needs flush_launch=True")
         if self.flush_launch and self.kernel != "staged":
             raise ValueError("LaunchConfig.flush_launch: needs kernel='staged'")
         if self.flush_launch and self.fold in DOT_FOLDS and self.flush_block_p < 16:
@@ -284,9 +282,11 @@ def launch_config(kind: str, head_dim: int, d_state: int, batch: int) -> LaunchC
         # staggered phases); at 32 and 64 its amortized step led too but its mixed one trailed by
         # 1.6-1.7 us (few rows flush per staggered step, and a block walks its items one after
         # another). Below 256 the Triton launch stays.
-        # Its blocks stride over the items (flush_ws_order="stride"): taking them from a counter in
-        # chunks of 4 read 567-608 us at Nemotron-H 256 against 594-597, one capture to the next,
-        # and lost at 128 and 512 (NOTES_mamba2.md, thirty-eighth run).
+        # Its blocks stride over the items (flush_ws_order="stride"). Taking them from a counter in
+        # chunks of 4 shortened the all-flush step in every capture of the thirty-ninth run
+        # (Nemotron-H 256 565-567 us against 591-596, 512 1113-1122 against 1173-1180), but the
+        # staggered step, a server's, at 512 read 608.7 / 611.0 us in two captures of four against
+        # 567.5-569.2 (NOTES_mamba2.md, thirty-eighth and thirty-ninth runs).
         ws = batch >= 256 and d_state == 128
         # The token's ring x entry stored by the ring launch (ring_x_in_ring): the stream launch,
         # a read of the checkpoint, then writes only y. Stores among a long stream of reads cost

@@ -342,7 +342,7 @@ def _short(cfg) -> str:
         # The warp-specialised CUDA flush reads none of the other flush fields.
         return (f"staged bp{cfg.block_p} w{cfg.num_warps} +flush cuda_ws"
                 + (f" s{cfg.flush_ws_stages}" if cfg.flush_ws_stages else "") + (" side" if cfg.flush_stream else "")
-                + (f" counter{cfg.flush_ws_chunk}" if cfg.flush_ws_order == "counter" else "")
+                + (f" {cfg.flush_ws_order}{cfg.flush_ws_chunk}" if cfg.flush_ws_order != "stride" else "")
                 + _ring_warps(cfg))
     if cfg.kernel == "staged" and cfg.flush_launch and cfg.flush_impl == "cuda":
         # The CUDA flush launch reads only its own fields and flush_heads.

@@ -110,6 +110,8 @@ def test_ws_shared_memory_and_stages():
     assert d["ORDER"] == 0
     assert fc.ws_defines(128, 8, 64, 128, 16, torch.bfloat16, torch.bfloat16, torch.float32, None, False, False, None, 5,
                          "counter")["ORDER"] == 1
+    assert fc.ws_defines(128, 8, 64, 128, 16, torch.bfloat16, torch.bfloat16, torch.float32, None, False, False, None, 5,
+                         "auto")["ORDER"] == 2
     with pytest.raises(ValueError, match="order: expected one of"):
         fc.ws_defines(128, 8, 64, 128, 16, torch.bfloat16, torch.bfloat16, torch.float32, None, False, False, None, 5,
                       "random")
@@ -159,6 +161,17 @@ def test_ws_launch_refuses_coef_without_its_window():
             fc.flush_rows_ws(ck, torch.zeros(batch, heads, cap, head_dim), torch.zeros(batch, 1, cap, 128), roomy,
                              torch.zeros(batch, 2, dtype=torch.int32), x, B, B, None, None, None, x.clone(), batch,
                              (0,) * 16, cap, counter=bad)
+    # The order and the counter agree: "auto" and "counter" read one, "stride" none.
+    one = torch.zeros(1, dtype=torch.int32)
+    for order, counter, expected in [("auto", None, "a tensor"), ("counter", None, "a tensor"), ("stride", one, "None")]:
+        with pytest.raises(ValueError, match=f"^counter: expected {expected} for order '{order}'"):
+            fc.flush_rows_ws(ck, torch.zeros(batch, heads, cap, head_dim), torch.zeros(batch, 1, cap, 128), roomy,
+                             torch.zeros(batch, 2, dtype=torch.int32), x, B, B, None, None, None, x.clone(), batch,
+                             (0,) * 16, cap, counter=counter, order=order)
+    with pytest.raises(ValueError, match="^order: expected one of"):
+        fc.flush_rows_ws(ck, torch.zeros(batch, heads, cap, head_dim), torch.zeros(batch, 1, cap, 128), roomy,
+                         torch.zeros(batch, 2, dtype=torch.int32), x, B, B, None, None, None, x.clone(), batch,
+                         (0,) * 16, cap, counter=one, order="random")
     assert torch.equal(ck, before)
 
 
@@ -168,7 +181,7 @@ def test_launch_config_takes_the_ws_flush():
     assert (counted.flush_ws_order, counted.flush_ws_chunk) == ("counter", 4)
     with pytest.raises(ValueError, match="flush_ws_chunk: expected 1 to 64, got 0"):
         decode.LaunchConfig(**dict(CUDA_FLUSH, flush_impl="cuda_ws", flush_ws_order="counter", flush_ws_chunk=0))
-    with pytest.raises(ValueError, match=r"flush_ws_order: expected one of \('stride', 'counter'\), got 'random'"):
+    with pytest.raises(ValueError, match=r"flush_ws_order: expected one of \('stride', 'counter', 'auto'\), got 'random'"):
         decode.LaunchConfig(**dict(CUDA_FLUSH, flush_impl="cuda_ws", flush_ws_order="random"))
     assert decode.LaunchConfig(**dict(CUDA_FLUSH, flush_impl="cuda_ws", flush_ws_stages=3)).flush_ws_stages == 3
     for bad in (1, 6, -1):
@@ -266,7 +279,7 @@ def test_ws_kernel_assembles_without_spills(sm, dtype, order, tmp_path):
         ptx = _nvrtc.compile_ptx(fc.source(fc.WS_FILE), "flush_ws.cu", sm, tuple((k, str(v)) for k, v in defs.items()))
         assert "cp.async.bulk.shared::cluster.global" in ptx and "mbarrier.try_wait" in ptx
         # The counter order takes items by atomics on the counter; the stride order touches none.
-        assert ("atom.global.add.u32" in ptx) == (order == "counter"), order
+        assert ("atom.global.add.u32" in ptx) == (order != "stride"), order
         regs, spills, log = assemble(ptx, sm, tmp_path / f"flush_ws_{sm}_{head_dim}_{gated}.ptx")
         assert regs * defs["THREADS"] <= 65536 and spills == 0, (sm, head_dim, log)
 
@@ -279,8 +292,10 @@ def test_ws_kernel_assembles_without_spills(sm, dtype, order, tmp_path):
                                     dict(flush_impl="cuda_ws"), dict(flush_impl="cuda_ws", flush_ws_stages=2),
                                     dict(flush_impl="cuda_ws", ring_x_in_ring=True),
                                     dict(flush_impl="cuda_ws", ring_x_in_ring=True, flush_ws_order="counter"),
-                                    dict(flush_impl="cuda_ws", ring_x_in_ring=True, compact_coef=True)],
-                         ids=["default", "rows8-heads2", "ws", "ws2", "ws-ring-x", "ws-counter", "ws-compact"])
+                                    dict(flush_impl="cuda_ws", ring_x_in_ring=True, compact_coef=True),
+                                    dict(flush_impl="cuda_ws", ring_x_in_ring=True, flush_ws_order="auto")],
+                         ids=["default", "rows8-heads2", "ws", "ws2", "ws-ring-x", "ws-counter", "ws-compact",
+                              "ws-auto"])
 @pytest.mark.parametrize("batch", [1, 3, 64])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize("dims", [(8, 64, 128, 2), (8, 80, 128, 8), (4, 128, 64, 1), (6, 256, 128, 3)])
@@ -352,7 +367,8 @@ def test_flush_without_nvrtc_takes_the_triton_launch_gpu(monkeypatch):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("impl,order", [("cuda", "stride"), ("cuda_ws", "stride"), ("cuda_ws", "counter")])
+@pytest.mark.parametrize("impl,order", [("cuda", "stride"), ("cuda_ws", "stride"), ("cuda_ws", "counter"),
+                                        ("cuda_ws", "auto")])
 def test_cuda_flush_cuda_graph_equals_eager_gpu(impl, order):
     dims = (16, 64, 128, 2)
     gen = torch.Generator().manual_seed(8)

@@ -291,7 +291,7 @@ def ws_defines(heads: int, groups: int, head_dim: int, d_state: int, capacity: i
                d_dtype, has_d: bool, has_z: bool, idx_dtype, stages: int, order: str = "stride",
                chunk: int = 4) -> dict:
     """The ``-D`` values ``flush_ws.cu`` is compiled with; ``order``: how a block takes its items
-    (:data:`WS_ORDERS`), ``chunk``: consecutive items per take from the counter."""
+    (:data:`WS_ORDERS`; ``ORDER`` is its index), ``chunk``: consecutive items per take from the counter."""
     if order not in WS_ORDERS:
         raise ValueError(f"order: expected one of {WS_ORDERS}, got {order!r}")
     if chunk < 1:
@@ -308,7 +308,7 @@ def ws_defines(heads: int, groups: int, head_dim: int, d_state: int, capacity: i
 
 
 def flush_rows_ws(checkpoint, ring_x, ring_B, coef, info, x, B, C, D, z, idx, y, batch, strides, capacity,
-                  stages: int = 0, counter: torch.Tensor | None = None, chunk: int = 4):
+                  stages: int = 0, counter: torch.Tensor | None = None, chunk: int = 4, order: str | None = None):
     """Launch ``mamba2_flush_ws`` on the current stream: the arguments of :func:`flush_rows_cuda`
     (its ``strides``: the staged step's 16 flush strides), for a step :func:`ws_unsupported`
     accepts. ``coef`` must start on a 16-byte boundary with 12 readable bytes past its end (its
@@ -316,7 +316,15 @@ def flush_rows_ws(checkpoint, ring_x, ring_B, coef, info, x, B, C, D, z, idx, y,
     most that fit, at most :data:`WS_MAX_STAGES`; more than fit is refused). One block per SM
     walks the (flush row, head) items: with ``counter`` (``[1]`` int32, 0 when the launch starts:
     ``LaunchConfig.flush_ws_order="counter"``) each takes its next ``chunk`` consecutive items from
-    it, else block ``b`` takes items ``b``, ``b + blocks``, ..."""
+    it, else block ``b`` takes items ``b``, ``b + blocks``, ... ``order``
+    (``LaunchConfig.flush_ws_order``; None: "counter" with a counter, else "stride") "auto" takes
+    the counter's order in a step where at least half of the ``batch`` rows flush, else the
+    stride's; it needs the counter."""
+    order = order or ("stride" if counter is None else "counter")
+    if order not in WS_ORDERS:
+        raise ValueError(f"order: expected one of {WS_ORDERS}, got {order!r}")
+    if (order == "stride") != (counter is None):
+        raise ValueError(f"counter: expected {'None' if order == 'stride' else 'a tensor'} for order {order!r}")
     if counter is not None and (counter.dtype != torch.int32 or counter.numel() != 1 or counter.device != x.device):
         raise ValueError(f"counter: expected one int32 on {x.device}, got {counter.dtype} x {counter.numel()} on "
                          f"{counter.device}")
@@ -335,7 +343,7 @@ def flush_rows_ws(checkpoint, ring_x, ring_B, coef, info, x, B, C, D, z, idx, y,
     stages = stages or most
     defs = ws_defines(heads, groups, head_dim, d_state, capacity, x.dtype, B.dtype, ring_x.dtype,
                       None if D is None else D.dtype, D is not None, z is not None,
-                      None if idx is None else idx.dtype, stages, "stride" if counter is None else "counter", chunk)
+                      None if idx is None else idx.dtype, stages, order, chunk)
     shared = ws_shared_bytes(batch, heads, head_dim, d_state, capacity, *sizes, stages)
     threads = defs["THREADS"]
     kernel, blocks = launch_plan(WS_FILE, "mamba2_flush_ws", WS_SIGNATURE, tuple(defs.items()), index, batch * heads,

@@ -453,7 +453,7 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
     (s_ck_slot, s_ck_head, s_ck_p, s_rx_slot, s_rx_head, s_rx_j, s_rdt_slot, s_rdt_head,
      s_rB_slot, s_rB_group, s_rB_j) = _state_strides(checkpoint, ring_x, ring_dt, ring_B)
     # 4 words past the lines: the warp-specialised flush copies each line in 16-byte windows; the
-    # next word: its item counter (flush_ws_order="counter"), zeroed by the ring launch.
+    # next word: its item counter (flush_ws_order "counter" / "auto"), zeroed by the ring launch.
     lines = batch * heads * (capacity + 2)
     block_j = max(16, triton.next_power_of_2(capacity))
     # compact_coef: a non-flush row's head terms [batch, heads, 4] and group scores [batch, groups,
@@ -469,7 +469,7 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
         checkpoint, batch, dict(ring_x=ring_x, ring_B=ring_B, x=x, B=B, C=C, z=z)) is None
     ws_flush = cuda_flush and cfg.flush_impl == "cuda_ws" and ws_unsupported(
         checkpoint, ring_x, ring_B, x, B, z, batch) is None
-    counter = scratch[lines + 4:lines + 5].view(torch.int32) if ws_flush and cfg.flush_ws_order == "counter" else None
+    counter = scratch[lines + 4:lines + 5].view(torch.int32) if ws_flush and cfg.flush_ws_order != "stride" else None
     info = torch.empty(batch, 2, dtype=torch.int32, device=x.device)
     block_n = triton.next_power_of_2(d_state)
     ring_x_here = cfg.ring_x_in_ring  # LaunchConfig allows it only with flush_launch
@@ -505,7 +505,8 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
         if ws_flush:
             flush_rows_ws(checkpoint, ring_x, ring_B, coef, info, x, B, C, D_ if flags["HAS_D"] else None,
                           z_ if flags["HAS_Z"] else None, idx_ if flags["HAS_INDICES"] else None, y, batch,
-                          flush_strides, capacity, cfg.flush_ws_stages, counter, cfg.flush_ws_chunk)
+                          flush_strides, capacity, cfg.flush_ws_stages, counter, cfg.flush_ws_chunk,
+                          cfg.flush_ws_order)
             return
         if cuda_flush:
             flush_rows_cuda(checkpoint, ring_x, ring_B, coef, info, x, B, C, D_ if flags["HAS_D"] else None,

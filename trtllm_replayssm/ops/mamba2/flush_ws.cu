@@ -101,7 +101,10 @@ __device__ __forceinline__ void add_outer(float4 (&acc)[RW], const float* a, flo
 //
 // ORDER 1: a block's producer takes its next CHUNK items from item_counter (zeroed by the ring
 // launch) instead of striding over the items, so that the tiles in flight on the whole device
-// stay the checkpoint's next ones. On an H200 an in-place update of 1 GiB as one wave of blocks striding
+// stay the checkpoint's next ones. ORDER 2 chooses per step, from the number of flush rows every
+// block counts alike: the counter when at least half of the batch's rows flush (an in-phase step),
+// else the stride, one item a take (a staggered step: a server's slots flush about 1/16 of the rows
+// at a time, and there the counter read 7% slower in some captures at Nemotron-H 512). On an H200 an in-place update of 1 GiB as one wave of blocks striding
 // over it takes 543-579 us against 525-541 us as a grid, and 529-544 us with the passes taken
 // from a counter (probe_memory_rates.py, the thirty-eighth run).
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
@@ -134,9 +137,17 @@ mamba2_flush_ws(MAMBA2_FLUSH_PARAMS, int* __restrict__ item_counter) {
     // CHUNK items.
     __shared__ int stage_item[STAGES];  // the item in each stage; -1: no more
     __shared__ int first_chunk;
-    if (tid == 0) first_chunk = items ? atomicAdd(item_counter, 1) : 0;
+#if ORDER == 2
+    const bool counted = 2 * flushing >= batch;
+#else
+    const bool counted = true;
+#endif
+    const int chunk = counted ? CHUNK : 1;
+    // A block's n-th chunk: from the counter, or by the grid stride (ORDER 0's items, in its order).
+    auto take = [&](int n) { return counted ? atomicAdd(item_counter, 1) : (int)blockIdx.x + n * (int)gridDim.x; };
+    if (tid == 0) first_chunk = items ? take(0) : 0;
     __syncthreads();
-    if (first_chunk * CHUNK >= items) return;  // no flush rows (or none left): leave the SM to the stream launch
+    if (first_chunk * chunk >= items) return;  // no flush rows (or none left): leave the SM to the stream launch
 #else
     const int mine = (int)blockIdx.x < items ? (items - 1 - (int)blockIdx.x) / (int)gridDim.x + 1 : 0;
     if (mine == 0) return;  // a step without flush rows: its blocks leave the SMs to the stream launch
@@ -202,13 +213,13 @@ mamba2_flush_ws(MAMBA2_FLUSH_PARAMS, int* __restrict__ item_counter) {
                 stage_item[i % STAGES] = -1;
                 bar_arrive(&full[i % STAGES]);
             };
-            int it = first_chunk * CHUNK, chunk_end = min(it + CHUNK, items);
-            int pending = atomicAdd(item_counter, 1);
+            int it = first_chunk * chunk, chunk_end = min(it + chunk, items), taken = 1;
+            int pending = take(taken++);
             auto advance = [&]() {  // it: the next item, or items when there is none
                 if (++it < chunk_end) return;
-                it = min(pending * CHUNK, items);
-                chunk_end = min(it + CHUNK, items);
-                if (it < items) pending = atomicAdd(item_counter, 1);
+                it = min(pending * chunk, items);
+                chunk_end = min(it + chunk, items);
+                if (it < items) pending = take(taken++);
             };
             int next = 0;
             for (; next < STAGES && it < items; ++next) {

@@ -30,8 +30,9 @@ PIPELINES = ("regs", "range", "cols")
 #: Flush launches of the "staged" kernel with flush_launch: Triton's, the CUDA C++ kernel, or its
 #: warp-specialised form.
 FLUSH_IMPLS = ("triton", "cuda", "cuda_ws")
-#: How the warp-specialised flush's blocks take their items: striding by the grid, or from a counter.
-WS_ORDERS = ("stride", "counter")
+#: How the warp-specialised flush's blocks take their items: striding by the grid, from a counter,
+#: or, step by step, from the counter when at least half of the batch's rows flush.
+WS_ORDERS = ("stride", "counter", "auto")
 
 
 @dataclass(frozen=True)
@@ -96,10 +97,11 @@ class LaunchConfig:
     # "cuda_ws": head tiles in flight per block (2 to 5; 0: the most that fit the device's shared
     # memory, at most 5). Fewer leave shared memory beside it for the stream launch's programs.
     flush_ws_stages: int = 0
-    # "cuda_ws": how a block takes its (row, head) items: "stride" (block b: b, b + blocks, ...) or
-    # "counter" (the next from a counter the ring launch zeroes: the tiles in flight stay contiguous).
+    # "cuda_ws": how a block takes its (row, head) items: "stride" (block b: b, b + blocks, ...),
+    # "counter" (the next from a counter the ring launch zeroes: the tiles in flight stay contiguous)
+    # or "auto" (each step: the counter when at least half of the batch's rows flush, else the stride).
     flush_ws_order: str = "stride"
-    flush_ws_chunk: int = 4  # "counter": consecutive items a block takes at once
+    flush_ws_chunk: int = 4  # "counter" / "auto": consecutive items a block takes at once from the counter
     # kernel="staged" with flush_launch: the ring launch, not the stream launch, stores the
     # token's ring x entry (the stream launch then writes only y beside its checkpoint reads).
     ring_x_in_ring: bool = False

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from ptx_resources import HAVE_PTXAS, assemble
-from test_mamba2_kernels import _graph_vs_eager, _kernel_replay, allocate, check_replay
+from mamba2_kernel_harness import allocate, check_replay, graph_vs_eager, kernel_replay
 from trtllm_replayssm.ops import _nvrtc
 from trtllm_replayssm.ops.mamba2 import decode
 from trtllm_replayssm.ops.mamba2 import decode_flush_cuda as fc
@@ -204,7 +204,7 @@ def test_launch_config_checks_flush_launch_flags(field):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter path; the GPU tests run the kernel")
 def test_cuda_flush_config_off_cuda_takes_the_triton_launch():
     # Off CUDA the step keeps the Triton flush launch (the interpreter), exactly as without flush_impl.
-    run = _kernel_replay(decode.LaunchConfig(**dict(CUDA_FLUSH, fold="tf32x3")))
+    run = kernel_replay(decode.LaunchConfig(**dict(CUDA_FLUSH, fold="tf32x3")))
     check_replay((2, 32, 16, 2), torch.float32, 3, 4, 10, "cpu", run=run, stagger=True)
 
 
@@ -300,7 +300,7 @@ def test_ws_kernel_assembles_without_spills(sm, dtype, order, tmp_path):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize("dims", [(8, 64, 128, 2), (8, 80, 128, 8), (4, 128, 64, 1), (6, 256, 128, 3)])
 def test_cuda_flush_steps_gpu(dims, dtype, batch, params):
-    run = _kernel_replay(decode.LaunchConfig(**dict(CUDA_FLUSH, **params)))
+    run = kernel_replay(decode.LaunchConfig(**dict(CUDA_FLUSH, **params)))
     check_replay(dims, dtype, batch, window=8, steps=26, device="cuda", run=run, stagger=True)
     check_replay(dims, dtype, batch, window=4, steps=13, device="cuda", run=run, seed=1)
 
@@ -313,7 +313,7 @@ def test_cuda_flush_steps_gpu(dims, dtype, batch, params):
                                                        ("cuda_ws", True, "stride", True)])
 def test_cuda_flush_nemotron_dims_four_windows_gpu(impl, ring_x, order, compact):
     # The accuracy target: the fp32 checkpoint within 1e-5 of float64 over 4 windows at L=16.
-    run = _kernel_replay(decode.LaunchConfig(**dict(CUDA_FLUSH, flush_persistent=4, flush_list_items="heads",
+    run = kernel_replay(decode.LaunchConfig(**dict(CUDA_FLUSH, flush_persistent=4, flush_list_items="heads",
                                                     flush_heads=16, flush_impl=impl, ring_x_in_ring=ring_x,
                                                     flush_ws_order=order, compact_coef=compact)))
     check_replay((128, 64, 128, 8), torch.bfloat16, 3, 16, 66, "cuda", run=run, ckpt_tol=1e-5)
@@ -323,14 +323,14 @@ def test_cuda_flush_nemotron_dims_four_windows_gpu(impl, ring_x, order, compact)
 @pytest.mark.parametrize("impl", ["triton", "cuda", "cuda_ws"])
 def test_flush_ignores_unwritten_ring_entries_gpu(impl):
     # Window 8 of a 16-entry ring, NaN in every entry until written: entries past c never reach a sum.
-    run = _kernel_replay(decode.LaunchConfig(**dict(CUDA_FLUSH, flush_impl=impl)))
+    run = kernel_replay(decode.LaunchConfig(**dict(CUDA_FLUSH, flush_impl=impl)))
     check_replay((8, 64, 128, 2), torch.bfloat16, 3, 8, 26, "cuda", run=run, poison_ring=True)
 
 
 @pytest.mark.gpu
 def test_cuda_flush_falls_back_where_unsupported_gpu():
     # d_state 80: the Triton flush launch serves the step.
-    run = _kernel_replay(decode.LaunchConfig(**CUDA_FLUSH))
+    run = kernel_replay(decode.LaunchConfig(**CUDA_FLUSH))
     check_replay((6, 80, 80, 3), torch.bfloat16, 3, 4, 13, "cuda", run=run)
 
 
@@ -342,7 +342,7 @@ def test_default_flush_without_gate_or_D_gpu(dtype, gate, with_D):
     # D loaded) as engines that gate in a norm after the layer call it; staggered phases, 3 windows.
     cfg = decode.launch_config("replay", 64, 128, 256)
     assert cfg.flush_impl == "cuda_ws"
-    check_replay((8, 64, 128, 2), dtype, 256, 4, 13, "cuda", run=_kernel_replay(cfg), stagger=True, gate=gate,
+    check_replay((8, 64, 128, 2), dtype, 256, 4, 13, "cuda", run=kernel_replay(cfg), stagger=True, gate=gate,
                  with_D=with_D)
 
 
@@ -363,7 +363,7 @@ def test_flush_without_nvrtc_takes_the_triton_launch_gpu(monkeypatch):
     monkeypatch.setattr(decode_staged, "flush_rows_cuda", compiled_launch)
     cfg = decode.launch_config("replay", 64, 128, 256)
     assert cfg.flush_impl == "cuda_ws"
-    check_replay((8, 64, 128, 2), torch.bfloat16, 3, 4, 13, "cuda", run=_kernel_replay(cfg))
+    check_replay((8, 64, 128, 2), torch.bfloat16, 3, 4, 13, "cuda", run=kernel_replay(cfg))
 
 
 @pytest.mark.gpu
@@ -373,7 +373,7 @@ def test_cuda_flush_cuda_graph_equals_eager_gpu(impl, order):
     dims = (16, 64, 128, 2)
     gen = torch.Generator().manual_seed(8)
     base, _ = allocate(6, *dims, 4, torch.bfloat16, "cuda", gen)
-    eager, graph = _graph_vs_eager(_kernel_replay(decode.LaunchConfig(**dict(CUDA_FLUSH, flush_impl=impl,
+    eager, graph = graph_vs_eager(kernel_replay(decode.LaunchConfig(**dict(CUDA_FLUSH, flush_impl=impl,
                                                                                  flush_ws_order=order))),
                                    base.clone, 5, *dims, torch.bfloat16)
     for name, t in eager.tensors().items():

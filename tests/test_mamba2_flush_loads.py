@@ -8,14 +8,14 @@ import torch
 
 from trtllm_replayssm.ops.mamba2 import decode
 
-from test_mamba2_kernels import _kernel_replay, check_replay
+from mamba2_kernel_harness import check_replay, kernel_replay
 
 
 def _same_bits(dims, base, changed):
     """The launch ``base`` and ``base`` with ``changed``, 26 bf16 steps at window 8, batch 64,
     staggered: outputs and state bit for bit equal (and each within 1e-5 of float64)."""
     def recorded(cfg, ys):
-        launch = _kernel_replay(cfg)
+        launch = kernel_replay(cfg)
 
         def run(*args):
             ys.append(launch(*args).clone())

@@ -8,131 +8,15 @@ phase over 3+ windows; CUDA-graph capture and torch.compile.
 import pytest
 import torch
 
-from trtllm_replayssm.config import ReplaySSMConfig
-from trtllm_replayssm.ops.mamba2 import decode, mamba2_replay_step, mamba2_standard_step, reference
-from trtllm_replayssm.ops.mamba2.state import Mamba2ReplayState
+from mamba2_kernel_harness import (allocate, check_replay, check_standard, graph_vs_eager, kernel_replay, make_inputs,
+                                   make_params)
+from trtllm_replayssm.ops.mamba2 import decode, mamba2_replay_step, mamba2_standard_step
 from trtllm_replayssm.ops.mamba2.decode_staged import flush_heads_per_program
 
 HAS_CUDA = torch.cuda.is_available()
 
 
-def rel(a, b) -> float:
-    a, b = a.double().cpu(), b.double().cpu()
-    return float((a - b).norm() / b.norm().clamp_min(1e-30))
-
-
-def make_params(heads, device, gen):
-    A = -(0.5 + torch.rand(heads, generator=gen))
-    D = torch.randn(heads, generator=gen)
-    dt_bias = torch.randn(heads, generator=gen) * 0.5
-    return [t.to(device) for t in (A, D, dt_bias)]
-
-
-def make_inputs(batch, heads, head_dim, d_state, groups, dtype, device, gen, gate=True):
-    x = torch.randn(batch, heads, head_dim, generator=gen)
-    dt = torch.randn(batch, heads, generator=gen)
-    B = torch.randn(batch, groups, d_state, generator=gen) / d_state**0.5
-    C = torch.randn(batch, groups, d_state, generator=gen)
-    z = torch.randn(batch, heads, head_dim, generator=gen) if gate else None
-    out = [x.to(dtype), dt, B.to(dtype), C.to(dtype)] + ([z.to(dtype)] if gate else [None])
-    return [None if t is None else t.to(device) for t in out]
-
-
-def make_indices(batch, slots, pad, device, gen):
-    """A random permutation of slots with every third row padded when ``pad``."""
-    idx = torch.randperm(slots, generator=gen)[:batch].to(torch.int32)
-    if pad:
-        idx[1::3] = -1
-    return idx.to(device)
-
-
-def allocate(slots, heads, head_dim, d_state, groups, window, dtype, device, gen, stagger=False):
-    cfg = ReplaySSMConfig(window=window, flush_stagger=stagger)
-    state = Mamba2ReplayState.allocate(slots, heads, head_dim, d_state, groups, cfg, activation_dtype=dtype)
-    state.checkpoint.copy_(torch.randn(state.checkpoint.shape, generator=gen))
-    kernel_state = state.clone()
-    for name, t in kernel_state.tensors().items():
-        setattr(kernel_state, name, t.to(device))
-    return kernel_state, state
-
-
-def check_replay(dims, dtype, batch, window, steps, device, pad=True, run=None, seed=0, y_tol=None, ckpt_tol=1e-5,
-                 stagger=False, write_through_from=None, poison_ring=False, gate=True, with_D=True):
-    """Run ``steps`` ReplaySSM steps with ``run`` (a kernel launcher) and the reference; compare
-    outputs, checkpoints, cursors and the committed ring entries after every step. With
-    ``stagger`` the slots' first flushes come at different steps (flush and non-flush rows
-    share launches). From step ``write_through_from`` on, every live row of the reference
-    flushes (its ``flush_at`` lowered to ``committed + 1``): a write-through step. ``gate`` /
-    ``with_D`` False: no ``z`` / no ``D`` (engines that gate in a norm after the layer pass none)."""
-    heads, head_dim, d_state, groups = dims
-    gen = torch.Generator().manual_seed(seed)
-    slots = batch + 2
-    state, ref_state = allocate(slots, heads, head_dim, d_state, groups, window, dtype, device, gen, stagger)
-    if poison_ring:
-        # Ring entries a step does not own hold NaN until written: no kernel may read them into a sum.
-        for st in (state, ref_state):
-            st.ring_x.fill_(float("nan"))
-            st.ring_B.fill_(float("nan"))
-    A, D, dt_bias = make_params(heads, "cpu", gen)
-    D = D if with_D else None
-    idx = make_indices(batch, slots, pad and batch > 1, "cpu", gen)
-    y_tol = y_tol or {torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 1.5e-2}[dtype]
-    run = run or (lambda st, *a: mamba2_replay_step(st, *a))
-    flushes = 0
-    for step in range(steps):
-        x, dt, B, C, z = make_inputs(batch, heads, head_dim, d_state, groups, dtype, "cpu", gen, gate)
-        if write_through_from is not None and step >= write_through_from:
-            live = idx[idx >= 0].long()
-            ref_state.flush_at[live] = ref_state.committed[live] + 1
-        flushes += int((ref_state.committed[idx[idx >= 0].long()] + 1 >= ref_state.flush_at[idx[idx >= 0].long()]).sum())
-        y_ref = reference.mamba2_replay_step(ref_state, x, dt, A, B, C, D, z, dt_bias, True, None, 8.0, idx, -1)
-        dev = [None if t is None else t.to(device) for t in (x, dt, A, B, C, D, z, dt_bias)]
-        y = run(state, *dev[:7], dev[7], True, None, 8.0, idx.to(device), -1)
-        assert y.dtype == dtype and y.shape == x.shape
-        assert rel(y, y_ref) < y_tol, f"step {step}: y rel err {rel(y, y_ref)}"
-        assert torch.all(y[idx.to(device) < 0] == 0)
-        assert torch.equal(state.committed.cpu(), ref_state.committed)
-        assert torch.equal(state.flush_at.cpu(), ref_state.flush_at)
-        err = rel(state.checkpoint, ref_state.checkpoint)
-        assert err < ckpt_tol, f"step {step}: checkpoint rel err {err}"
-        for s in idx[idx >= 0].tolist():
-            c = int(ref_state.committed[s])
-            assert torch.equal(state.ring_x[s, :, :c].cpu(), ref_state.ring_x[s, :, :c])
-            assert torch.equal(state.ring_B[s, :, :c].cpu(), ref_state.ring_B[s, :, :c])
-            assert rel(state.ring_dt[s, :, :c], ref_state.ring_dt[s, :, :c]) < 1e-6 if c else True
-    assert steps < 3 * window or flushes >= 3 * int((idx >= 0).sum())
-    return state, ref_state
-
-
-def check_standard(dims, dtype, batch, steps, device, run=None, seed=1):
-    heads, head_dim, d_state, groups = dims
-    gen = torch.Generator().manual_seed(seed)
-    slots = batch + 2
-    ref_state = torch.randn(slots, heads, head_dim, d_state, generator=gen)
-    state = ref_state.clone().to(device)
-    A, D, dt_bias = make_params(heads, "cpu", gen)
-    idx = make_indices(batch, slots, batch > 1, "cpu", gen)
-    y_tol = {torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 1.5e-2}[dtype]
-    run = run or (lambda st, *a: mamba2_standard_step(st, *a))
-    for step in range(steps):
-        x, dt, B, C, z = make_inputs(batch, heads, head_dim, d_state, groups, dtype, "cpu", gen)
-        y_ref = reference.mamba2_standard_step(ref_state, x, dt, A, B, C, D, z, dt_bias, True, 1e-3, None, idx, -1)
-        dev = [t.to(device) for t in (x, dt, A, B, C, D, z, dt_bias)]
-        y = run(state, *dev, True, 1e-3, None, idx.to(device), -1)
-        assert rel(y, y_ref) < y_tol, f"step {step}: y rel err {rel(y, y_ref)}"
-        assert rel(state, ref_state) < 1e-5
-
-
 # -- CPU: the kernels in the Triton interpreter -------------------------------------------------------
-
-
-def _kernel_replay(config):
-    def run(st, x, dt, A, B, C, D, z, dt_bias, softplus, lo, hi, idx, pad):
-        return decode.replay_step(
-            st.checkpoint, st.ring_x, st.ring_dt, st.ring_B, st.committed, st.flush_at, st.window,
-            x, dt, A, B, C, D, z, dt_bias, softplus, lo, hi, idx, pad, config=config,
-        )
-    return run
 
 
 @pytest.mark.skipif(HAS_CUDA, reason="interpreter test; the GPU grid covers it on CUDA")
@@ -144,7 +28,7 @@ def _kernel_replay(config):
 def test_replay_kernel_interpreter(dims, fold_dot, prefetch, cursor_kernel, rows_fastest):
     # window 4, 3 windows + the staggered first one; (3, 20, 24) exercises masked tiles
     cfg = decode.LaunchConfig(16, 4, fold_dot, prefetch, cursor_kernel=cursor_kernel, rows_fastest=rows_fastest)
-    check_replay(dims, torch.float32, 3, 4, 14, "cpu", run=_kernel_replay(cfg))
+    check_replay(dims, torch.float32, 3, 4, 14, "cpu", run=kernel_replay(cfg))
 
 
 @pytest.mark.skipif(HAS_CUDA, reason="interpreter test; the GPU grid covers it on CUDA")
@@ -153,7 +37,7 @@ def test_replay_kernel_interpreter_default_configs(batch):
     # batch 1 (write-through) and 17 (staged, one head per flush program) take different default
     # launch configurations (decode.launch_config)
     through = decode.launch_config("replay", 16, 16, batch).kernel == "write_through"
-    check_replay((2, 16, 16, 1), torch.float32, batch, 4, 13, "cpu", run=_kernel_replay(None),
+    check_replay((2, 16, 16, 1), torch.float32, batch, 4, 13, "cpu", run=kernel_replay(None),
                  write_through_from=0 if through else None)
 
 
@@ -164,13 +48,13 @@ def test_replay_staged_flush_launch_interpreter_without_gate_or_D(gate, with_D):
     # its flush launch, flush and non-flush rows, against the reference without them.
     cfg = decode.LaunchConfig(kernel="staged", block_p=16, num_warps=2, flush_launch=True, flush_heads=2,
                               flush_block_p=16)
-    check_replay((4, 32, 16, 2), torch.float32, 3, 4, 13, "cpu", run=_kernel_replay(cfg), stagger=True, gate=gate,
+    check_replay((4, 32, 16, 2), torch.float32, 3, 4, 13, "cpu", run=kernel_replay(cfg), stagger=True, gate=gate,
                  with_D=with_D)
 
 
 @pytest.mark.skipif(HAS_CUDA, reason="interpreter test; the GPU grid covers it on CUDA")
 def test_replay_kernel_interpreter_fp16_batch1():
-    check_replay((2, 16, 16, 1), torch.float16, 1, 4, 9, "cpu", run=_kernel_replay(decode.LaunchConfig(16, 4, True)))
+    check_replay((2, 16, 16, 1), torch.float16, 1, 4, 9, "cpu", run=kernel_replay(decode.LaunchConfig(16, 4, True)))
 
 
 V4_INTERPRETER = [
@@ -200,7 +84,7 @@ def test_replay_v4_kernel_interpreter(dims, params):
     # window 4 over 13 steps with staggered first flushes: every ring position flushes in some
     # launch next to non-flush rows; row 1 of 3 is padded; 3+ windows per slot.
     cfg = decode.LaunchConfig(num_warps=4, kernel="v4", **params)
-    check_replay(dims, torch.float32, 3, 4, 13, "cpu", run=_kernel_replay(cfg), stagger=True)
+    check_replay(dims, torch.float32, 3, 4, 13, "cpu", run=kernel_replay(cfg), stagger=True)
 
 
 STAGED_INTERPRETER = [
@@ -253,7 +137,7 @@ STAGED_INTERPRETER = [
 def test_replay_staged_kernel_interpreter(dims, params):
     # As the v4 test: window 4 over 13 steps, staggered first flushes, a padded row, 3+ windows.
     cfg = decode.LaunchConfig(**{"num_warps": 4, "kernel": "staged", **params})
-    check_replay(dims, torch.float32, 3, 4, 13, "cpu", run=_kernel_replay(cfg), stagger=True)
+    check_replay(dims, torch.float32, 3, 4, 13, "cpu", run=kernel_replay(cfg), stagger=True)
 
 
 @pytest.mark.parametrize("hpg,asked,want", [(16, 8, 8), (12, 8, 6), (12, 4, 4), (6, 4, 3), (2, 4, 2), (7, 4, 1),
@@ -280,14 +164,14 @@ def test_flush_heads_per_program_rejects(hpg, asked):
 def test_replay_tf32x2_fold_interpreter_fp16(params):
     # fold="tf32x2" with a 16-bit ring B (fp16: the interpreter's bf16 is unreliable): the fold's
     # algebra in each kernel that has it (the interpreter multiplies in full fp32).
-    check_replay((4, 32, 16, 2), torch.float16, 3, 4, 13, "cpu", run=_kernel_replay(decode.LaunchConfig(
+    check_replay((4, 32, 16, 2), torch.float16, 3, 4, 13, "cpu", run=kernel_replay(decode.LaunchConfig(
         fold="tf32x2", **params)), stagger=True)
 
 
 @pytest.mark.skipif(HAS_CUDA, reason="interpreter test; the GPU grid covers it on CUDA")
 def test_replay_v4_kernel_interpreter_batch1_in_phase():
     cfg = decode.LaunchConfig(16, 4, kernel="v4", fold="loop", p_split=2)
-    check_replay((2, 32, 16, 1), torch.float32, 1, 4, 13, "cpu", run=_kernel_replay(cfg))
+    check_replay((2, 32, 16, 1), torch.float32, 1, 4, 13, "cpu", run=kernel_replay(cfg))
 
 
 def _switching_replay(first, then, after):
@@ -296,7 +180,7 @@ def _switching_replay(first, then, after):
 
     def run(*args):
         calls[0] += 1
-        return _kernel_replay(first if calls[0] <= after else then)(*args)
+        return kernel_replay(first if calls[0] <= after else then)(*args)
     return run
 
 
@@ -409,7 +293,7 @@ def test_replay_default_large_batch_gpu(dims, dtype):
 @pytest.mark.parametrize("fold_dot,prefetch", [(True, False), (False, False), (False, True)])
 def test_replay_nemotron_dims_four_windows_gpu(fold_dot, prefetch):
     # The accuracy target: the fp32 checkpoint after flushes within 1e-5 of float64, L=16.
-    run = _kernel_replay(decode.LaunchConfig(32, 4, fold_dot, prefetch))
+    run = kernel_replay(decode.LaunchConfig(32, 4, fold_dot, prefetch))
     check_replay((128, 64, 128, 8), torch.bfloat16, 3, 16, 66, "cuda", run=run, ckpt_tol=1e-5)
 
 
@@ -428,7 +312,7 @@ V4_GPU_CONFIGS = [
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("dims", [(8, 64, 128, 2), (8, 80, 128, 8)])
 def test_replay_v4_gpu(dims, dtype, batch, params):
-    run = _kernel_replay(decode.LaunchConfig(**{"num_warps": 4, "kernel": "v4", **params}))
+    run = kernel_replay(decode.LaunchConfig(**{"num_warps": 4, "kernel": "v4", **params}))
     check_replay(dims, dtype, batch, window=8, steps=26, device="cuda", run=run, stagger=True)
 
 
@@ -436,7 +320,7 @@ def test_replay_v4_gpu(dims, dtype, batch, params):
 @pytest.mark.parametrize("fold", ["fma", "loop", "ieee", "tf32x3", "tf32x2", "bf16x3"])
 def test_replay_v4_nemotron_dims_four_windows_gpu(fold):
     # The accuracy target for every fold of the v4 kernel: fp32 checkpoint within 1e-5 of float64, L=16.
-    run = _kernel_replay(decode.LaunchConfig(32, 4, kernel="v4", fold=fold))
+    run = kernel_replay(decode.LaunchConfig(32, 4, kernel="v4", fold=fold))
     check_replay((128, 64, 128, 8), torch.bfloat16, 3, 16, 66, "cuda", run=run, ckpt_tol=1e-5)
 
 
@@ -447,7 +331,7 @@ def test_replay_v4_cols_four_windows_gpu(dims, fold):
     # pipeline="cols" at model dims (a whole 64-row head per program; Nano's 80 rows in 16-row
     # tiles): checkpoint within 1e-5 of float64 over 4 windows at L=16, staggered phases.
     block_p = 64 if dims[1] % 64 == 0 else 16
-    run = _kernel_replay(decode.LaunchConfig(block_p, 1, kernel="v4", pipeline="cols", fold=fold, num_stages=2))
+    run = kernel_replay(decode.LaunchConfig(block_p, 1, kernel="v4", pipeline="cols", fold=fold, num_stages=2))
     check_replay(dims, torch.bfloat16, 3, 16, 66, "cuda", run=run, stagger=True, ckpt_tol=1e-5)
 
 
@@ -485,7 +369,7 @@ STAGED_GPU_CONFIGS = [
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("dims", [(8, 64, 128, 2), (8, 80, 128, 8)])
 def test_replay_staged_gpu(dims, dtype, batch, params):
-    run = _kernel_replay(decode.LaunchConfig(kernel="staged", **params))
+    run = kernel_replay(decode.LaunchConfig(kernel="staged", **params))
     check_replay(dims, dtype, batch, window=8, steps=26, device="cuda", run=run, stagger=True)
 
 
@@ -496,7 +380,7 @@ def test_replay_staged_gpu(dims, dtype, batch, params):
     ("tf32x2", True, 4), ("bf16x3", True, 4)])
 def test_replay_staged_nemotron_dims_four_windows_gpu(fold, flush_launch, persistent):
     # The accuracy target for every fold of the staged kernel: fp32 checkpoint within 1e-5 of float64, L=16.
-    run = _kernel_replay(decode.LaunchConfig(16, 4, kernel="staged", fold=fold, flush_launch=flush_launch,
+    run = kernel_replay(decode.LaunchConfig(16, 4, kernel="staged", fold=fold, flush_launch=flush_launch,
                                              flush_persistent=persistent))
     check_replay((128, 64, 128, 8), torch.bfloat16, 3, 16, 66, "cuda", run=run, ckpt_tol=1e-5)
 
@@ -520,39 +404,7 @@ def test_standard_step_gpu(dims, dtype, batch):
     ids=str,
 )
 def test_launch_configs_gpu(cfg):
-    check_replay((8, 80, 128, 2), torch.bfloat16, 5, 4, 13, "cuda", run=_kernel_replay(cfg))
-
-
-def _graph_vs_eager(fn_step, make_state, batch, heads, head_dim, d_state, groups, dtype, steps=10):
-    gen = torch.Generator().manual_seed(3)
-    A, D, dt_bias = make_params(heads, "cuda", gen)
-    eager_state, graph_state = make_state(), make_state()
-    static = make_inputs(batch, heads, head_dim, d_state, groups, dtype, "cuda", gen)
-    idx = torch.arange(batch, dtype=torch.int32, device="cuda")
-    idx[-1] = -1
-
-    def step(state):
-        x, dt, B, C, z = static
-        return fn_step(state, x, dt, A, B, C, D, z, dt_bias, True, None, None, idx, -1)
-
-    scratch = make_state()
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        step(scratch)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        y_graph = step(graph_state)
-    for _ in range(steps):
-        new = make_inputs(batch, heads, head_dim, d_state, groups, dtype, "cuda", gen)
-        for s, n in zip(static, new):
-            s.copy_(n)
-        graph.replay()
-        y_eager = step(eager_state)
-        torch.cuda.synchronize()
-        assert torch.equal(y_graph, y_eager)
-    return eager_state, graph_state
+    check_replay((8, 80, 128, 2), torch.bfloat16, 5, 4, 13, "cuda", run=kernel_replay(cfg))
 
 
 @pytest.mark.gpu
@@ -560,7 +412,7 @@ def test_replay_step_cuda_graph_equals_eager():
     dims = (16, 64, 128, 2)
     gen = torch.Generator().manual_seed(5)
     base, _ = allocate(6, *dims, 4, torch.bfloat16, "cuda", gen)
-    eager, graph = _graph_vs_eager(lambda st, *a: mamba2_replay_step(st, *a), base.clone, 5, *dims, torch.bfloat16)
+    eager, graph = graph_vs_eager(lambda st, *a: mamba2_replay_step(st, *a), base.clone, 5, *dims, torch.bfloat16)
     for name, t in eager.tensors().items():
         assert torch.equal(t, getattr(graph, name)), name
 
@@ -587,7 +439,7 @@ def test_staged_flush_stream_cuda_graph_equals_eager(seed, params):
     gen = torch.Generator().manual_seed(seed)
     base, _ = allocate(6, *dims, 4, torch.bfloat16, "cuda", gen)
     cfg = decode.LaunchConfig(block_p=16, num_warps=2, kernel="staged", flush_launch=True, flush_stream=True, **params)
-    eager, graph = _graph_vs_eager(_kernel_replay(cfg), base.clone, 5, *dims, torch.bfloat16)
+    eager, graph = graph_vs_eager(kernel_replay(cfg), base.clone, 5, *dims, torch.bfloat16)
     for name, t in eager.tensors().items():
         assert torch.equal(t, getattr(graph, name)), name
 
@@ -596,7 +448,7 @@ def test_staged_flush_stream_cuda_graph_equals_eager(seed, params):
 def test_standard_step_cuda_graph_equals_eager():
     dims = (16, 64, 128, 2)
     base = torch.randn(6, 16, 64, 128, device="cuda")
-    eager, graph = _graph_vs_eager(lambda st, *a: mamba2_standard_step(st, *a), base.clone, 5, *dims, torch.float16)
+    eager, graph = graph_vs_eager(lambda st, *a: mamba2_standard_step(st, *a), base.clone, 5, *dims, torch.float16)
     assert torch.equal(eager, graph)
 
 

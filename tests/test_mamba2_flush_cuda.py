@@ -381,6 +381,47 @@ def test_cuda_flush_cuda_graph_equals_eager_gpu(impl, order):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("flushing,counted", [(8, True), (4, True), (3, False), (1, False)])
+def test_ws_auto_order_takes_the_counter_when_half_the_rows_flush_gpu(flushing, counted):
+    # Batch 8: "auto" takes its items from the counter when at least half of the rows flush (the
+    # counter then counts the blocks' takes), else by the grid stride (it stays 0); either way the
+    # folded tiles and y are the stride order's, bit for bit (each item is folded alone).
+    batch, heads, groups, head_dim, d_state, cap = 8, 8, 2, 64, 128, 16
+    gen = torch.Generator(device="cuda").manual_seed(flushing)
+    act = dict(device="cuda", dtype=torch.bfloat16)
+    ck = torch.randn(batch, heads, head_dim, d_state, device="cuda", generator=gen)
+    ring_x = torch.randn(batch, heads, cap, head_dim, generator=gen, **act)
+    ring_B = torch.randn(batch, groups, cap, d_state, generator=gen, **act)
+    lines = batch * heads * (cap + 2)
+    scratch = torch.zeros(lines + 8, device="cuda")  # 12 readable bytes past the lines
+    coef = scratch[:lines].view(batch, heads, cap + 2)
+    coef.copy_(0.1 * torch.rand(batch, heads, cap + 2, device="cuda", generator=gen))
+    info = torch.zeros(batch, 2, dtype=torch.int32, device="cuda")
+    info[:, 0] = torch.randint(0, cap, (batch,), device="cuda", generator=gen, dtype=torch.int32)
+    rows = torch.randperm(batch, device="cuda", generator=gen)[:flushing]
+    info[rows, 1] = 1
+    x, z = (torch.randn(batch, heads, head_dim, generator=gen, **act) for _ in range(2))
+    B, C = (torch.randn(batch, groups, d_state, generator=gen, **act) for _ in range(2))
+    D = torch.randn(heads, device="cuda", generator=gen)
+    assert fc.ws_unsupported(ck, ring_x, ring_B, x, B, z, batch) is None
+    strides = (ck.stride(0), ck.stride(1), ring_x.stride(0), ring_x.stride(1), ring_B.stride(0), ring_B.stride(1),
+               x.stride(0), x.stride(1), B.stride(0), B.stride(1), C.stride(0), C.stride(1), z.stride(0), z.stride(1),
+               x.stride(0), x.stride(1))
+    ck_stride, ck_auto = ck.clone(), ck.clone()
+    y_stride, y_auto = torch.zeros_like(x), torch.zeros_like(x)
+    fc.flush_rows_ws(ck_stride, ring_x, ring_B, coef, info, x, B, C, D, z, None, y_stride, batch, strides, cap)
+    counter = torch.zeros(1, dtype=torch.int32, device="cuda")
+    fc.flush_rows_ws(ck_auto, ring_x, ring_B, coef, info, x, B, C, D, z, None, y_auto, batch, strides, cap,
+                     counter=counter, order="auto")
+    torch.cuda.synchronize()
+    folded = torch.zeros(batch, dtype=torch.bool, device="cuda")
+    folded[rows] = True
+    assert not torch.equal(ck_stride[folded], ck[folded]) and torch.equal(ck_stride[~folded], ck[~folded])
+    assert torch.equal(ck_auto, ck_stride) and torch.equal(y_auto, y_stride)
+    assert (counter.item() > 0) == counted, counter.item()
+
+
+@pytest.mark.gpu
 def test_ws_flush_serves_the_model_dims_gpu():
     # The GPU tests above run flush_ws.cu only where it serves: Nemotron-H's, Nemotron-3-Nano's and
     # the 128-row heads' steps must take it (not fall back to the per-warp CUDA launch).

@@ -48,6 +48,15 @@ def test_option_errors_name_the_option(tmp_path, changes, option):
     assert not (tmp_path / "o").exists()
 
 
+def test_output_under_a_file_or_empty_is_refused_at_option_check(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(BuildError, match=r"^--output: '.*afile' is not a directory, so") as err:
+        resolve_options(BuildOptions(output=tmp_path / "afile" / "sub", force=True))
+    assert err.value.option == "--output" and (tmp_path / "afile").read_text() == "x"
+    with pytest.raises(BuildError, match=r"^--output: expected a directory path, got an empty string"):
+        resolve_options(BuildOptions(output=""))
+
+
 def test_output_and_model_paths(tmp_path):
     (tmp_path / "exists").mkdir()
     with pytest.raises(BuildError, match="--force") as err:

@@ -35,6 +35,7 @@ __all__ = [
 ]
 
 _TORCH_CHECKPOINT_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+_INT_DTYPES = (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
 
 
 @dataclass(frozen=True)
@@ -57,14 +58,25 @@ class SSMLayerSpec:
     def __post_init__(self) -> None:
         if self.kind not in STATE_ALLOCATORS:
             raise ValueError(f"SSMLayerSpec.kind: expected one of {sorted(STATE_ALLOCATORS)}, got {self.kind!r}")
+        if not isinstance(self.dims, Mapping):
+            raise ValueError(f"SSMLayerSpec.dims: expected a mapping of name -> int, got {type(self.dims).__name__}")
         for name, value in self.dims.items():
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"SSMLayerSpec.dims[{name!r}]: expected a positive int, got {value!r}")
-        if self.conv_dim < 0 or self.d_conv < 1:
-            raise ValueError(
-                f"SSMLayerSpec: expected conv_dim >= 0 and d_conv >= 1, got conv_dim={self.conv_dim}, "
-                f"d_conv={self.d_conv}"
-            )
+        if self.kind in STATE_DIMS:
+            required, optional = STATE_DIMS[self.kind]
+            missing = [n for n in required if n not in self.dims]
+            unknown = [n for n in self.dims if n not in required + optional]
+            if missing or unknown:
+                raise ValueError(
+                    f"SSMLayerSpec.dims: a {self.kind} layer expects {list(required)}"
+                    + (f" (optionally {list(optional)})" if optional else "")
+                    + (f"; missing {missing}" if missing else "") + (f"; unknown {unknown}" if unknown else "")
+                )
+        for name, least in (("conv_dim", 0), ("d_conv", 1)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ValueError(f"SSMLayerSpec.{name}: expected an int >= {least}, got {value!r}")
 
     @classmethod
     def mamba2(cls, heads: int, head_dim: int, d_state: int, groups: int, d_conv: int = 4) -> "SSMLayerSpec":
@@ -101,13 +113,25 @@ def _allocate_kda(slots, dims, config, **kwargs):
 
 #: layer kind -> ``fn(slots, dims, config, *, activation_dtype, checkpoint_dtype, device)``.
 STATE_ALLOCATORS: dict[str, Allocator] = {"mamba2": _allocate_mamba2, "gdn": _allocate_gdn, "kda": _allocate_kda}
+#: layer kind -> (required, optional) names of :attr:`SSMLayerSpec.dims` (kinds not listed: unchecked).
+STATE_DIMS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "mamba2": (("heads", "head_dim", "d_state", "groups"), ()),
+    "gdn": (("v_heads", "k_heads", "d_k", "d_v"), ()),
+    "kda": (("heads", "d_k", "d_v"), ("k_heads",)),
+}
 #: Hugging Face ``model_type`` -> ``fn(hf_config) -> {layer_idx: SSMLayerSpec}``.
 CONFIG_READERS: dict[str, ConfigReader] = {}
 
 
-def register_state_allocator(kind: str, fn: Allocator) -> None:
-    """Teach the cache a new layer kind."""
+def register_state_allocator(kind: str, fn: Allocator, dims: tuple[tuple[str, ...], tuple[str, ...]] | None = None
+                             ) -> None:
+    """Teach the cache a new layer kind; ``dims``: its (required, optional) dims names, checked by
+    :class:`SSMLayerSpec` (None: unchecked)."""
     STATE_ALLOCATORS[kind] = fn
+    if dims is not None:
+        STATE_DIMS[kind] = (tuple(dims[0]), tuple(dims[1]))
+    else:
+        STATE_DIMS.pop(kind, None)
 
 
 def register_config_reader(model_type: str, fn: ConfigReader) -> None:
@@ -180,11 +204,23 @@ class ReplayStateCache:
     ) -> None:
         if isinstance(slots, bool) or not isinstance(slots, int) or slots < 1:
             raise ValueError(f"slots: expected a positive int, got {slots!r}")
+        if not isinstance(layers, Mapping):
+            raise ValueError(f"layers: expected a mapping of layer index -> SSMLayerSpec, got {type(layers).__name__}")
         if not layers:
             raise ValueError("layers: expected at least one SSM layer, got none")
         for idx, spec in layers.items():
+            if isinstance(idx, bool) or not isinstance(idx, int) or idx < 0:
+                raise ValueError(f"layers: expected layer indices that are ints >= 0, got {idx!r}")
             if not isinstance(spec, SSMLayerSpec):
                 raise ValueError(f"layers[{idx}]: expected an SSMLayerSpec, got {type(spec).__name__}")
+        if config is not None and not isinstance(config, ReplaySSMConfig):
+            raise ValueError(f"config: expected a ReplaySSMConfig or None, got {type(config).__name__}")
+        if not isinstance(activation_dtype, torch.dtype) or not activation_dtype.is_floating_point:
+            raise ValueError(f"activation_dtype: expected a floating-point torch.dtype, got {activation_dtype!r}")
+        try:
+            device = torch.device(device) if device is not None else torch.device("cpu")
+        except (RuntimeError, TypeError) as err:
+            raise ValueError(f"device: expected a torch.device or a device string, got {device!r}") from err
         self.config = config or ReplaySSMConfig()
         if self.config.checkpoint_dtype not in _TORCH_CHECKPOINT_DTYPES:
             raise ValueError(
@@ -199,7 +235,7 @@ class ReplayStateCache:
         self.layers = dict(sorted(layers.items()))
         self.num_slots = slots
         self.activation_dtype = activation_dtype
-        self.device = torch.device(device) if device is not None else torch.device("cpu")
+        self.device = device
         ckpt_dtype = _TORCH_CHECKPOINT_DTYPES[self.config.checkpoint_dtype]
         self.states: dict[int, ReplayStateBase] = {
             idx: STATE_ALLOCATORS[spec.kind](
@@ -228,7 +264,13 @@ class ReplayStateCache:
                 f"hf_config: no reader for model_type {model_type!r}; expected one of {sorted(CONFIG_READERS)} "
                 "(add one with register_config_reader)"
             )
-        return cls(CONFIG_READERS[model_type](hf_config), slots, config, **kwargs)
+        try:
+            layers = CONFIG_READERS[model_type](hf_config)
+        except AttributeError as err:
+            raise ValueError(f"hf_config: a {model_type!r} config lacks a field its reader needs: {err}") from err
+        if not layers:
+            raise ValueError(f"hf_config: this {model_type!r} config has no SSM layers")
+        return cls(layers, slots, config, **kwargs)
 
     # -- slot bookkeeping ---------------------------------------------------------------------------
     @property
@@ -236,7 +278,7 @@ class ReplayStateCache:
         return self.num_slots - len(self._in_use)
 
     def is_allocated(self, slot: int) -> bool:
-        return int(slot) in self._in_use
+        return self._check_slot(slot) in self._in_use
 
     def allocate(self) -> int:
         """Take the lowest free slot, reset it for a new sequence and return its id."""
@@ -263,10 +305,11 @@ class ReplayStateCache:
             conv[slot] = 0
 
     def _check_slot(self, slot) -> int:
-        if isinstance(slot, torch.Tensor) and slot.numel() == 1:
+        if isinstance(slot, torch.Tensor) and slot.numel() == 1 and slot.dtype in _INT_DTYPES:
             slot = int(slot)
         if isinstance(slot, bool) or not isinstance(slot, int):
-            raise ValueError(f"slot: expected an int, got {type(slot).__name__}")
+            got = f"a {slot.dtype} tensor of {slot.numel()} elements" if isinstance(slot, torch.Tensor) else repr(slot)
+            raise ValueError(f"slot: expected an int (or a one-element integer tensor), got {got}")
         if not 0 <= slot < self.num_slots:
             raise ValueError(f"slot: slot {slot} out of range [0, {self.num_slots})")
         return slot
@@ -291,7 +334,9 @@ class ReplayStateCache:
 
     def slots_for_bytes(self, budget_bytes: int) -> int:
         """How many slots of this layout fit in ``budget_bytes``."""
-        return int(budget_bytes) // self.bytes_per_slot()["total"]
+        if isinstance(budget_bytes, bool) or not isinstance(budget_bytes, int) or budget_bytes < 0:
+            raise ValueError(f"budget_bytes: expected an int >= 0, got {budget_bytes!r}")
+        return budget_bytes // self.bytes_per_slot()["total"]
 
     def __repr__(self) -> str:
         kinds = sorted({s.kind for s in self.layers.values()})

@@ -138,6 +138,8 @@ class ReplaySSMConfig:
 
     def first_flush_at(self, slot: int) -> int:
         """Ring length at which ``slot`` makes its first flush after a reset."""
+        if isinstance(slot, bool) or not isinstance(slot, int) or slot < 0:
+            raise ValueError(f"slot: expected an int >= 0, got {slot!r}")
         if self.flush_stagger:
             return self.window - (slot % self.window)
         return self.window
@@ -146,7 +148,7 @@ class ReplaySSMConfig:
     @classmethod
     def from_checkpoint_spec(cls, spec: str, **kwargs: Any) -> "ReplaySSMConfig":
         """Build from a command-line checkpoint spelling such as ``fp32`` or ``bf16-sr``."""
-        if spec not in _CHECKPOINT_ALIASES:
+        if not isinstance(spec, str) or spec not in _CHECKPOINT_ALIASES:
             raise ValueError(
                 f"ssm checkpoint: unknown value {spec!r}; expected one of {sorted(_CHECKPOINT_ALIASES)}"
             )
@@ -178,11 +180,22 @@ class ReplaySSMConfig:
 
     @classmethod
     def from_yaml(cls, source: str | Path) -> "ReplaySSMConfig":
-        """Read from a YAML file path or a YAML string (top-level key ``replayssm`` optional)."""
+        """Read from a YAML file path or a YAML string (top-level key ``replayssm`` optional).
+
+        A one-line string that names an existing file, or ends in ``.yaml`` / ``.yml``, is a path."""
         import yaml
 
-        text = Path(source).read_text() if _looks_like_path(source) else str(source)
-        data = yaml.safe_load(text)
+        if not isinstance(source, (str, Path)):
+            raise ValueError(f"source: expected a YAML file path or YAML text, got {type(source).__name__}")
+        path = _as_path(source)
+        if path is not None and not path.is_file():
+            raise ValueError(f"source: no such YAML file: {str(path)!r}")
+        text = path.read_text() if path is not None else source
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as err:
+            where = f"{str(path)!r}" if path is not None else "the text given"
+            raise ValueError(f"source: {where} is not valid YAML: {err}") from err
         if isinstance(data, Mapping) and "replayssm" in data:
             data = data["replayssm"]
         return cls.from_dict(data)
@@ -200,7 +213,11 @@ def _bits(fmt: str) -> float:
     return {"fp32": 32, "fp16": 16, "bf16": 16, "fp8": 8, "nvfp4": 4.5}[fmt]
 
 
-def _looks_like_path(source: str | Path) -> bool:
+def _as_path(source: str | Path) -> Path | None:
+    """``source`` as a file path, or None where it is YAML text."""
     if isinstance(source, Path):
-        return True
-    return "\n" not in source and ":" not in source and Path(source).exists()
+        return source
+    if "\n" in source or not source.strip():
+        return None
+    path = Path(source)
+    return path if path.is_file() or path.suffix.lower() in (".yaml", ".yml") else None

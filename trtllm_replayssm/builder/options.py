@@ -134,7 +134,12 @@ def resolve_options(options: BuildOptions) -> ResolvedOptions:
         calib = Path(options.calib_data)
         if not calib.is_file():
             raise BuildError("--calib-data", f"no file at {str(calib)!r}")
+    if not str(options.output).strip():
+        raise BuildError("--output", "expected a directory path, got an empty string")
     output = Path(options.output)
+    for parent in output.absolute().parents:
+        if parent.exists() and not parent.is_dir():
+            raise BuildError("--output", f"{str(parent)!r} is not a directory, so {str(output)!r} cannot be created")
     if output.exists() and not options.force:
         raise BuildError("--output", f"{str(output)!r} exists; pass --force to replace it")
     if output.exists() and not output.is_dir():

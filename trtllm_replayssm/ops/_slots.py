@@ -7,9 +7,19 @@ gets a zero output and touches no slot.
 
 from __future__ import annotations
 
+import numbers
+
 import torch
 
-__all__ = ["live_rows"]
+__all__ = ["check_pad_slot_id", "live_rows"]
+
+
+def check_pad_slot_id(pad_slot_id) -> int:
+    """``pad_slot_id`` as an int; raises ValueError naming it otherwise (a float such as 1.5
+    would be truncated onto a real slot and silently pad its row)."""
+    if isinstance(pad_slot_id, bool) or not isinstance(pad_slot_id, numbers.Integral):
+        raise ValueError(f"pad_slot_id: expected an int, got {pad_slot_id!r}")
+    return int(pad_slot_id)
 
 
 def live_rows(
@@ -20,8 +30,9 @@ def live_rows(
     ``state_indices``: ``[batch]`` int32/int64, or None for row ``i`` -> slot ``i``. Raises
     ValueError naming ``state_indices`` for a wrong shape or dtype, a slot outside
     ``[0, slots)`` that is not ``pad_slot_id``, or a slot addressed by two rows (their updates
-    would race).
+    would race). A ``pad_slot_id`` that is not an int is refused (:func:`check_pad_slot_id`).
     """
+    pad_slot_id = check_pad_slot_id(pad_slot_id)
     if state_indices is None:
         if batch > slots:
             raise ValueError(f"state_indices: None maps row i to slot i, but batch={batch} > slots={slots}")

@@ -49,8 +49,10 @@ class ReplayStateBase:
     def reset_slots(self, slots: Iterable[int], config: ReplaySSMConfig | None = None) -> None:
         """Zero the checkpoint and empty the ring of ``slots``: a new sequence starts there."""
         config = config or ReplaySSMConfig(window=self.window)
-        slot_list = [int(s) for s in slots]
+        slot_list = list(slots.flatten().tolist() if isinstance(slots, torch.Tensor) else slots)
         for s in slot_list:
+            if isinstance(s, bool) or not isinstance(s, int):
+                raise ValueError(f"slots: expected int slot ids, got {s!r}")
             if not 0 <= s < self.slots:
                 raise ValueError(f"slots: slot {s} out of range [0, {self.slots})")
         if not slot_list:
@@ -61,6 +63,42 @@ class ReplayStateBase:
         self.flush_at[idx] = torch.tensor(
             [config.first_flush_at(s) for s in slot_list], dtype=torch.int32, device=idx.device
         )
+
+    def ring_shapes(self) -> dict[str, tuple[int, ...]]:
+        """The shape each ``ring_*`` field must have, from the checkpoint's and the rings' dims
+        (each kind says how its rings relate)."""
+        raise NotImplementedError
+
+    def _dim(self, name: str, ndim: int, axis: int) -> int:
+        """Axis ``axis`` of field ``name``, which must be an ``ndim``-d tensor."""
+        t = getattr(self, name)
+        if not isinstance(t, torch.Tensor) or t.dim() != ndim:
+            got = tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+            raise ValueError(f"state.{name}: expected a {ndim}-d tensor, got {got}")
+        return t.shape[axis]
+
+    def check(self) -> None:
+        """Raise ValueError naming the first field that breaks the layout contract (the module
+        docstring of the kind's ``state.py``); ops call it before they write anything."""
+        ck = self.checkpoint
+        if not isinstance(ck, torch.Tensor) or ck.dim() != 4 or not ck.dtype.is_floating_point:
+            got = f"{ck.dtype} {tuple(ck.shape)}" if isinstance(ck, torch.Tensor) else type(ck).__name__
+            raise ValueError(f"state.checkpoint: expected a 4-d floating-point tensor, got {got}")
+        for name in ("committed", "flush_at"):
+            t = getattr(self, name)
+            if not isinstance(t, torch.Tensor) or tuple(t.shape) != (self.slots,) or t.dtype != torch.int32:
+                got = f"{t.dtype} {tuple(t.shape)}" if isinstance(t, torch.Tensor) else type(t).__name__
+                raise ValueError(f"state.{name}: expected int32 [slots={self.slots}], got {got}")
+        for name, t in self.tensors().items():
+            if t.device != ck.device:
+                raise ValueError(f"state.{name}: expected a tensor on {ck.device} (the checkpoint's), got {t.device}")
+        for name, shape in self.ring_shapes().items():
+            t = getattr(self, name)
+            if not isinstance(t, torch.Tensor) or not t.dtype.is_floating_point or tuple(t.shape) != shape:
+                got = f"{t.dtype} {tuple(t.shape)}" if isinstance(t, torch.Tensor) else type(t).__name__
+                raise ValueError(f"state.{name}: expected a floating-point tensor of shape {shape}, got {got}")
+        if isinstance(self.window, bool) or not isinstance(self.window, int) or not 1 <= self.window <= self.capacity:
+            raise ValueError(f"state.window: expected an int in [1, capacity={self.capacity}], got {self.window!r}")
 
     @staticmethod
     def _cursors(slots: int, device) -> dict[str, torch.Tensor]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from .._slots import check_pad_slot_id
 from . import reference
 
 #: Head dimensions the Triton kernels are built for (powers of two: one tile spans ``d_k``).
@@ -23,6 +24,9 @@ def _check_kernel_layout(state_tensors: dict[str, torch.Tensor], inputs: dict[st
             continue
         if t.device != device:
             raise ValueError(f"{name}: expected a tensor on {device} like the state, got {t.device}")
+    if state_indices is not None and not isinstance(state_indices, torch.Tensor):
+        raise reference._shape_error("state_indices", f"[batch={inputs['q'].shape[0]}] int32/int64 or None",
+                                     state_indices)
     if device.type != "cuda":
         return
     for name, dim in (("d_k", d_k), ("d_v", d_v)):
@@ -51,13 +55,15 @@ def _check_kernel_layout(state_tensors: dict[str, torch.Tensor], inputs: dict[st
 def standard_step(kind, per_channel, ssm_state, q, k, v, a, b, A_log, dt_bias, state_indices, pad_slot_id, scale):
     if not isinstance(ssm_state, torch.Tensor) or ssm_state.dim() != 4:
         raise reference._shape_error("ssm_state", "[slots, HV, d_v, d_k]", ssm_state)
+    if not ssm_state.dtype.is_floating_point:
+        raise ValueError(f"ssm_state: expected a floating-point tensor, got {ssm_state.dtype}")
     _, HV, d_v, d_k = ssm_state.shape
     reference._check_inputs(q, k, v, a, b, A_log, dt_bias, scale, HV=HV, H=None, d_k=d_k, d_v=d_v,
                             per_channel_decay=per_channel, drafts=False)
     inputs = dict(q=q, k=k, v=v, a=a, b=b, A_log=A_log, dt_bias=dt_bias)
     _check_kernel_layout({"ssm_state": ssm_state}, inputs, state_indices, d_k, d_v)
     op = getattr(torch.ops.replayssm, f"{kind}_standard_step")
-    return op(ssm_state, q, k, v, a, b, A_log, dt_bias, state_indices, int(pad_slot_id),
+    return op(ssm_state, q, k, v, a, b, A_log, dt_bias, state_indices, check_pad_slot_id(pad_slot_id),
               None if scale is None else float(scale))
 
 
@@ -92,7 +98,7 @@ def replay_step(kind, per_channel, state, q, k, v, a, b, A_log, dt_bias, state_i
     op = getattr(torch.ops.replayssm, f"{kind}_replay_step")
     return op(state.checkpoint, state.ring_k, state.ring_v, state.ring_beta, state.ring_g, state.ring_u,
               state.committed, state.flush_at, state.window, q, k, v, a, b, A_log, dt_bias, state_indices,
-              int(pad_slot_id), None if scale is None else float(scale), refold)
+              check_pad_slot_id(pad_slot_id), None if scale is None else float(scale), refold)
 
 
 __all__ = ["KERNEL_HEAD_DIMS", "default_refold", "replay_step", "standard_step"]

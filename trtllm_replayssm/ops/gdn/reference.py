@@ -248,17 +248,30 @@ def _check_inputs(q, k, v, a, b, A_log, dt_bias, scale, *, HV, H, d_k, d_v, per_
     bias_shape = (HV * d_k,) if per_channel_decay else (HV,)
     if dt_bias is not None and (not isinstance(dt_bias, torch.Tensor) or tuple(dt_bias.shape) != bias_shape):
         raise _shape_error("dt_bias", f"[{'HV * d_k' if per_channel_decay else 'HV'}={bias_shape[0]}] or None", dt_bias)
-    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0):
-        raise ValueError(f"scale: expected a positive float or None, got {scale!r}")
+    for name, tensor in (("A_log", A_log), ("dt_bias", dt_bias)):
+        if tensor is not None and not tensor.is_floating_point():
+            raise ValueError(f"{name}: expected a floating-point tensor, got {tensor.dtype}")
+    if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float))
+                              or not 0 < scale < float("inf")):
+        raise ValueError(f"scale: expected a positive finite float or None, got {scale!r}")
     return batch, T
 
 
 def _check_state(state, per_channel_decay: bool) -> None:
     if not isinstance(state, DeltaRuleReplayState):
         raise ValueError(f"state: expected a DeltaRuleReplayState, got {type(state).__name__}")
+    state.check()
+    if state.ring_k.shape[1] < 1 or state.checkpoint.shape[1] % state.ring_k.shape[1]:
+        raise ValueError(f"state.ring_k: its {state.ring_k.shape[1]} key heads do not divide the checkpoint's "
+                         f"{state.checkpoint.shape[1]} value heads")
     if state.per_channel_decay != per_channel_decay:
         has, op = ("per-channel (KDA)", "GDN") if state.per_channel_decay else ("per-head (GDN)", "KDA")
         raise ValueError(f"state: its ring_g holds {has} decays, which a {op} op cannot use")
+
+
+def _check_refold(refold) -> None:
+    if not isinstance(refold, bool):
+        raise ValueError(f"refold: expected a bool, got {refold!r}")
 
 
 def _check_replay_inputs(state, q, k, v, a, b, A_log, dt_bias, scale, per_channel_decay, drafts):
@@ -286,6 +299,8 @@ def delta_rule_standard_step(
     """The body of ``gdn_standard_step`` / ``kda_standard_step`` (documented there)."""
     if not isinstance(ssm_state, torch.Tensor) or ssm_state.dim() != 4:
         raise _shape_error("ssm_state", "[slots, HV, d_v, d_k]", ssm_state)
+    if not ssm_state.dtype.is_floating_point:
+        raise ValueError(f"ssm_state: expected a floating-point tensor, got {ssm_state.dtype}")
     slots, HV, d_v, d_k = ssm_state.shape
     batch, _ = _check_inputs(
         q, k, v, a, b, A_log, dt_bias, scale, HV=HV, H=None, d_k=d_k, d_v=d_v,
@@ -415,6 +430,7 @@ def _expand_positions(positions: torch.Tensor, like: torch.Tensor) -> torch.Tens
 def delta_rule_replay_commit(state, num_accepted, state_indices, pad_slot_id, refold, per_channel_decay) -> None:
     """The body of ``gdn_replay_commit`` / ``kda_replay_commit`` (documented there)."""
     _check_state(state, per_channel_decay)
+    _check_refold(refold)
     if not isinstance(num_accepted, torch.Tensor) or num_accepted.dim() != 1:
         raise _shape_error("num_accepted", "[batch] int32/int64", num_accepted)
     if num_accepted.dtype not in (torch.int32, torch.int64):
@@ -442,6 +458,7 @@ def _slots_of(state, state_indices, pad_slot_id) -> tuple[torch.Tensor, torch.Te
 def delta_rule_replay_flush(state, state_indices, pad_slot_id, refold, per_channel_decay) -> None:
     """The body of ``gdn_replay_flush`` / ``kda_replay_flush`` (documented there)."""
     _check_state(state, per_channel_decay)
+    _check_refold(refold)
     _, slot_ids = _slots_of(state, state_indices, pad_slot_id)
     _flush_slots(state, slot_ids, refold)
 
@@ -449,6 +466,7 @@ def delta_rule_replay_flush(state, state_indices, pad_slot_id, refold, per_chann
 def delta_rule_replay_materialize(state, state_indices, pad_slot_id, refold, per_channel_decay) -> torch.Tensor:
     """The body of ``gdn_replay_materialize`` / ``kda_replay_materialize`` (documented there)."""
     _check_state(state, per_channel_decay)
+    _check_refold(refold)
     rows, slot_ids = _slots_of(state, state_indices, pad_slot_id)
     out = state.checkpoint.new_zeros((state_indices.shape[0],) + tuple(state.checkpoint.shape[1:]))
     if rows.numel():

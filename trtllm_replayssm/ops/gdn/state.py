@@ -48,6 +48,16 @@ class DeltaRuleReplayState(ReplayStateBase):
     ring_g: torch.Tensor = None
     ring_u: torch.Tensor = None
 
+    def ring_shapes(self) -> dict[str, tuple[int, ...]]:
+        slots, v_heads, d_v, d_k = self.checkpoint.shape
+        cap, k_heads = self._dim("ring_v", 4, 2), self._dim("ring_k", 4, 1)
+        if not isinstance(self.ring_g, torch.Tensor):
+            raise ValueError(f"state.ring_g: expected a tensor, got {type(self.ring_g).__name__}")
+        per_head = (slots, v_heads, cap)
+        return {"ring_k": (slots, k_heads, cap, d_k), "ring_v": (slots, v_heads, cap, d_v), "ring_beta": per_head,
+                "ring_g": per_head + (d_k,) if self.per_channel_decay else per_head,
+                "ring_u": (slots, v_heads, cap, d_v)}
+
     @property
     def per_channel_decay(self) -> bool:
         """True for KDA (a d_k-vector of log-decays per token and head)."""

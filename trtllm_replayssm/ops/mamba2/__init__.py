@@ -20,9 +20,12 @@ checks them too.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .. import registry  # noqa: F401  (registers torch.ops.replayssm.*)
+from .._slots import check_pad_slot_id
 from .reference import _check_inputs, _check_ring_dtypes, _shape_error, _state_dims
 from .state import Mamba2ReplayState
 
@@ -77,9 +80,15 @@ def _check_kernel_layout(state_tensors: dict, inputs: dict, head_dim: int, d_sta
 def _clamp(value, name: str):
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"{name}: expected a float or None, got {type(value).__name__}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        raise ValueError(f"{name}: expected a float (not NaN) or None, got {value!r}")
     return float(value)
+
+
+def _flag(value, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{name}: expected a bool, got {value!r}")
+    return value
 
 
 def mamba2_standard_step(
@@ -119,11 +128,14 @@ def mamba2_standard_step(
     """
     if not isinstance(ssm_state, torch.Tensor) or ssm_state.dim() != 4:
         raise _shape_error("ssm_state", "[slots, heads, head_dim, d_state]", ssm_state)
+    if not ssm_state.dtype.is_floating_point:
+        raise ValueError(f"ssm_state: expected a floating-point tensor, got {ssm_state.dtype}")
     _, heads, head_dim, d_state = ssm_state.shape
     groups = B.shape[1] if isinstance(B, torch.Tensor) and B.dim() == 3 else -1
     if groups < 1 or heads % groups != 0:
         raise _shape_error("B", f"[batch, groups, d_state={d_state}] with groups dividing heads={heads}", B)
     dt_min, dt_max = _clamp(dt_min, "dt_min"), _clamp(dt_max, "dt_max")
+    dt_softplus, pad_slot_id = _flag(dt_softplus, "dt_softplus"), check_pad_slot_id(pad_slot_id)
     batch, _ = _check_inputs(
         x, dt, A, B, C, D, z, dt_bias, dt_min, dt_max,
         heads=heads, head_dim=head_dim, d_state=d_state, groups=groups, with_t=False,
@@ -135,7 +147,7 @@ def mamba2_standard_step(
         head_dim, d_state,
     )
     return torch.ops.replayssm.mamba2_standard_step(
-        ssm_state, x, dt, A, B, C, D, z, dt_bias, bool(dt_softplus), dt_min, dt_max, state_indices, int(pad_slot_id)
+        ssm_state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, dt_min, dt_max, state_indices, pad_slot_id
     )
 
 
@@ -185,6 +197,7 @@ def mamba2_replay_step(
     """
     dims = _state_dims(state)
     dt_min, dt_max = _clamp(dt_min, "dt_min"), _clamp(dt_max, "dt_max")
+    dt_softplus, pad_slot_id = _flag(dt_softplus, "dt_softplus"), check_pad_slot_id(pad_slot_id)
     batch, _ = _check_inputs(x, dt, A, B, C, D, z, dt_bias, dt_min, dt_max, with_t=False, **dims)
     _check_ring_dtypes(state, x, B)
     _check_state_indices(state_indices, batch)
@@ -197,6 +210,5 @@ def mamba2_replay_step(
     )
     return torch.ops.replayssm.mamba2_replay_step(
         state.checkpoint, state.ring_x, state.ring_dt, state.ring_B, state.committed, state.flush_at,
-        int(state.window), x, dt, A, B, C, D, z, dt_bias, bool(dt_softplus), dt_min, dt_max,
-        state_indices, int(pad_slot_id),
+        state.window, x, dt, A, B, C, D, z, dt_bias, dt_softplus, dt_min, dt_max, state_indices, pad_slot_id,
     )

@@ -110,13 +110,9 @@ def _check_inputs(x, dt, A, B, C, D, z, dt_bias, dt_min, dt_max, *, heads, head_
 def _state_dims(state: Mamba2ReplayState) -> dict:
     if not isinstance(state, Mamba2ReplayState):
         raise ValueError(f"state: expected a Mamba2ReplayState, got {type(state).__name__}")
-    slots, heads, capacity, head_dim = state.ring_x.shape
-    groups, d_state = state.ring_B.shape[1], state.ring_B.shape[3]
-    if tuple(state.checkpoint.shape) != (slots, heads, head_dim, d_state):
-        raise ValueError(
-            f"state.checkpoint: expected [slots, heads, head_dim, d_state] = "
-            f"{[slots, heads, head_dim, d_state]}, got {tuple(state.checkpoint.shape)}"
-        )
+    state.check()
+    _, heads, head_dim, d_state = state.checkpoint.shape
+    groups = state.ring_B.shape[1]
     if heads % groups != 0:
         raise ValueError(f"state.ring_B: groups={groups} does not divide heads={heads}")
     return dict(heads=heads, head_dim=head_dim, d_state=d_state, groups=groups)
@@ -233,6 +229,8 @@ def mamba2_standard_step(
     """
     if not isinstance(ssm_state, torch.Tensor) or ssm_state.dim() != 4:
         raise _shape_error("ssm_state", "[slots, heads, head_dim, d_state]", ssm_state)
+    if not ssm_state.dtype.is_floating_point:
+        raise ValueError(f"ssm_state: expected a floating-point tensor, got {ssm_state.dtype}")
     slots, heads, head_dim, d_state = ssm_state.shape
     groups = B.shape[1] if isinstance(B, torch.Tensor) and B.dim() == 3 else -1
     if groups < 1 or heads % groups != 0:

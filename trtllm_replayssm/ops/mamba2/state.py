@@ -51,6 +51,12 @@ class Mamba2ReplayState(ReplayStateBase):
     ring_dt: torch.Tensor = None
     ring_B: torch.Tensor = None
 
+    def ring_shapes(self) -> dict[str, tuple[int, ...]]:
+        slots, heads, head_dim, d_state = self.checkpoint.shape
+        cap, groups = self._dim("ring_x", 4, 2), self._dim("ring_B", 4, 1)
+        return {"ring_x": (slots, heads, cap, head_dim), "ring_dt": (slots, heads, cap),
+                "ring_B": (slots, groups, cap, d_state)}
+
     @classmethod
     def allocate(
         cls,

@@ -245,3 +245,35 @@ def test_triton_config_parses_with_tritons_schema(built):
     options, triton = load_model_yaml(out / "triton_model_repo/tensorrt_llm/1")
     assert triton["max_batch_size"] == config.max_batch_size
     assert (out / "checkpoint").resolve() == type(out)(options["model"])
+
+
+def test_triton_model_refuses_to_serve_without_the_integration(built, monkeypatch):
+    # The build asks for a ReplaySSM state in model.yaml; where the installed package has no
+    # TensorRT-LLM integration to register, the model refuses to start rather than serve with
+    # TensorRT-LLM's own SSM decode, unless REPLAYSSM_ALLOW_PLAIN_DECODE=1 says so.
+    import importlib.util
+    import sys
+    import types
+
+    _, _, out, _, _ = built
+    started = []
+    llm_module = types.ModuleType("tensorrt_llm")
+    llm_module.LLM = lambda **options: started.append(options)
+    llm_module.SamplingParams = dict
+    monkeypatch.setitem(sys.modules, "tensorrt_llm", llm_module)
+    monkeypatch.setitem(sys.modules, "triton_python_backend_utils", types.ModuleType("triton_python_backend_utils"))
+    import trtllm_replayssm.integrations.tensorrt_llm as integration
+
+    if callable(getattr(integration, "register", None)):
+        pytest.skip("this trtllm-replayssm has a TensorRT-LLM integration to register")
+    path = out / "triton_model_repo/tensorrt_llm/1/model.py"
+    spec = importlib.util.spec_from_file_location("replayssm_triton_model", path)
+    model = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(model)
+    monkeypatch.delenv(model.ALLOW_PLAIN_DECODE, raising=False)
+    with pytest.raises(RuntimeError, match="REPLAYSSM_ALLOW_PLAIN_DECODE=1"):
+        model.TritonPythonModel().initialize({})
+    assert started == []
+    monkeypatch.setenv(model.ALLOW_PLAIN_DECODE, "1")
+    model.TritonPythonModel().initialize({})
+    assert len(started) == 1 and started[0]["model_kwargs"]["replayssm"]

@@ -253,7 +253,10 @@ def test_nvfp4_dequantize_rejects_bad_arguments():
         ((packed.to(torch.int16), block_scale, global_scale), "packed"),
         ((packed, block_scale.float(), global_scale), "block_scale"),
         ((packed, block_scale[..., :1], global_scale), "block_scale"),
-        ((packed[..., :12], block_scale, global_scale), "block_scale"),
+        ((packed[..., :12], block_scale, global_scale), "packed"),  # 24 codes: not whole blocks
+        ((packed[..., :8], block_scale, global_scale), "block_scale"),  # one block of two scales
+        ((packed, block_scale, -global_scale), "global_scale"),
+        ((packed, block_scale, global_scale * float("nan")), "global_scale"),
         ((packed, block_scale, global_scale.double()), "global_scale"),
         ((packed, block_scale, torch.ones(4)), "global_scale"),
         ((packed, block_scale, torch.ones(3, 4, 16)), "global_scale"),

@@ -325,3 +325,108 @@ def test_dataclass_replace_keeps_checks():
     state = _mamba2_state()
     broken = dataclasses.replace(state, window=9)
     _unchanged(broken, lambda: mamba2_replay_step(broken, **_mamba2_inputs()), r"^state\.window")
+
+
+# -- the decode-side mixers ---------------------------------------------------------------------------
+
+_MAMBA2_MIXER = dict(hidden_size=32, num_heads=4, head_dim=8, d_state=16, n_groups=2, d_conv=4, slots=3)
+
+
+@pytest.mark.parametrize("change,match", [
+    (dict(dt_limit=(1.0, 0.5)), r"^dt_limit: expected \(dt_min, dt_max\) with 0 <= dt_min <= dt_max"),
+    (dict(dt_limit=(0.0, float("nan"))), r"^dt_limit: expected"),
+    (dict(dt_limit=(-1.0, 2.0)), r"^dt_limit: expected"),
+    (dict(norm_group_size=5), r"^norm_group_size: expected None or a positive divisor of num_heads \* head_dim = 32"),
+    (dict(norm_group_size=0), r"^norm_group_size: expected"),
+    (dict(norm_group_size=-4), r"^norm_group_size: expected"),
+    (dict(config={}), r"^config: expected a ReplaySSMConfig or None, got dict"),
+    (dict(n_groups=0), r"^n_groups: expected a positive int, got 0"),
+    (dict(slots=-1), r"^slots: expected a positive int, got -1"),
+    (dict(dtype=torch.int32), r"^dtype: expected a floating-point torch.dtype"),
+])
+def test_mamba2_mixer_constructor_arguments(change, match):
+    # dt_limit (1.0, 0.5) and norm_group_size 5 used to be accepted and fail in decode, after the
+    # conv state and the rings had been written.
+    from trtllm_replayssm.layers.mamba2 import ReplayMamba2Mixer
+
+    with pytest.raises(ValueError, match=match):
+        ReplayMamba2Mixer(**{**_MAMBA2_MIXER, **change})
+
+
+@pytest.mark.parametrize("kind,change,match", [
+    ("gdn", dict(num_k_heads=0), r"^num_k_heads: expected a positive int, got 0"),
+    ("gdn", dict(config={"window": 4}), r"^config: expected a ReplaySSMConfig or None, got dict"),
+    ("kda", dict(num_heads=0), r"^num_heads: expected a positive int, got 0"),
+    ("kda", dict(dtype="bf16"), r"^dtype: expected a floating-point torch.dtype"),
+])
+def test_delta_mixer_constructor_arguments(kind, change, match):
+    from trtllm_replayssm.layers.gdn import ReplayGatedDeltaNet
+    from trtllm_replayssm.layers.kda import ReplayKimiDeltaAttention
+
+    base = dict(hidden_size=32, num_k_heads=2, num_v_heads=4, head_k_dim=8, head_v_dim=8, d_conv=4, slots=3) \
+        if kind == "gdn" else dict(hidden_size=32, num_heads=2, head_dim=8, d_conv=4, slots=3)
+    with pytest.raises(ValueError, match=match):
+        (ReplayGatedDeltaNet if kind == "gdn" else ReplayKimiDeltaAttention)(**{**base, **change})
+
+
+def test_mixer_slot_ids_and_empty_prompts():
+    from trtllm_replayssm.layers.mamba2 import ReplayMamba2Mixer
+
+    mixer = ReplayMamba2Mixer(**_MAMBA2_MIXER)
+    mixer.decode(torch.randn(3, 32))
+    before = {k: v.clone() for k, v in {**mixer.replay_state.tensors(), "conv": mixer.conv_state}.items()}
+    for slots in ([1.7], torch.tensor([2.9]), ["0"]):
+        with pytest.raises(ValueError, match=r"^slots: expected int slot ids"):
+            mixer.reset_slots(slots)
+    with pytest.raises(ValueError, match=r"^hidden: expected \[batch, seq >= 1, hidden_size=32\], got \(3, 0, 32\)"):
+        mixer.prefill(torch.randn(3, 0, 32))
+    after = {**mixer.replay_state.tensors(), "conv": mixer.conv_state}
+    assert all(torch.equal(after[k], v) for k, v in before.items())
+    mixer.reset_slots(torch.tensor([1]))  # integer tensors still name slots
+    assert not mixer.conv_state[1].any() and mixer.conv_state[0].any()
+
+
+# -- number formats -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_quantizers_refuse_non_finite_input(bad):
+    # One NaN or infinity used to become the derived scale: no value of the tensor decoded.
+    from trtllm_replayssm.formats import fp8_quantize, nvfp4_quantize
+
+    x = torch.randn(2, 32)
+    x[1, 3] = bad
+    with pytest.raises(ValueError, match=r"^x: expected finite values"):
+        nvfp4_quantize(x)
+    with pytest.raises(ValueError, match=r"^x: expected finite values"):
+        fp8_quantize(x)
+
+
+def test_format_codecs_refuse_what_they_cannot_encode_or_decode():
+    from trtllm_replayssm.formats import fp8_dequantize, fp8_quantize, nvfp4_dequantize, nvfp4_quantize
+    from trtllm_replayssm.formats.nvfp4 import e2m1_decode, e2m1_encode
+    from trtllm_replayssm.formats.stochastic import stochastic_round
+
+    with pytest.raises(ValueError, match=r"^x: expected values that are not NaN"):
+        e2m1_encode(torch.tensor([float("nan"), 1.0]))
+    assert e2m1_encode(torch.tensor([float("inf")])).item() == 7  # saturation, as documented
+    with pytest.raises(ValueError, match=r"^codes: expected 4-bit codes in \[0, 16\), got 17"):
+        e2m1_decode(torch.tensor([3, 17], dtype=torch.uint8))
+    with pytest.raises(ValueError, match=r"^codes: expected a uint8 tensor"):
+        e2m1_decode([1, 2])
+    with pytest.raises(ValueError, match=r"^x: expected a float32, float16 or bfloat16 tensor \[\.\.\., n\] with n >= 1"):
+        fp8_quantize(torch.zeros(3, 0))
+    with pytest.raises(ValueError, match=r"^x: expected a non-empty tensor"):
+        nvfp4_quantize(torch.zeros(0, 16))
+    with pytest.raises(ValueError, match=r"^offset, stream: .*pass a seed"):
+        fp8_quantize(torch.randn(2, 8), offset=5)
+    q, scale = fp8_quantize(torch.randn(2, 8))
+    with pytest.raises(ValueError, match=r"^dtype: expected a floating-point torch.dtype"):
+        fp8_dequantize(q, scale, torch.int32)
+    with pytest.raises(ValueError, match=r"^scale: expected positive finite values"):
+        fp8_dequantize(q, scale * float("nan"))
+    t = nvfp4_quantize(torch.randn(2, 32))
+    with pytest.raises(ValueError, match=r"^dtype: expected a floating-point torch.dtype"):
+        nvfp4_dequantize(t.packed, t.block_scale, t.global_scale, "float16")
+    with pytest.raises(ValueError, match=r"^offset: expected an int in \[-2\*\*63, 2\*\*63\)"):
+        stochastic_round(torch.randn(4), torch.bfloat16, 1, 2**63)

@@ -15,6 +15,9 @@ from pathlib import Path
 import yaml
 
 MODEL_YAML = "model.yaml"
+#: Set to 1 to serve a ReplaySSM build with TensorRT-LLM's own SSM decode where this
+#: trtllm-replayssm has no TensorRT-LLM integration to register.
+ALLOW_PLAIN_DECODE = "REPLAYSSM_ALLOW_PLAIN_DECODE"
 _SAMPLING_INPUTS = {
     "sampling_param_max_tokens": "max_tokens",
     "sampling_param_temperature": "temperature",
@@ -50,6 +53,14 @@ class TritonPythonModel:
         register = getattr(integration, "register", None)
         if callable(register):
             register()
+        elif (options.get("model_kwargs") or {}).get("replayssm") and os.environ.get(ALLOW_PLAIN_DECODE) != "1":
+            # model.yaml asks for a ReplaySSM state (its precision, its read copy); serving the
+            # model without it would change the numbers this build was made for, so say so.
+            raise RuntimeError(
+                "model.yaml asks for ReplaySSM decode (model_kwargs.replayssm), but this trtllm-replayssm has no "
+                "TensorRT-LLM integration to register (trtllm_replayssm.integrations.tensorrt_llm.register); set "
+                f"{ALLOW_PLAIN_DECODE}=1 to serve with TensorRT-LLM's own SSM decode instead"
+            )
         from tensorrt_llm import LLM, SamplingParams
 
         self._sampling_params = SamplingParams

@@ -22,3 +22,15 @@ def check_scale(name: str, scale, dtype: torch.dtype, shape: tuple, what: str) -
         )
     if not bool(((scale > 0) & torch.isfinite(scale)).all()):
         raise ValueError(f"{name}: expected positive finite values")
+
+
+def check_finite(name: str, x: torch.Tensor) -> None:
+    """Raise unless every value of ``x`` is finite: one NaN or infinity would become the
+    derived scale and leave no value of its block, row or tensor decodable."""
+    if not bool(torch.isfinite(x).all()):
+        raise ValueError(f"{name}: expected finite values, got NaN or infinity")
+
+
+def check_out_dtype(dtype) -> None:
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ValueError(f"dtype: expected a floating-point torch.dtype, got {dtype!r}")

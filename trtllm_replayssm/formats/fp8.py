@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from ._checks import FLOAT_INPUTS, check_scale, describe
+from ._checks import FLOAT_INPUTS, check_finite, check_out_dtype, check_scale, describe
 from .nvfp4 import E4M3_MAX
 from .stochastic import stochastic_round
 
@@ -36,7 +36,7 @@ def fp8_quantize(
     """Quantize ``x`` to FP8 E4M3 with a per-row scale.
 
     Args:
-        x: ``[..., n]`` float32 / float16 / bfloat16 (at least one axis).
+        x: ``[..., n]`` float32 / float16 / bfloat16 (at least one axis, ``n >= 1``), finite.
         scale: ``[...]`` (``x.shape[:-1]``) float32, positive and finite; ``None`` derives it as
             ``amax(|row|) / 448`` (1 for an all-zero row).
         seed: ``None`` rounds to nearest even; an int rounds stochastically with the counter
@@ -48,12 +48,15 @@ def fp8_quantize(
     Returns:
         ``(q [..., n] float8_e4m3fn, scale [...] float32)``.
     """
-    if not isinstance(x, torch.Tensor) or x.dtype not in FLOAT_INPUTS or x.ndim < 1:
+    if not isinstance(x, torch.Tensor) or x.dtype not in FLOAT_INPUTS or x.ndim < 1 or x.shape[-1] < 1:
         raise ValueError(
-            f"x: expected a float32, float16 or bfloat16 tensor [..., n], got {describe(x)}"
+            f"x: expected a float32, float16 or bfloat16 tensor [..., n] with n >= 1, got {describe(x)}"
         )
+    check_finite("x", x)
     if seed is not None and x.dtype != torch.float32:
         raise ValueError(f"x: stochastic rounding (seed given) expects float32, got {x.dtype}")
+    if seed is None and (offset is not None or tuple(stream) != (0, 0)):
+        raise ValueError("offset, stream: they set the stochastic rounding's counter; pass a seed with them")
     if scale is None:
         scale = x.abs().amax(dim=-1).float() / E4M3_MAX
         # A zero row (or one whose scale underflows) would otherwise divide by zero.
@@ -75,8 +78,8 @@ def fp8_dequantize(
 
     Args:
         q: ``[..., n]`` float8_e4m3fn.
-        scale: ``[...]`` (``q.shape[:-1]``) float32.
-        dtype: dtype of the result.
+        scale: ``[...]`` (``q.shape[:-1]``) float32, positive and finite.
+        dtype: floating-point dtype of the result.
 
     Returns:
         ``[..., n]`` of ``dtype``: ``float(q) * scale`` computed in float32, then cast.
@@ -92,4 +95,6 @@ def fp8_dequantize(
         raise ValueError(
             f"scale: expected a torch.float32 tensor of shape {expected}, got {describe(scale)}"
         )
+    check_scale("scale", scale, torch.float32, expected, "one per row of q")
+    check_out_dtype(dtype)
     return (q.float() * scale.unsqueeze(-1)).to(dtype)

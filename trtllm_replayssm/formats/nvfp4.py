@@ -33,7 +33,7 @@ from typing import NamedTuple
 
 import torch
 
-from ._checks import FLOAT_INPUTS, check_scale, describe
+from ._checks import FLOAT_INPUTS, check_finite, check_out_dtype, check_scale, describe
 
 __all__ = [
     "E2M1_MAX",
@@ -88,8 +88,10 @@ def e2m1_decode(codes: torch.Tensor) -> torch.Tensor:
     Returns:
         ``[...]`` float32; code 8 decodes to ``-0.0``.
     """
-    if codes.dtype != torch.uint8:
-        raise ValueError(f"codes: expected uint8 E2M1 codes, got {codes.dtype}")
+    if not isinstance(codes, torch.Tensor) or codes.dtype != torch.uint8:
+        raise ValueError(f"codes: expected a uint8 tensor of E2M1 codes, got {describe(codes)}")
+    if bool((codes > 15).any()):
+        raise ValueError(f"codes: expected 4-bit codes in [0, 16), got {int(codes.max())}")
     magnitudes = torch.tensor(E2M1_VALUES, dtype=torch.float32, device=codes.device)
     value = magnitudes[(codes & 0x7).long()]
     return torch.where((codes & 0x8) != 0, -value, value)
@@ -106,6 +108,8 @@ def e2m1_encode(x: torch.Tensor) -> torch.Tensor:
     """
     if not isinstance(x, torch.Tensor) or x.dtype not in FLOAT_INPUTS:
         raise ValueError(f"x: expected a tensor of one of {FLOAT_INPUTS}, got {describe(x)}")
+    if bool(torch.isnan(x).any()):
+        raise ValueError("x: expected values that are not NaN (E2M1 has no NaN code)")
     magnitude = x.float().abs()
     tie_down = torch.tensor(_MIDPOINTS_TIE_DOWN, dtype=torch.float32, device=x.device)
     tie_up = torch.tensor(_MIDPOINTS_TIE_UP, dtype=torch.float32, device=x.device)
@@ -153,11 +157,12 @@ def nvfp4_quantize(
     """
     if not isinstance(x, torch.Tensor) or x.dtype not in FLOAT_INPUTS:
         raise ValueError(f"x: expected a float32, float16 or bfloat16 tensor, got {describe(x)}")
-    if x.ndim < 1 or x.shape[-1] % NVFP4_BLOCK != 0 or x.shape[-1] == 0:
+    if x.ndim < 1 or x.shape[-1] % NVFP4_BLOCK != 0 or x.numel() == 0:
         raise ValueError(
-            f"x: expected a last dimension that is a positive multiple of {NVFP4_BLOCK}, "
+            f"x: expected a non-empty tensor whose last dimension is a positive multiple of {NVFP4_BLOCK}, "
             f"got shape {tuple(x.shape)}"
         )
+    check_finite("x", x)
     _check_scale_dims(scale_dims, x.ndim)
     lead_shape = tuple(x.shape[:scale_dims])
     if global_scale is None:
@@ -202,15 +207,18 @@ def nvfp4_dequantize(
     Args:
         packed: ``[..., n/2]`` uint8, two E2M1 codes per byte, low nibble first.
         block_scale: ``[..., n/16]`` float8_e4m3fn.
-        global_scale: ``packed.shape[:k]`` float32 for some ``k`` (0-dim: one per tensor).
-        dtype: dtype of the result.
+        global_scale: ``packed.shape[:k]`` float32 for some ``k`` (0-dim: one per tensor),
+            positive and finite.
+        dtype: floating-point dtype of the result.
 
     Returns:
         ``[..., n]`` of ``dtype``: ``e2m1(code) * (float(block_scale) * global_scale)``, computed
         in float32 and then cast.
     """
-    if not isinstance(packed, torch.Tensor) or packed.dtype != torch.uint8 or packed.ndim < 1:
-        raise ValueError(f"packed: expected a uint8 tensor [..., n/2], got {describe(packed)}")
+    if not isinstance(packed, torch.Tensor) or packed.dtype != torch.uint8 or packed.ndim < 1 \
+            or packed.shape[-1] % (NVFP4_BLOCK // 2) != 0:
+        raise ValueError(f"packed: expected a uint8 tensor [..., n/2] with n a multiple of {NVFP4_BLOCK} (a last "
+                         f"dimension that is a multiple of {NVFP4_BLOCK // 2}), got {describe(packed)}")
     expected_scale_shape = (*packed.shape[:-1], packed.shape[-1] * 2 // NVFP4_BLOCK)
     if (
         not isinstance(block_scale, torch.Tensor)
@@ -232,6 +240,8 @@ def nvfp4_dequantize(
             f"global_scale: expected a float32 tensor whose shape is a leading part of "
             f"{tuple(packed.shape[:-1])}, got {describe(global_scale)}"
         )
+    check_scale("global_scale", global_scale, torch.float32, tuple(global_scale.shape), "positive, finite")
+    check_out_dtype(dtype)
     codes = torch.stack((packed & 0x0F, packed >> 4), dim=-1).reshape(*packed.shape[:-1], -1)
     values = e2m1_decode(codes).reshape(*block_scale.shape, NVFP4_BLOCK)
     scale = block_scale.float() * _expand_global(global_scale, block_scale.ndim)

@@ -134,6 +134,8 @@ def _int_tensor(name: str, value) -> torch.Tensor:
         return value.to(torch.int64)
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"{name}: expected an int or an int64 tensor, got {describe(value)}")
+    if not -2**63 <= value < 2**63:
+        raise ValueError(f"{name}: expected an int in [-2**63, 2**63) (an int64 counter), got {value}")
     return torch.tensor(value, dtype=torch.int64)
 
 

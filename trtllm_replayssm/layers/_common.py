@@ -11,7 +11,7 @@ import torch
 from ..config import ReplaySSMConfig
 from ..ops._slots import live_rows
 
-__all__ = ["MODES", "SlotStateMixin", "plain_checkpoint_dtype", "resolve_backend"]
+__all__ = ["MODES", "SlotStateMixin", "check_mixer_args", "check_prompt", "plain_checkpoint_dtype", "resolve_backend"]
 
 #: ``replay``: ReplaySSM state (checkpoint + ring); ``standard``: the state written every token.
 MODES = ("replay", "standard")
@@ -19,6 +19,28 @@ MODES = ("replay", "standard")
 # Checkpoint precisions of the plain (non-split) state; fp8, stochastic rounding and read copies
 # need the split-precision cache.
 _CHECKPOINT_TORCH_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def check_mixer_args(config, *, dtype, **positive_ints) -> ReplaySSMConfig:
+    """The arguments every mixer takes: ``config`` a :class:`ReplaySSMConfig` or None (returned,
+    None as the default), each of ``positive_ints`` (dims, ``slots``, ``d_conv``) an int >= 1,
+    ``dtype`` a floating-point torch dtype. Checked before any size is derived from them."""
+    if config is not None and not isinstance(config, ReplaySSMConfig):
+        raise ValueError(f"config: expected a ReplaySSMConfig or None, got {type(config).__name__}")
+    for name, value in positive_ints.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name}: expected a positive int, got {value!r}")
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise ValueError(f"dtype: expected a floating-point torch.dtype, got {dtype!r}")
+    return config if config is not None else ReplaySSMConfig()
+
+
+def check_prompt(hidden, hidden_size: int) -> None:
+    """``hidden`` of :meth:`prefill`: ``[batch, seq >= 1, hidden_size]``."""
+    if not isinstance(hidden, torch.Tensor) or hidden.dim() != 3 or hidden.shape[2] != hidden_size \
+            or hidden.shape[1] < 1:
+        got = tuple(hidden.shape) if isinstance(hidden, torch.Tensor) else type(hidden).__name__
+        raise ValueError(f"hidden: expected [batch, seq >= 1, hidden_size={hidden_size}], got {got}")
 
 
 def plain_checkpoint_dtype(config: ReplaySSMConfig, mode: str) -> torch.dtype:
@@ -50,9 +72,11 @@ class SlotStateMixin:
 
     def reset_slots(self, slots) -> None:
         """Start new sequences in ``slots``: zero their conv and SSM state, empty their rings."""
-        slot_list = [int(s) for s in slots]
+        slot_list = list(slots.flatten().tolist() if isinstance(slots, torch.Tensor) else slots)
         n_slots = self.conv_state.shape[0]
         for s in slot_list:
+            if isinstance(s, bool) or not isinstance(s, int):
+                raise ValueError(f"slots: expected int slot ids, got {s!r}")
             if not 0 <= s < n_slots:
                 raise ValueError(f"slots: slot {s} out of range [0, {n_slots})")
         self.conv_state[slot_list] = 0

@@ -25,7 +25,7 @@ from torch import nn
 from ..config import ReplaySSMConfig
 from ..ops._slots import live_rows
 from ..ops.gdn.state import DeltaRuleReplayState
-from ._common import SlotStateMixin, plain_checkpoint_dtype, resolve_backend
+from ._common import SlotStateMixin, check_mixer_args, check_prompt, plain_checkpoint_dtype, resolve_backend
 from .conv import causal_conv1d_update
 
 __all__ = ["DeltaRuleMixer", "ReplayGatedDeltaNet", "DELTA_RULE_BACKENDS"]
@@ -53,7 +53,7 @@ class DeltaRuleMixer(SlotStateMixin, nn.Module):
         self, *, num_v_heads, num_k_heads, head_k_dim, head_v_dim, conv_dim, d_conv, slots, config, mode, backend,
         dtype, device,
     ) -> None:
-        self.config = config or ReplaySSMConfig()
+        self.config = config  # check_mixer_args has resolved it
         checkpoint_dtype = plain_checkpoint_dtype(self.config, mode)
         if num_v_heads % num_k_heads != 0:
             raise ValueError(f"num_v_heads: expected a multiple of num_k_heads={num_k_heads}, got {num_v_heads}")
@@ -167,8 +167,7 @@ class DeltaRuleMixer(SlotStateMixin, nn.Module):
         Returns:
             ``[batch, seq, hidden_size]`` in ``hidden.dtype``.
         """
-        if hidden.dim() != 3 or hidden.shape[2] != self.hidden_size:
-            raise ValueError(f"hidden: expected [batch, seq, hidden_size={self.hidden_size}], got {tuple(hidden.shape)}")
+        check_prompt(hidden, self.hidden_size)
         return torch.stack([self.decode(hidden[:, t], state_indices, pad_slot_id) for t in range(hidden.shape[1])], 1)
 
     forward = decode
@@ -204,6 +203,9 @@ class ReplayGatedDeltaNet(DeltaRuleMixer):
         dtype: torch.dtype = torch.float32, device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
+        config = check_mixer_args(config, dtype=dtype, hidden_size=hidden_size, num_k_heads=num_k_heads,
+                                  num_v_heads=num_v_heads, head_k_dim=head_k_dim, head_v_dim=head_v_dim, d_conv=d_conv,
+                                  slots=slots)
         conv_dim = 2 * num_k_heads * head_k_dim + num_v_heads * head_v_dim
         self._init_state(
             num_v_heads=num_v_heads, num_k_heads=num_k_heads, head_k_dim=head_k_dim, head_v_dim=head_v_dim,

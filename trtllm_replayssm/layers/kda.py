@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from ..config import ReplaySSMConfig
+from ._common import check_mixer_args
 from .gdn import DeltaRuleMixer, _check_hf_module
 
 __all__ = ["ReplayKimiDeltaAttention"]
@@ -50,6 +51,8 @@ class ReplayKimiDeltaAttention(DeltaRuleMixer):
         device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
+        config = check_mixer_args(config, dtype=dtype, hidden_size=hidden_size, num_heads=num_heads, head_dim=head_dim,
+                                  d_conv=d_conv, slots=slots)
         inner = num_heads * head_dim
         self._init_state(
             num_v_heads=num_heads, num_k_heads=num_heads, head_k_dim=head_dim, head_v_dim=head_dim,

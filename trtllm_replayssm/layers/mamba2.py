@@ -24,7 +24,7 @@ from torch import nn
 from ..config import ReplaySSMConfig
 from ..ops._slots import live_rows
 from ..ops.mamba2.state import Mamba2ReplayState
-from ._common import SlotStateMixin, plain_checkpoint_dtype, resolve_backend
+from ._common import SlotStateMixin, check_mixer_args, check_prompt, plain_checkpoint_dtype, resolve_backend
 from .conv import causal_conv1d_update
 from .norm import gated_rms_norm
 
@@ -80,12 +80,22 @@ class ReplayMamba2Mixer(SlotStateMixin, nn.Module):
         device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
-        self.config = config or ReplaySSMConfig()
+        self.config = check_mixer_args(config, dtype=dtype, hidden_size=hidden_size, num_heads=num_heads,
+                                       head_dim=head_dim, d_state=d_state, n_groups=n_groups, d_conv=d_conv,
+                                       slots=slots)
         checkpoint_dtype = plain_checkpoint_dtype(self.config, mode)
         if num_heads % n_groups != 0:
             raise ValueError(f"n_groups: expected a divisor of num_heads={num_heads}, got {n_groups}")
         if d_conv < 2:
             raise ValueError(f"d_conv: expected >= 2, got {d_conv}")
+        if norm_group_size is not None and (isinstance(norm_group_size, bool) or not isinstance(norm_group_size, int)
+                                            or norm_group_size < 1 or (num_heads * head_dim) % norm_group_size):
+            raise ValueError(f"norm_group_size: expected None or a positive divisor of num_heads * head_dim = "
+                             f"{num_heads * head_dim}, got {norm_group_size!r}")
+        if not (isinstance(dt_limit, (tuple, list)) and len(dt_limit) == 2
+                and all(isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isnan(v) for v in dt_limit)
+                and 0 <= dt_limit[0] <= dt_limit[1]):
+            raise ValueError(f"dt_limit: expected (dt_min, dt_max) with 0 <= dt_min <= dt_max, no NaN, got {dt_limit!r}")
         self.mode = mode
         self.ops = resolve_backend(backend, MAMBA2_BACKENDS)
         self.hidden_size, self.num_heads, self.head_dim = hidden_size, num_heads, head_dim
@@ -94,7 +104,7 @@ class ReplayMamba2Mixer(SlotStateMixin, nn.Module):
         self.conv_dim = self.intermediate_size + 2 * n_groups * d_state
         self.activation = activation
         self.norm_eps = norm_eps
-        self.norm_group_size = norm_group_size or self.intermediate_size // n_groups
+        self.norm_group_size = self.intermediate_size // n_groups if norm_group_size is None else norm_group_size
         self.dt_min = float(dt_limit[0]) if dt_limit[0] > 0 else None
         self.dt_max = float(dt_limit[1]) if math.isfinite(dt_limit[1]) else None
 
@@ -252,8 +262,7 @@ class ReplayMamba2Mixer(SlotStateMixin, nn.Module):
         Returns:
             ``[batch, seq, hidden_size]`` in ``hidden.dtype``.
         """
-        if hidden.dim() != 3 or hidden.shape[2] != self.hidden_size:
-            raise ValueError(f"hidden: expected [batch, seq, hidden_size={self.hidden_size}], got {tuple(hidden.shape)}")
+        check_prompt(hidden, self.hidden_size)
         return torch.stack([self.decode(hidden[:, t], state_indices, pad_slot_id) for t in range(hidden.shape[1])], dim=1)
 
     forward = decode

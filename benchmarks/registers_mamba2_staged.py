@@ -48,7 +48,7 @@ def _types(fn, act: str) -> dict[str, str]:
             out[name] = fixed[name]
         elif name.endswith("_ptr"):
             out[name] = f"*{act}"
-        elif name in STRIDES or name in ("window", "pad_slot_id", "batch"):
+        elif name in STRIDES or name in ("window", "pad_slot_id", "batch", "total_tiles"):
             out[name] = "i32"
     return out
 
@@ -69,13 +69,17 @@ def resources(cfg: decode.LaunchConfig, heads=128, head_dim=64, d_state=128, gro
         BLOCK_HG=triton.next_power_of_2(heads // groups), BLOCK_N=block_n, BLOCK_J=block_j,
         HAS_DT_BIAS=True, DT_SOFTPLUS=True, HAS_CLAMP=True, P=head_dim, BLOCK_P=triton.next_power_of_2(head_dim),
         RING_X=ring_x, COMPACT=cfg.compact_coef, **flags), cfg.ring_warps, divisible=STRIDES)
-    stream = _compile(staged._stream_kernel, _types(staged._stream_kernel, act), dict(
+    stream_consts = dict(
         HEADS=heads, HEADS_PER_GROUP=heads // groups, P=head_dim, N=d_state, CAP=cap, BLOCK_P=cfg.block_p,
-        BLOCK_N=block_n, BLOCK_J=block_j, HAS_D=True, HAS_Z=True, FOLD=cfg.fold, ROWS_FASTEST=cfg.rows_fastest,
-        RING_PREFETCH=cfg.ring_prefetch, FLUSH_HERE=not cfg.flush_launch, RING_X_STORED=ring_x,
-        COMPACT=cfg.compact_coef, **flags), cfg.num_warps,
-        cfg.max_registers,
-        divisible=STRIDES)
+        BLOCK_N=block_n, BLOCK_J=block_j, HAS_D=True, HAS_Z=True, FOLD=cfg.fold, RING_PREFETCH=cfg.ring_prefetch,
+        RING_X_STORED=ring_x, COMPACT=cfg.compact_coef, **flags)
+    if cfg.stream_tiles > 1:
+        fn, stream_consts = staged._stream_walk, dict(stream_consts, TILES=triton.cdiv(head_dim, cfg.block_p),
+                                                       WALK=cfg.stream_tiles)
+    else:
+        fn, stream_consts = staged._stream_kernel, dict(stream_consts, ROWS_FASTEST=cfg.rows_fastest,
+                                                        FLUSH_HERE=not cfg.flush_launch)
+    stream = _compile(fn, _types(fn, act), stream_consts, cfg.num_warps, cfg.max_registers, divisible=STRIDES)
     if not cfg.flush_launch:
         return ring, stream, ""
     hpg = heads // groups
@@ -108,6 +112,7 @@ def main(argv=None):
 
     configs = [decode.launch_config("replay", 64, 128, 256)]
     configs.append(dataclasses.replace(configs[0], compact_coef=True))
+    configs += [dataclasses.replace(configs[0], stream_tiles=n) for n in (8, 32, 64)]
     configs += [decode.LaunchConfig(**kw) for kw in VARIANTS if kw.get("kernel") == "staged"]
     for cfg in configs:
         ring, stream, flush = resources(cfg)

@@ -201,6 +201,17 @@ def test_launch_config_checks_flush_launch_flags(field):
         decode.LaunchConfig(kernel="staged", **{field: True})
 
 
+def test_launch_config_checks_stream_tiles():
+    assert decode.LaunchConfig(**dict(CUDA_FLUSH, stream_tiles=64)).stream_tiles == 64
+    for bad in (0, 3, 512, True, 2.0):
+        with pytest.raises(ValueError, match=r"stream_tiles: expected a power of two in \[1, 256\]"):
+            decode.LaunchConfig(**dict(CUDA_FLUSH, stream_tiles=bad))
+    with pytest.raises(ValueError, match="stream_tiles: > 1 needs flush_launch=True and rows_fastest=False"):
+        decode.LaunchConfig(kernel="staged", stream_tiles=4)
+    with pytest.raises(ValueError, match="stream_tiles: > 1 needs flush_launch=True and rows_fastest=False"):
+        decode.LaunchConfig(**dict(CUDA_FLUSH, stream_tiles=4, rows_fastest=True))
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the interpreter path; the GPU tests run the kernel")
 def test_cuda_flush_config_off_cuda_takes_the_triton_launch():
     # Off CUDA the step keeps the Triton flush launch (the interpreter), exactly as without flush_impl.
@@ -293,9 +304,11 @@ def test_ws_kernel_assembles_without_spills(sm, dtype, order, tmp_path):
                                     dict(flush_impl="cuda_ws", ring_x_in_ring=True),
                                     dict(flush_impl="cuda_ws", ring_x_in_ring=True, flush_ws_order="counter"),
                                     dict(flush_impl="cuda_ws", ring_x_in_ring=True, compact_coef=True),
-                                    dict(flush_impl="cuda_ws", ring_x_in_ring=True, flush_ws_order="auto")],
+                                    dict(flush_impl="cuda_ws", ring_x_in_ring=True, flush_ws_order="auto"),
+                                    dict(flush_impl="cuda_ws", stream_tiles=8),
+                                    dict(flush_impl="cuda_ws", ring_x_in_ring=True, compact_coef=True, stream_tiles=64)],
                          ids=["default", "rows8-heads2", "ws", "ws2", "ws-ring-x", "ws-counter", "ws-compact",
-                              "ws-auto"])
+                              "ws-auto", "ws-walk8", "ws-compact-walk64"])
 @pytest.mark.parametrize("batch", [1, 3, 64])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize("dims", [(8, 64, 128, 2), (8, 80, 128, 8), (4, 128, 64, 1), (6, 256, 128, 3)])
@@ -306,16 +319,17 @@ def test_cuda_flush_steps_gpu(dims, dtype, batch, params):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("impl,ring_x,order,compact", [("cuda", False, "stride", False),
-                                                       ("cuda_ws", False, "stride", False),
-                                                       ("cuda_ws", True, "stride", False),
-                                                       ("cuda_ws", True, "counter", False),
-                                                       ("cuda_ws", True, "stride", True)])
-def test_cuda_flush_nemotron_dims_four_windows_gpu(impl, ring_x, order, compact):
+@pytest.mark.parametrize("impl,ring_x,order,compact,walk", [("cuda", False, "stride", False, 1),
+                                                            ("cuda_ws", False, "stride", False, 1),
+                                                            ("cuda_ws", True, "stride", False, 1),
+                                                            ("cuda_ws", True, "counter", False, 1),
+                                                            ("cuda_ws", True, "stride", True, 1),
+                                                            ("cuda_ws", True, "auto", True, 32)])
+def test_cuda_flush_nemotron_dims_four_windows_gpu(impl, ring_x, order, compact, walk):
     # The accuracy target: the fp32 checkpoint within 1e-5 of float64 over 4 windows at L=16.
     run = kernel_replay(decode.LaunchConfig(**dict(CUDA_FLUSH, flush_persistent=4, flush_list_items="heads",
                                                     flush_heads=16, flush_impl=impl, ring_x_in_ring=ring_x,
-                                                    flush_ws_order=order, compact_coef=compact)))
+                                                    flush_ws_order=order, compact_coef=compact, stream_tiles=walk)))
     check_replay((128, 64, 128, 8), torch.bfloat16, 3, 16, 66, "cuda", run=run, ckpt_tol=1e-5)
 
 
@@ -367,14 +381,15 @@ def test_flush_without_nvrtc_takes_the_triton_launch_gpu(monkeypatch):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("impl,order", [("cuda", "stride"), ("cuda_ws", "stride"), ("cuda_ws", "counter"),
-                                        ("cuda_ws", "auto")])
-def test_cuda_flush_cuda_graph_equals_eager_gpu(impl, order):
+@pytest.mark.parametrize("impl,order,walk", [("cuda", "stride", 1), ("cuda_ws", "stride", 1), ("cuda_ws", "counter", 1),
+                                             ("cuda_ws", "auto", 1), ("cuda_ws", "stride", 16)])
+def test_cuda_flush_cuda_graph_equals_eager_gpu(impl, order, walk):
     dims = (16, 64, 128, 2)
     gen = torch.Generator().manual_seed(8)
     base, _ = allocate(6, *dims, 4, torch.bfloat16, "cuda", gen)
     eager, graph = graph_vs_eager(kernel_replay(decode.LaunchConfig(**dict(CUDA_FLUSH, flush_impl=impl,
-                                                                                 flush_ws_order=order))),
+                                                                                 flush_ws_order=order,
+                                                                                 stream_tiles=walk))),
                                    base.clone, 5, *dims, torch.bfloat16)
     for name, t in eager.tensors().items():
         assert torch.equal(t, getattr(graph, name)), name

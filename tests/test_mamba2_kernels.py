@@ -129,6 +129,14 @@ STAGED_INTERPRETER = [
                           flush_block_p=16, ring_x_in_ring=True, compact_coef=True)),
     ((4, 32, 24, 1), dict(block_p=8, fold="loop", num_warps=2, flush_launch=True, flush_persistent=1,
                           flush_list_items="heads", flush_heads=2, flush_block_p=16, compact_coef=True)),
+    # stream programs that walk 4 / 8 tiles each and store their y rows at the end (stream_tiles):
+    # 90 tiles in 23 programs (a part-filled last one); the ring entry stored by the stream tiles;
+    # compact terms with a masked 32-row tile of head_dim 20
+    ((6, 80, 16, 2), dict(block_p=16, fold="tf32x3", num_warps=2, flush_launch=True, flush_heads=3,
+                          flush_block_p=16, stream_tiles=4)),
+    ((6, 20, 16, 2), dict(block_p=32, fold="loop", num_warps=2, flush_launch=True, flush_persistent=1,
+                          flush_list_items="heads", flush_heads=3, flush_block_p=16, ring_x_in_ring=True,
+                          compact_coef=True, stream_tiles=8)),
 ]
 
 

@@ -50,6 +50,16 @@ def _program_ids(ROWS_FASTEST: tl.constexpr):
 
 
 @triton.jit
+def _tile_lanes(pid_p, P: tl.constexpr, N: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
+                BLOCK_J: tl.constexpr):
+    """``(offs_p, offs_n, offs_j, mask_p, mask_n)`` of checkpoint tile ``pid_p``: its head_dim
+    rows, the d_state columns and the ring entries' lanes."""
+    offs_p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
+    offs_n = tl.arange(0, BLOCK_N)
+    return offs_p, offs_n, tl.arange(0, BLOCK_J), offs_p < P, offs_n < N
+
+
+@triton.jit
 def _slot_of(idx_ptr, row, pad_slot_id, HAS_INDICES: tl.constexpr):
     """``(slot, live)`` of batch row ``row``; a padded row addresses slot 0 (a valid address)
     and is masked by ``live`` from there on."""
@@ -220,11 +230,7 @@ def _replay_step_kernel(
 ):
     row, h, pid_p = _program_ids(ROWS_FASTEST)
     g = h // HEADS_PER_GROUP
-    offs_p = pid_p * BLOCK_P + tl.arange(0, BLOCK_P)
-    offs_n = tl.arange(0, BLOCK_N)
-    offs_j = tl.arange(0, BLOCK_J)
-    mask_p = offs_p < P
-    mask_n = offs_n < N
+    offs_p, offs_n, offs_j, mask_p, mask_n = _tile_lanes(pid_p, P, N, BLOCK_P, BLOCK_N, BLOCK_J)
     slot, live = _slot_of(idx_ptr, row, pad_slot_id, HAS_INDICES)
     # Liveness enters masks through comparisons only (no scalar & vector), which every
     # backend, the interpreter included, types as a boolean mask.

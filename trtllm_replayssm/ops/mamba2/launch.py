@@ -110,6 +110,10 @@ class LaunchConfig:
     # the stream programs form the weights from the ring's dt: 0.6 MB written a step at
     # Nemotron-H 256 instead of 2.4 MB.
     compact_coef: bool = False
+    # kernel="staged" with flush_launch: > 1 (a power of two): each stream program walks this many
+    # checkpoint tiles, strided by the grid, and stores their y rows after the last one's reads
+    # (stream.py); 1: one program per tile.
+    stream_tiles: int = 1
 
     def __post_init__(self):
         if self.kernel not in KERNELS:
@@ -173,6 +177,12 @@ class LaunchConfig:
                 # Without the flush launch the stream launch's flush rows fold the ring themselves,
                 # from the token's ring x entry and the lines' weights.
                 raise ValueError(f"LaunchConfig.{name}: needs flush_launch=True")
+        if isinstance(self.stream_tiles, bool) or not isinstance(self.stream_tiles, int) or not (
+                1 <= self.stream_tiles <= 256 and self.stream_tiles & (self.stream_tiles - 1) == 0):
+            raise ValueError(f"LaunchConfig.stream_tiles: expected a power of two in [1, 256], got {self.stream_tiles!r}")
+        if self.stream_tiles > 1 and (not self.flush_launch or self.rows_fastest):
+            # The walk leaves flush rows to the flush launch and numbers tiles in the grid's default order.
+            raise ValueError("LaunchConfig.stream_tiles: > 1 needs flush_launch=True and rows_fastest=False")
         if self.flush_launch and self.kernel != "staged":
             raise ValueError("LaunchConfig.flush_launch: needs kernel='staged'")
         if self.flush_launch and self.fold in DOT_FOLDS and self.flush_block_p < 16:

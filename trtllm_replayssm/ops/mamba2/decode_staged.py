@@ -20,7 +20,8 @@ kernel:
    (with ``flush_launch``; the default from batch 128) the group's heads of ``x_t`` too, for
    non-flush rows (``ring.py``). (One program per row looping over the groups took ~18 us at any
    batch on an H200: latency-bound.)
-2. ``_stream_kernel``, one program per ``(head_dim tile, head, row)`` as the standard kernel:
+2. ``_stream_kernel`` (``stream.py``; ``_stream_walk`` with ``stream_tiles``), one program per
+   ``(head_dim tile, head, row)`` as the standard kernel:
    the checkpoint tile is the first load; non-flush
    ``y = Gamma S_c C + x_ring^T coef + coef_now x_t`` (plus ``D x`` and the ``z`` gate) and the
    tile's slice of ``x_t`` is appended at ring position ``c`` (unless launch 1 did: stores among

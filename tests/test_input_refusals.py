@@ -211,8 +211,11 @@ def test_cache_slot_ids_must_be_ints(slot):
 
 
 def test_cache_integer_slot_ids_of_every_form_still_work():
+    np = pytest.importorskip("numpy")
     cache = _cache()
     a, b = cache.allocate(), cache.allocate()
+    assert cache.is_allocated(np.int64(a)) and cache.layer(0).reset_slots(np.array([2, 3])) is None
+    assert ReplaySSMConfig(window=4, flush_stagger=True).first_flush_at(np.int32(3)) == 1
     assert cache.is_allocated(torch.tensor(b, dtype=torch.int32)) and not cache.is_allocated(3)
     cache.free(torch.tensor([a]))
     assert not cache.is_allocated(a)

@@ -17,6 +17,8 @@ and new model families without editing this module:
 
 from __future__ import annotations
 
+import numbers
+
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
@@ -307,9 +309,10 @@ class ReplayStateCache:
     def _check_slot(self, slot) -> int:
         if isinstance(slot, torch.Tensor) and slot.numel() == 1 and slot.dtype in _INT_DTYPES:
             slot = int(slot)
-        if isinstance(slot, bool) or not isinstance(slot, int):
+        if isinstance(slot, bool) or not isinstance(slot, numbers.Integral):
             got = f"a {slot.dtype} tensor of {slot.numel()} elements" if isinstance(slot, torch.Tensor) else repr(slot)
             raise ValueError(f"slot: expected an int (or a one-element integer tensor), got {got}")
+        slot = int(slot)
         if not 0 <= slot < self.num_slots:
             raise ValueError(f"slot: slot {slot} out of range [0, {self.num_slots})")
         return slot

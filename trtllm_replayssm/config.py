@@ -12,6 +12,8 @@ integration, so it round-trips through :meth:`ReplaySSMConfig.to_dict` /
 
 from __future__ import annotations
 
+import numbers
+
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -138,8 +140,9 @@ class ReplaySSMConfig:
 
     def first_flush_at(self, slot: int) -> int:
         """Ring length at which ``slot`` makes its first flush after a reset."""
-        if isinstance(slot, bool) or not isinstance(slot, int) or slot < 0:
+        if isinstance(slot, bool) or not isinstance(slot, numbers.Integral) or slot < 0:
             raise ValueError(f"slot: expected an int >= 0, got {slot!r}")
+        slot = int(slot)
         if self.flush_stagger:
             return self.window - (slot % self.window)
         return self.window

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numbers
+
 import importlib
 from types import ModuleType
 from typing import Mapping
@@ -75,8 +77,10 @@ class SlotStateMixin:
         slot_list = list(slots.flatten().tolist() if isinstance(slots, torch.Tensor) else slots)
         n_slots = self.conv_state.shape[0]
         for s in slot_list:
-            if isinstance(s, bool) or not isinstance(s, int):
+            if isinstance(s, bool) or not isinstance(s, numbers.Integral):
                 raise ValueError(f"slots: expected int slot ids, got {s!r}")
+        slot_list = [int(s) for s in slot_list]
+        for s in slot_list:
             if not 0 <= s < n_slots:
                 raise ValueError(f"slots: slot {s} out of range [0, {n_slots})")
         self.conv_state[slot_list] = 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numbers
+
 from dataclasses import dataclass, fields
 from typing import Iterable
 
@@ -51,8 +53,10 @@ class ReplayStateBase:
         config = config or ReplaySSMConfig(window=self.window)
         slot_list = list(slots.flatten().tolist() if isinstance(slots, torch.Tensor) else slots)
         for s in slot_list:
-            if isinstance(s, bool) or not isinstance(s, int):
+            if isinstance(s, bool) or not isinstance(s, numbers.Integral):
                 raise ValueError(f"slots: expected int slot ids, got {s!r}")
+        slot_list = [int(s) for s in slot_list]
+        for s in slot_list:
             if not 0 <= s < self.slots:
                 raise ValueError(f"slots: slot {s} out of range [0, {self.slots})")
         if not slot_list:

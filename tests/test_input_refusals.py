@@ -433,3 +433,79 @@ def test_format_codecs_refuse_what_they_cannot_encode_or_decode():
         nvfp4_dequantize(t.packed, t.block_scale, t.global_scale, "float16")
     with pytest.raises(ValueError, match=r"^offset: expected an int in \[-2\*\*63, 2\*\*63\)"):
         stochastic_round(torch.randn(4), torch.bfloat16, 1, 2**63)
+
+
+# -- speculative decoding and the raw ops (CPU: the reference) ------------------------------------------
+
+
+def test_delta_step_refuses_refold_before_the_verify_writes():
+    # The commit refused a bad refold only after the verify had written the rings.
+    from trtllm_replayssm.ops.gdn.reference import gdn_replay_step as reference_step
+    from trtllm_replayssm.ops.kda.reference import kda_replay_step as kda_reference_step
+
+    state = _delta_state()
+    _unchanged(state, lambda: reference_step(state, **_delta_inputs(), refold=None), r"^refold: expected a bool")
+    kda = _delta_state(kda=True)
+    _unchanged(kda, lambda: kda_reference_step(kda, **_delta_inputs(kda=True), refold="yes"), r"^refold: expected a bool")
+
+
+@pytest.mark.parametrize("kind", ["mamba2", "gdn", "kda"])
+def test_commit_refuses_more_than_the_verified_drafts(kind):
+    # With num_drafts (the verify's T) a commit of more entries than were verified is refused:
+    # it would fold ring entries that hold no verified draft.
+    from trtllm_replayssm.ops.gdn.reference import gdn_replay_commit, gdn_replay_verify
+    from trtllm_replayssm.ops.kda.reference import kda_replay_commit, kda_replay_verify
+    from trtllm_replayssm.ops.mamba2.reference import mamba2_replay_commit, mamba2_replay_verify
+
+    if kind == "mamba2":
+        state = _mamba2_state()
+        inputs = {k: v.unsqueeze(1).expand(-1, 2, *v.shape[1:]).contiguous() if k != "A" else v
+                  for k, v in _mamba2_inputs().items()}
+        mamba2_replay_verify(state, **inputs)
+        commit = lambda n, t: mamba2_replay_commit(state, n, A=inputs["A"], num_drafts=t)  # noqa: E731
+    else:
+        kda = kind == "kda"
+        state = _delta_state(kda)
+        inputs = {k: v.unsqueeze(1).expand(-1, 2, *v.shape[1:]).contiguous() if k != "A_log" else v
+                  for k, v in _delta_inputs(kda).items()}
+        (kda_replay_verify if kda else gdn_replay_verify)(state, **inputs)
+        commit = lambda n, t: (kda_replay_commit if kda else gdn_replay_commit)(state, n, num_drafts=t)  # noqa: E731
+    three = torch.full((BATCH,), 3, dtype=torch.int32)
+    _unchanged(state, lambda: commit(three, 2), r"^num_accepted: expected values <= num_drafts=2")
+    for bad in ("2", 0, True):
+        _unchanged(state, lambda: commit(three, bad), r"^num_drafts: expected None or an int >= 1")
+    commit(torch.full((BATCH,), 2, dtype=torch.int32), 2)
+    assert state.committed[:BATCH].tolist() == [2, 2]  # the verified drafts commit
+
+
+def test_mamba2_reference_verify_checks_flags_and_clamps():
+    from trtllm_replayssm.ops.mamba2.reference import mamba2_replay_verify
+
+    state = _mamba2_state()
+    inputs = {k: v.unsqueeze(1) if k != "A" else v for k, v in _mamba2_inputs().items()}
+    _unchanged(state, lambda: mamba2_replay_verify(state, **inputs, dt_min=float("nan")), r"^dt_min: expected a float")
+    _unchanged(state, lambda: mamba2_replay_verify(state, **inputs, dt_softplus="no"), r"^dt_softplus: expected a bool")
+
+
+def test_cursor_values_are_checked_on_the_cpu():
+    state = _mamba2_state()
+    state.committed[0] = -1
+    _unchanged(state, lambda: mamba2_replay_step(state, **_mamba2_inputs()), r"^state\.committed: expected values in \[0, 6\]")
+    with pytest.raises(ValueError, match=r"^state\.committed: expected values"):
+        mamba2_replay_materialize(state, A=-torch.rand(H))
+    delta = _delta_state()
+    delta.flush_at[1] = 9
+    _unchanged(delta, lambda: gdn_replay_step(delta, **_delta_inputs()), r"^state\.flush_at: expected values in \[1, 4\]")
+
+
+def test_raw_gdn_op_refuses_a_kda_decay():
+    # The raw op used to take a KDA-shaped `a` for KDA and run KDA's math on a GDN state.
+    ss = torch.randn(SLOTS, H, 16, 16, dtype=torch.float64)
+    before = ss.clone()
+    inputs = _delta_inputs(kda=True)
+    inputs = {k: v.double() for k, v in inputs.items()}
+    inputs["k"], inputs["q"] = inputs["k"][:, :2], inputs["q"][:, :2]
+    with pytest.raises(ValueError, match=r"^a: expected"):
+        torch.ops.replayssm.gdn_standard_step(ss, inputs["q"], inputs["k"], inputs["v"], inputs["a"], inputs["b"],
+                                              inputs["A_log"], None, None, -1, None)
+    assert torch.equal(ss, before)

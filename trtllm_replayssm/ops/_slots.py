@@ -11,7 +11,14 @@ import numbers
 
 import torch
 
-__all__ = ["check_pad_slot_id", "live_rows"]
+__all__ = ["check_num_drafts", "check_pad_slot_id", "live_rows"]
+
+
+def check_num_drafts(num_drafts) -> None:
+    """``num_drafts`` of a commit: None or an int >= 1 (the ``T`` of the verify it follows)."""
+    if num_drafts is not None and (isinstance(num_drafts, bool) or not isinstance(num_drafts, numbers.Integral)
+                                   or num_drafts < 1):
+        raise ValueError(f"num_drafts: expected None or an int >= 1, got {num_drafts!r}")
 
 
 def check_pad_slot_id(pad_slot_id) -> int:

@@ -103,6 +103,14 @@ class ReplayStateBase:
                 raise ValueError(f"state.{name}: expected a floating-point tensor of shape {shape}, got {got}")
         if isinstance(self.window, bool) or not isinstance(self.window, int) or not 1 <= self.window <= self.capacity:
             raise ValueError(f"state.window: expected an int in [1, capacity={self.capacity}], got {self.window!r}")
+        if ck.device.type == "cpu" and not torch.compiler.is_compiling():
+            # The cursors' values only where reading them is free: on CUDA it would synchronise
+            # (and break graph capture), and the kernels keep the cursors they read; under
+            # torch.compile the op's CPU body checks them when it runs.
+            for name, low, high in (("committed", 0, self.capacity), ("flush_at", 1, self.window)):
+                t = getattr(self, name)
+                if bool(((t < low) | (t > high)).any()):
+                    raise ValueError(f"state.{name}: expected values in [{low}, {high}], got {t.tolist()}")
 
     @staticmethod
     def _cursors(slots: int, device) -> dict[str, torch.Tensor]:

@@ -34,7 +34,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .._slots import live_rows
+from .._slots import check_num_drafts, live_rows
 from .state import DeltaRuleReplayState
 
 __all__ = [
@@ -427,10 +427,12 @@ def _expand_positions(positions: torch.Tensor, like: torch.Tensor) -> torch.Tens
     return positions[:, None, :, None].expand(-1, like.shape[1], -1, like.shape[-1])
 
 
-def delta_rule_replay_commit(state, num_accepted, state_indices, pad_slot_id, refold, per_channel_decay) -> None:
+def delta_rule_replay_commit(state, num_accepted, state_indices, pad_slot_id, refold, per_channel_decay,
+                             num_drafts=None) -> None:
     """The body of ``gdn_replay_commit`` / ``kda_replay_commit`` (documented there)."""
     _check_state(state, per_channel_decay)
     _check_refold(refold)
+    check_num_drafts(num_drafts)
     if not isinstance(num_accepted, torch.Tensor) or num_accepted.dim() != 1:
         raise _shape_error("num_accepted", "[batch] int32/int64", num_accepted)
     if num_accepted.dtype not in (torch.int32, torch.int64):
@@ -444,6 +446,8 @@ def delta_rule_replay_commit(state, num_accepted, state_indices, pad_slot_id, re
             f"num_accepted: expected 0 <= n <= capacity - committed (capacity {state.capacity}), "
             f"got {accepted.tolist()} for committed {state.committed[slot_ids].tolist()}"
         )
+    if num_drafts is not None and bool((accepted > num_drafts).any()):
+        raise ValueError(f"num_accepted: expected values <= num_drafts={num_drafts}, got {accepted.tolist()}")
     state.committed[slot_ids] = committed.to(state.committed.dtype)
     _flush_slots(state, slot_ids[committed >= state.flush_at[slot_ids]], refold)
 
@@ -478,6 +482,7 @@ def delta_rule_replay_step(
     state, q, k, v, a, b, A_log, dt_bias, state_indices, pad_slot_id, scale, refold, per_channel_decay
 ) -> torch.Tensor:
     """The body of ``gdn_replay_step`` / ``kda_replay_step``: verify of one token + commit of it."""
+    _check_refold(refold)  # the commit would refuse it only after the verify wrote the rings
     batch, _ = _check_replay_inputs(state, q, k, v, a, b, A_log, dt_bias, scale, per_channel_decay, drafts=False)
     out = delta_rule_replay_verify(
         state, q[:, None], k[:, None], v[:, None], a[:, None], b[:, None], A_log, dt_bias, state_indices,
@@ -565,7 +570,7 @@ def gdn_replay_verify(
 
 def gdn_replay_commit(
     state: DeltaRuleReplayState, num_accepted: torch.Tensor, state_indices=None, pad_slot_id: int = -1,
-    refold: bool = True,
+    refold: bool = True, *, num_drafts: int | None = None,
 ) -> None:
     """Accept the first ``num_accepted`` drafts of the last verify: ``committed += n``, then
     slots with ``committed >= flush_at`` flush, folding only committed entries.
@@ -575,8 +580,10 @@ def gdn_replay_commit(
         num_accepted: ``[batch]`` int32/int64 in ``[0, capacity - committed]``.
         state_indices: ``[batch]`` int32/int64 or None.  pad_slot_id: rows left alone.
         refold: how the flushes fold (see :func:`gdn_replay_flush`).
+        num_drafts: the ``T`` of the preceding verify; when given, ``num_accepted <= T`` is
+            checked (the state does not record ``T``: entries past it hold no verified draft).
     """
-    delta_rule_replay_commit(state, num_accepted, state_indices, pad_slot_id, refold, False)
+    delta_rule_replay_commit(state, num_accepted, state_indices, pad_slot_id, refold, False, num_drafts)
 
 
 def gdn_replay_flush(

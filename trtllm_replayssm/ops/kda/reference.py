@@ -83,7 +83,7 @@ def kda_replay_verify(
 
 def kda_replay_commit(
     state: DeltaRuleReplayState, num_accepted: torch.Tensor, state_indices=None, pad_slot_id: int = -1,
-    refold: bool = True,
+    refold: bool = True, *, num_drafts: int | None = None,
 ) -> None:
     """``committed += num_accepted``; slots reaching ``flush_at`` flush their committed entries.
 
@@ -92,8 +92,9 @@ def kda_replay_commit(
         num_accepted: ``[batch]`` int32/int64 in ``[0, capacity - committed]``.
         state_indices: ``[batch]`` int32/int64 or None.  pad_slot_id: rows left alone.
         refold: how the flushes fold (see :func:`kda_replay_flush`).
+        num_drafts: the ``T`` of the preceding verify; when given, ``num_accepted <= T`` is checked.
     """
-    _delta.delta_rule_replay_commit(state, num_accepted, state_indices, pad_slot_id, refold, True)
+    _delta.delta_rule_replay_commit(state, num_accepted, state_indices, pad_slot_id, refold, True, num_drafts)
 
 
 def kda_replay_flush(

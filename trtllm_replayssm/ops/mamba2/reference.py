@@ -29,7 +29,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .._slots import live_rows
+from .._slots import check_num_drafts, live_rows
 from .state import Mamba2ReplayState
 
 __all__ = [
@@ -102,9 +102,17 @@ def _check_inputs(x, dt, A, B, C, D, z, dt_bias, dt_min, dt_max, *, heads, head_
     _expect("D", D, (heads,), "[heads]", optional=True)
     _expect("z", z, (*lead, heads, head_dim), f"{lead_labels}heads, head_dim]", optional=True)
     _expect("dt_bias", dt_bias, (heads,), "[heads]", optional=True)
+    for name, value in (("dt_min", dt_min), ("dt_max", dt_max)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value != value):
+            raise ValueError(f"{name}: expected a float (not NaN) or None, got {value!r}")
     if dt_min is not None and dt_max is not None and dt_min > dt_max:
         raise ValueError(f"dt_min: expected dt_min <= dt_max, got dt_min={dt_min} > dt_max={dt_max}")
     return lead[0], (lead[1] if with_t else 1)
+
+
+def _check_flag(value, name: str) -> None:
+    if not isinstance(value, bool):
+        raise ValueError(f"{name}: expected a bool, got {value!r}")
 
 
 def _state_dims(state: Mamba2ReplayState) -> dict:
@@ -239,6 +247,7 @@ def mamba2_standard_step(
         x, dt, A, B, C, D, z, dt_bias, dt_min, dt_max,
         heads=heads, head_dim=head_dim, d_state=d_state, groups=groups, with_t=False,
     )
+    _check_flag(dt_softplus, "dt_softplus")
     rows, slot_ids = live_rows(state_indices, batch, slots, pad_slot_id, device=x.device)
 
     dt = _process_dt(dt[rows], dt_bias, dt_softplus, dt_min, dt_max)  # [n, heads]
@@ -290,6 +299,7 @@ def mamba2_replay_verify(
     """
     dims = _state_dims(state)
     batch, T = _check_inputs(x, dt, A, B, C, D, z, dt_bias, dt_min, dt_max, with_t=True, **dims)
+    _check_flag(dt_softplus, "dt_softplus")
     _check_ring_dtypes(state, x, B)
     rows, slot_ids = live_rows(state_indices, batch, state.slots, pad_slot_id, device=x.device)
     committed = state.committed[slot_ids].to(torch.int64)
@@ -355,6 +365,7 @@ def mamba2_replay_commit(
     """
     dims = _state_dims(state)
     _check_A(A, dims["heads"])
+    check_num_drafts(num_drafts)
     if not isinstance(num_accepted, torch.Tensor) or num_accepted.dim() != 1:
         raise _shape_error("num_accepted", "[batch] int32/int64", num_accepted)
     if num_accepted.dtype not in (torch.int32, torch.int64):

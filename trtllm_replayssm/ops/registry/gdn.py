@@ -1,8 +1,8 @@
 """``torch.ops.replayssm.gdn_*``: the Gated DeltaNet decode ops as ``torch.library`` custom ops.
 
 KDA's ops (``registry/kda.py``) are the same two ops under other names, made by
-:func:`define_delta_rule_ops`: the kernels and the reference tell the two apart by the rank of
-``a`` and ``ring_g``. Each op takes the state as flat tensors (custom ops cannot take
+:func:`define_delta_rule_ops`: the reference is told the kind, the kernels tell it by the rank of
+``a`` and ``ring_g``, which the CUDA dispatch checks against the op's kind. Each op takes the state as flat tensors (custom ops cannot take
 dataclasses), declares what it writes in ``mutates_args`` and has a fake implementation, so
 ``torch.compile(fullgraph=True)`` and CUDA-graph capture trace it. CUDA tensors go to the
 Triton kernels of ``ops/gdn/decode.py``, CPU tensors to the float64 reference. Arguments are
@@ -31,13 +31,19 @@ def define_delta_rule_ops(kind: str):
         dt_bias: Optional[Tensor], state_indices: Optional[Tensor], pad_slot_id: int, scale: Optional[float],
     ) -> Tensor:
         return reference.delta_rule_standard_step(
-            ssm_state, q, k, v, a, b, A_log, dt_bias, state_indices, pad_slot_id, scale, a.dim() == 3
+            ssm_state, q, k, v, a, b, A_log, dt_bias, state_indices, pad_slot_id, scale, kind == "kda"
         )
+
+    def check_kind(a):
+        if (a.dim() == 3) != (kind == "kda"):
+            shape = "[batch, HV, d_k] (a decay per channel)" if kind == "kda" else "[batch, HV] (a decay per head)"
+            raise ValueError(f"a: replayssm::{kind} expects {shape}, got {tuple(a.shape)}")
 
     @standard_step.register_kernel("cuda")
     def _(ssm_state, q, k, v, a, b, A_log, dt_bias, state_indices, pad_slot_id, scale):
         from ..gdn import decode
 
+        check_kind(a)
         return decode.delta_standard_step(ssm_state, q, k, v, a, b, A_log, dt_bias, state_indices, pad_slot_id, scale)
 
     @standard_step.register_fake
@@ -58,7 +64,7 @@ def define_delta_rule_ops(kind: str):
             ring_v=ring_v, ring_beta=ring_beta, ring_g=ring_g, ring_u=ring_u,
         )
         return reference.delta_rule_replay_step(
-            state, q, k, v, a, b, A_log, dt_bias, state_indices, pad_slot_id, scale, refold, a.dim() == 3
+            state, q, k, v, a, b, A_log, dt_bias, state_indices, pad_slot_id, scale, refold, kind == "kda"
         )
 
     @replay_step.register_kernel("cuda")
@@ -66,6 +72,7 @@ def define_delta_rule_ops(kind: str):
           A_log, dt_bias, state_indices, pad_slot_id, scale, refold):
         from ..gdn import decode
 
+        check_kind(a)
         return decode.delta_replay_step(
             checkpoint, ring_k, ring_v, ring_beta, ring_g, ring_u, committed, flush_at, window,
             q, k, v, a, b, A_log, dt_bias, state_indices, pad_slot_id, scale, refold,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 from pathlib import Path
 
 
@@ -34,3 +36,19 @@ def save(fig, axes, title: str, out) -> Path:
     fig.savefig(out, dpi=110)
     plt.close(fig)
     return out
+
+
+@contextlib.contextmanager
+def refusals(p, what: str):
+    """Turn a plot script's reading errors into usage errors (exit 2) that name its input:
+    ``what`` says which benchmark's ``--json`` output the script reads."""
+    try:
+        yield
+    except FileNotFoundError as err:
+        p.error(f"json: no such file: {err.filename}")
+    except json.JSONDecodeError as err:
+        p.error(f"json: not JSON ({err}); expected {what}")
+    except KeyError as err:
+        p.error(f"json: a row lacks the field {err}; expected {what}")
+    except ValueError as err:
+        p.error(str(err))

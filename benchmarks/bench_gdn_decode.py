@@ -48,6 +48,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from _cli import check_output, positive_int, require_cuda  # noqa: E402
 
 from _delta_layer import (DTYPES, Cursors, Layer, default_with, fla_fn, replay_fn, staged_with,  # noqa: E402
                           standard_fn, steady_start, window_cycle)
@@ -186,11 +187,11 @@ def print_table(rows, kind):
 def main(kind="gdn", argv=None):
     defaults = {"gdn": (32, 16, 128, 128), "kda": (32, 32, 128, 128)}[kind]
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--batches", type=int, nargs="+", default=list(BATCHES))
-    p.add_argument("--dims", type=int, nargs=4, default=list(defaults), metavar=("HV", "H", "D_K", "D_V"))
+    p.add_argument("--batches", type=positive_int, nargs="+", default=list(BATCHES))
+    p.add_argument("--dims", type=positive_int, nargs=4, default=list(defaults), metavar=("HV", "H", "D_K", "D_V"))
     p.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp32"])
-    p.add_argument("--window", type=int, default=16)
-    p.add_argument("--rounds", type=int, default=ROUNDS)
+    p.add_argument("--window", type=positive_int, default=16)
+    p.add_argument("--rounds", type=positive_int, default=ROUNDS)
     p.add_argument("--no-fla", action="store_true", help="skip the fla baseline")
     p.add_argument("--repeats", type=int, default=1,
                    help="time each batch this many times in turn and print the spread of each row's us and "
@@ -256,9 +257,11 @@ def main(kind="gdn", argv=None):
             p.error(f"--default-with: {spec!r} is not 'field=value, ...' of StagedVariant or of FusedVariant")
     if args.repeats < 1:
         p.error(f"--repeats: expected >= 1, got {args.repeats}")
+    derived = derive_variants(args.derive)
+    check_output(p, args.json)
+    require_cuda(p)
     dtype = DTYPES[args.dtype]
     layer = Layer(kind, *args.dims, dtype, args.window)
-    derived = derive_variants(args.derive)
     if derived and args.variants:
         args.variants += derived
     if args.variants is not None:

@@ -35,6 +35,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from _cli import check_output, positive_int, require_cuda  # noqa: E402
 
 from _delta_layer import (AdvanceWritePos, Cursors, Layer, WritePos, fla_fn, steady_mean, steady_start,  # noqa: E402
                           window_cycle)
@@ -207,8 +208,8 @@ def main(argv=None):
     p.add_argument("--paper-root", help="a checkout of the paper's repository (its vLLM fork)")
     p.add_argument("--paper-configs", nargs="+", default=["64,1,3,2", "32,1,3,2"], metavar="BV,WARPS,STAGES,NK",
                    help="the paper kernel's launch configs to time (its own default first)")
-    p.add_argument("--batches", type=int, nargs="+", default=[1, 128, 256])
-    p.add_argument("--rounds", type=int, default=15)
+    p.add_argument("--batches", type=positive_int, nargs="+", default=[1, 128, 256])
+    p.add_argument("--rounds", type=positive_int, default=15)
     p.add_argument("--fused", nargs="*", default=None, metavar="FIELDS",
                    help="also time the one-launch step (ops/gdn/decode_fused.py): FusedVariant's field defaults "
                         "(32 rows, the tile whole: not the ops' default, which is 'block_v=64, stages=3, flush_stages=0' and "
@@ -228,7 +229,9 @@ def main(argv=None):
             fused_variant(spec)
         except ValueError as e:
             p.error(f"--fused: {e}")
+    check_output(p, args.json)
     kernel = load_paper_kernel(args.paper_root) if args.paper_root else None
+    require_cuda(p)
     info = device_info()
     copy_bw = copy_bandwidth_gbps()
     print(f"{info}  copy bandwidth {copy_bw:.0f} GB/s")

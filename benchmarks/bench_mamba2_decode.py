@@ -36,6 +36,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _cli import check_output, positive_int, require_cuda  # noqa: E402
 from _derive import parse_fields  # noqa: E402
 from _spread import spread, spread_lines  # noqa: E402
 from _timing import (WARMUP_ROUNDS, L2Flusher, SameSizeCopy, capture_graph, copy_bandwidths_gbps,  # noqa: E402
@@ -542,10 +543,10 @@ def run_variants(dtype, flush, rounds, copy_gbps, result, json_path, budget_s, s
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--batches", type=int, nargs="+", default=[1, 32, 128, 256, 512])
+    p.add_argument("--batches", type=positive_int, nargs="+", default=[1, 32, 128, 256, 512])
     p.add_argument("--dims", nargs="+", default=list(DIMS), choices=list(DIMS))
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
-    p.add_argument("--rounds", type=int, default=30)
+    p.add_argument("--rounds", type=positive_int, default=30)
     p.add_argument("--repeats", type=int, default=1,
                    help="time each (dims, batch) this many times in turn, standard and ReplaySSM steps side by "
                         "side, and print the spread of the ratios (the machines of a pool differ by ~1%%)")
@@ -559,15 +560,15 @@ def main(argv=None):
                         "; ".join(f"{k}: {v}" for k, v in INPUTS.items()))
     p.add_argument("--sweep", action="store_true", help="time launch configurations, then stop")
     p.add_argument("--tune", action="store_true", help="sweep first, then benchmark with the fastest configs")
-    p.add_argument("--sweep-batches", type=int, nargs="+", default=[1, 32, 256])
+    p.add_argument("--sweep-batches", type=positive_int, nargs="+", default=[1, 32, 256])
     p.add_argument("--variants", action="store_true",
                    help="check and time every replay kernel variant (VARIANTS) at batch 1/128/256, then stop")
-    p.add_argument("--variant-batches", type=int, nargs="+", default=list(VARIANT_BATCHES),
+    p.add_argument("--variant-batches", type=positive_int, nargs="+", default=list(VARIANT_BATCHES),
                    help="--variants: batches at Nemotron-H dims, the first also at Nemotron-3-Nano dims")
     p.add_argument("--derive", nargs="+", default=[], metavar="FIELDS",
                    help="--variants: time these instead of VARIANTS, each 'field=value, ...' replacing fields "
                         "of the default replay configuration at batch 256 (Nemotron-H dims)")
-    p.add_argument("--variant-rounds", type=int, default=10)
+    p.add_argument("--variant-rounds", type=positive_int, default=10)
     p.add_argument("--budget-s", type=float, default=120.0, help="--variants: skip what starts after this many seconds")
     p.add_argument("--compile-workers", type=int, default=8,
                    help="--variants: processes compiling the kernels before the run (0: compile as they come)")
@@ -586,6 +587,8 @@ def main(argv=None):
         base = dataclasses.asdict(decode.launch_config("replay", DIMS["nemotron_h"][1], DIMS["nemotron_h"][2], 256))
         VARIANTS[:] = [dict(base, **parse_fields(spec, decode.LaunchConfig)) for spec in args.derive]
 
+    check_output(p, args.json)
+    require_cuda(p)
     start = time.perf_counter()
     dtype = getattr(torch, args.dtype)
     if args.variants and args.compile_workers > 0:

@@ -29,6 +29,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from _cli import check_output, positive_int, require_cuda  # noqa: E402
 
 from _paper_code import load_paper_function  # noqa: E402
 from _timing import (WARMUP_ROUNDS, L2Flusher, capture_graph, copy_bandwidth_gbps, device_info, median,  # noqa: E402
@@ -115,9 +116,9 @@ def main(argv=None):
     p.add_argument("--paper-root", required=True, help="a checkout of the paper's repository (its vLLM fork)")
     p.add_argument("--output-only-config", default="16,1", metavar="BLOCK_M,WARPS")
     p.add_argument("--state-and-output-config", default="32,1", metavar="BLOCK_M,WARPS")
-    p.add_argument("--batches", type=int, nargs="+", default=[1, 128, 256])
+    p.add_argument("--batches", type=positive_int, nargs="+", default=[1, 128, 256])
     p.add_argument("--dims", default="nemotron_h", choices=sorted(DIMS))
-    p.add_argument("--rounds", type=int, default=15)
+    p.add_argument("--rounds", type=positive_int, default=15)
     p.add_argument("--json", help="write the rows and the machine description here")
     args = p.parse_args(argv)
     configs = {}
@@ -127,8 +128,10 @@ def main(argv=None):
             assert len(configs[KERNELS[kind][2]]) == 2
         except (ValueError, AssertionError):
             p.error(f"--{kind.replace('_', '-')}-config: expected BLOCK_M,WARPS integers, got {text!r}")
+    check_output(p, args.json)
     fns = {kind: load_paper_function(args.paper_root, path, name, lambda kernel, **shape: configs[kernel])
            for kind, (path, name, _) in KERNELS.items()}
+    require_cuda(p)
     dims, dtype = DIMS[args.dims], torch.bfloat16
     info = device_info()
     copy_bw = copy_bandwidth_gbps()

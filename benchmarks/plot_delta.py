@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _plotting import batch_axes, save, speedup_lines  # noqa: E402
+from _plotting import batch_axes, refusals, save, speedup_lines  # noqa: E402
 
 BASELINES = ("fla", "standard")
 #: A plain run's row modes: ``"<kernel> <step>"`` (``"replay amortized"``, ``"replay refold steady"``).
@@ -98,10 +98,12 @@ def plot(data: dict, rows: list[dict], out: Path, baseline: str = "fla", names=(
 
     key = f"x_{baseline}"
     lines = {}
-    for r in rows:
-        label = label_of(r["mode"], list(names))
-        if label is not None and key in r:
-            lines.setdefault(label, {})[r["batch"]] = r
+    named = [r for r in rows if label_of(r["mode"], list(names)) is not None]
+    if not named:
+        raise ValueError(f"--name: no row's kernel name contains {' or '.join(repr(sub) for sub, _ in names)}")
+    for r in named:
+        if key in r:
+            lines.setdefault(label_of(r["mode"], list(names)), {})[r["batch"]] = r
     if not lines:
         raise ValueError(f"--baseline {baseline}: no plotted row has that baseline in its own file")
     fig, (ax_speed, ax_copy) = plt.subplots(1, 2, figsize=(11, 4.2))
@@ -132,8 +134,9 @@ def main(argv=None):
                    help="plot only kernels whose name contains SUBSTRING, as LABEL (repeatable; first match wins)")
     p.add_argument("--target", type=float, default=1.8, help="speedup line to draw")
     args = p.parse_args(argv)
-    data, rows = load_rows(args.json)
-    out = plot(data, rows, args.out or args.json[0].with_suffix(".png"), args.baseline, args.name, args.target)
+    with refusals(p, "the output of bench_gdn_decode.py / bench_kda_decode.py [--variants] --json"):
+        data, rows = load_rows(args.json)
+        out = plot(data, rows, args.out or args.json[0].with_suffix(".png"), args.baseline, args.name, args.target)
     print(f"wrote {out}")
 
 

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _plotting import batch_axes, save, speedup_lines  # noqa: E402
+from _plotting import batch_axes, refusals, save, speedup_lines  # noqa: E402
 
 
 def load_results(path: Path) -> tuple[dict, list[dict]]:
@@ -56,8 +56,9 @@ def main(argv=None):
     p.add_argument("--out", type=Path, default=None, help="PNG path (default: beside the JSON)")
     p.add_argument("--target", type=float, default=1.8, help="speedup line to draw")
     args = p.parse_args(argv)
-    data, records = load_results(args.json)
-    out = plot(data, records, args.out or args.json.with_suffix(".png"), args.target)
+    with refusals(p, "the output of bench_mamba2_decode.py --json"):
+        data, records = load_results(args.json)
+        out = plot(data, records, args.out or args.json.with_suffix(".png"), args.target)
     print(f"wrote {out}")
 
 

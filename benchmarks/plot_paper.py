@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _plotting import batch_axes, save, speedup_lines  # noqa: E402
+from _plotting import batch_axes, refusals, save, speedup_lines  # noqa: E402
 
 BASELINES = ("fla", "standard")
 LABELS = {"replay default": "ours", "replay fused": "ours, one launch"}
@@ -75,7 +75,8 @@ def main(argv=None):
     p.add_argument("json", help="a bench_gdn_paper.py / bench_mamba2_paper.py --json file")
     p.add_argument("--out", required=True, help="the PNG to write")
     args = p.parse_args(argv)
-    print(plot(args.json, args.out))
+    with refusals(p, "the output of bench_gdn_paper.py / bench_mamba2_paper.py --json"):
+        print(plot(args.json, args.out))
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ import triton
 import triton.language as tl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _cli import positive_int  # noqa: E402
 from _delta_layer import Cursors, Layer, replay_fn  # noqa: E402
 from _timing import L2Flusher, capture_graph, device_info, graph_floor_us, time_warmed  # noqa: E402
 
@@ -43,12 +44,12 @@ def _exit_blocks(committed, flush_at, word, ITEMS: tl.constexpr):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--batches", type=int, nargs="+", default=[128, 256])
+    p.add_argument("--batches", type=positive_int, nargs="+", default=[128, 256])
     p.add_argument("--items", type=int, nargs="+", default=[16, 32, 64],
                    help="blocks per batch row (64-row blocks of each value head: 64; whole value heads: 32)")
     p.add_argument("--warps", type=int, default=8)
     p.add_argument("--committed", type=int, default=7, help="every row's ring length (a non-flush phase)")
-    p.add_argument("--rounds", type=int, default=30)
+    p.add_argument("--rounds", type=positive_int, default=30)
     args = p.parse_args(argv)
     if any(b < 1 for b in args.batches) or any(i < 1 for i in args.items):
         p.error(f"--batches / --items: expected >= 1, got {args.batches} / {args.items}")

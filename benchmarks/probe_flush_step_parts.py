@@ -37,6 +37,7 @@ import triton
 import triton.language as tl
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _cli import positive_int, require_cuda  # noqa: E402
 
 from _timing import L2Flusher, capture_graph, graph_floor_us, graph_timeline, time_replays  # noqa: E402
 from ncu_flush_step import cursor_fills, mamba2_step  # noqa: E402
@@ -83,7 +84,7 @@ class Recorder:
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--batch", type=int, default=256)
-    p.add_argument("--rounds", type=int, default=30)
+    p.add_argument("--rounds", type=positive_int, default=30)
     p.add_argument("--timeline", type=int, default=4, metavar="REPLAYS", help="traced replays per part (0: none)")
     p.add_argument("--write-through", nargs="*", default=[], metavar="P,W",
                    help="also the all-flush step as the write-through kernel (the standard step's programs, "
@@ -93,6 +94,7 @@ def main(argv=None) -> None:
     args = p.parse_args(argv)
     if args.batch < 1 or args.rounds < 1:
         p.error(f"--batch / --rounds: expected >= 1, got {args.batch} / {args.rounds}")
+    require_cuda(p)
     from trtllm_replayssm.ops._side_stream import fork, join
     from trtllm_replayssm.ops.mamba2 import decode_staged
     from trtllm_replayssm.ops.mamba2.launch import LaunchConfig

@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _cli import check_output, positive_int, require_cuda  # noqa: E402
 import bench_mamba2_decode as bench  # noqa: E402
 
 from trtllm_replayssm.ops.mamba2 import decode  # noqa: E402
@@ -40,11 +41,13 @@ CONFIGS = {
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--dims", nargs="+", default=["nemotron_h"], choices=list(bench.DIMS))
-    p.add_argument("--batches", type=int, nargs="+", default=[8, 16, 32, 64])
+    p.add_argument("--batches", type=positive_int, nargs="+", default=[8, 16, 32, 64])
     p.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
-    p.add_argument("--rounds", type=int, default=15)
+    p.add_argument("--rounds", type=positive_int, default=15)
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv)
+    check_output(p, args.json)
+    require_cuda(p)
     flush, dtype, rows = bench.L2Flusher(), torch.bfloat16, []
     print(f"# {bench.device_info()}")
     for dims_name in args.dims:

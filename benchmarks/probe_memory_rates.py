@@ -49,6 +49,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _cli import positive_int, require_cuda  # noqa: E402
 from _timing import L2Flusher, capture_graph, copy_bandwidths_gbps, device_info, warmed_median  # noqa: E402
 
 #: Load forms: the PTX instruction of each (``cpp``: a C++ dereference of a ``const __restrict__``
@@ -246,7 +247,7 @@ def kernel_for(kind, ld, st, u, threads, grid, device, every=4):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--mib", type=int, default=1024, help="buffer size (1024: the Nemotron-H batch-256 checkpoint)")
-    p.add_argument("--rounds", type=int, default=10)
+    p.add_argument("--rounds", type=positive_int, default=10)
     p.add_argument("--kinds", nargs="+", choices=list(KINDS), default=list(KINDS))
     p.add_argument("--loads", nargs="+", choices=list(LOADS), default=list(LOADS))
     p.add_argument("--stores", nargs="+", choices=list(STORES), default=list(STORES))
@@ -264,6 +265,7 @@ def main(argv=None):
         if bad:
             p.error(f"--{name} takes powers of two, got {bad}")
 
+    require_cuda(p)
     dev = torch.device("cuda")
     n_vec = (args.mib << 20) // 16
     src = torch.ones(n_vec * 4, device=dev)

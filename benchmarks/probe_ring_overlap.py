@@ -28,6 +28,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _cli import positive_int, require_cuda  # noqa: E402
 
 from _delta_layer import Cursors, Layer, replay_fn  # noqa: E402
 from _timing import L2Flusher, capture_graph, copy_bandwidth_gbps, device_info, warmed_median  # noqa: E402
@@ -85,14 +86,13 @@ def ring_beside(ds):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--kind", default="kda", choices=sorted(DIMS))
-    p.add_argument("--batches", type=int, nargs="+", default=[128, 256])
+    p.add_argument("--batches", type=positive_int, nargs="+", default=[128, 256])
     p.add_argument("--committed", type=int, default=8, help="every row's ring length (a non-flush step: < 15)")
-    p.add_argument("--rounds", type=int, default=30)
+    p.add_argument("--rounds", type=positive_int, default=30)
     args = p.parse_args(argv)
-    if not torch.cuda.is_available():
-        raise SystemExit("probe_ring_overlap.py needs a CUDA GPU")
     if not 0 <= args.committed < 15:
-        raise SystemExit(f"--committed: expected 0..14 (a non-flush step at window 16), got {args.committed}")
+        p.error(f"--committed: expected 0..14 (a non-flush step at window 16), got {args.committed}")
+    require_cuda(p)
     bandwidth = copy_bandwidth_gbps()
     print(device_info(), f"copy bandwidth {bandwidth:.0f} GB/s")
     flusher = L2Flusher()

@@ -101,6 +101,7 @@ def test_default_with_reaches_each_batch(monkeypatch):
     replaced by a recorder here."""
     seen = []
     monkeypatch.setattr(bench_gdn_decode, "Layer", lambda *a, **k: None)
+    monkeypatch.setattr(bench_gdn_decode, "require_cuda", lambda p: None)  # the GPU work below is stubbed
     monkeypatch.setattr(bench_gdn_decode, "device_info", lambda: {})
     monkeypatch.setattr(bench_gdn_decode, "copy_bandwidth_gbps", lambda: 1.0)
     monkeypatch.setattr(bench_gdn_decode, "L2Flusher", lambda: None)

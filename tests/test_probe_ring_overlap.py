@@ -22,6 +22,7 @@ def test_kept_buffers_one_per_shape_and_dtype():
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU refusal")
-def test_needs_a_gpu():
-    with pytest.raises(SystemExit, match="needs a CUDA GPU"):
+def test_needs_a_gpu(capsys):
+    with pytest.raises(SystemExit) as stop:
         probe.main(["--kind", "kda"])
+    assert stop.value.code == 2 and "needs a CUDA GPU" in capsys.readouterr().err

@@ -8,7 +8,9 @@
 #   steps: tests (pytest -m gpu), formats (compiled format device functions), builder (default
 #          build on CUDA), bench (mamba2, gdn, kda decode benchmarks), paper (the paper's public
 #          Mamba-2 and GDN kernels beside ours; PAPER_ROOT: a checkout of its repository inside
-#          the working tree, untracked); default: tests formats bench builder
+#          the working tree, untracked), options-tests / options-compact / options-walk /
+#          options-auto (the Mamba-2 step options not yet timed: their GPU tests, then each one
+#          against the default); default: tests formats bench builder
 #   limits (seconds) and extra benchmark arguments come from the environment:
 #   GPU_TESTS_LIMIT GPU_TESTS_ARGS FORMATS_LIMIT BUILDER_LIMIT BENCH_LIMIT
 #   MAMBA2_BENCH_ARGS GDN_BENCH_ARGS KDA_BENCH_ARGS PAPER_ROOT
@@ -57,7 +59,27 @@ for what in "$@"; do
         --batches 1 128 256 512 --json "$OUT/mamba2_paper.json"
       step bench_gdn_paper "${BENCH_LIMIT:-150}" python3 benchmarks/bench_gdn_paper.py --paper-root "$PAPER_ROOT" \
         --accuracy --batches 1 128 256 512 --json "$OUT/gdn_paper.json" ;;
-    *) echo "unknown step $what (expected tests, formats, builder, bench, paper)"; exit 2 ;;
+    # The Mamba-2 step options built without a GPU (NOTES_mamba2.md, fortieth run): their GPU
+    # tests, then each timed against the default in turn (one device call each: ~5-9 min).
+    options-tests) step gpu_tests_options "${GPU_TESTS_LIMIT:-330}" python3 -m pytest -q -m gpu -n 8 \
+                     -p no:cacheprovider tests/test_mamba2_flush_cuda.py tests/test_mamba2_kernels.py \
+                     -k "compact or auto or walk or four_windows or graph" ;;
+    options-compact) step variants_compact "${BENCH_LIMIT:-290}" python3 benchmarks/bench_mamba2_decode.py \
+                       --variants --variant-rounds 20 --budget-s 260 --variant-batches 256 512 \
+                       --derive "compact_coef=true" "compact_coef=false" "compact_coef=true" "compact_coef=false" \
+                       --json "$OUT/variants_compact.json" ;;
+    options-walk) step variants_walk "${BENCH_LIMIT:-580}" python3 benchmarks/bench_mamba2_decode.py \
+                    --variants --variant-rounds 20 --budget-s 540 --variant-batches 256 512 128 \
+                    --derive "stream_tiles=32" "stream_tiles=64" "stream_tiles=128" "stream_tiles=64, num_warps=4" \
+                    "stream_tiles=128, num_warps=4" "stream_tiles=16" --json "$OUT/variants_walk.json" ;;
+    options-auto)
+      step captures_auto "${BENCH_LIMIT:-250}" python3 benchmarks/probe_flush_captures.py --batch 512 \
+        --derive "" "flush_ws_order=auto" "flush_ws_order=counter" --allocations 2 --captures 2 --mixed 4
+      step variants_auto "${BENCH_LIMIT:-300}" python3 benchmarks/bench_mamba2_decode.py --variants \
+        --variant-rounds 20 --budget-s 280 --variant-batches 256 512 \
+        --derive "flush_ws_order=auto" "" "flush_ws_order=auto" "" --json "$OUT/variants_auto.json" ;;
+    *) echo "unknown step $what (expected tests, formats, builder, bench, paper, options-tests, options-compact," \
+            "options-walk, options-auto)"; exit 2 ;;
   esac
 done
 exit $status

@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.skipif(not HAVE_PTXAS, reason="Triton's ptxas for sm_90+ is not installed")
 
 _CHILD = r'''
-import json, sys
+import dataclasses, json, sys
 sys.path.insert(0, sys.argv[1])
 import registers_gdn_staged as rg
 import registers_mamba2_staged as rm
@@ -41,6 +41,8 @@ for sm in json.loads(sys.argv[2]):
     rg.set_target(sm)
     ring, stream, flush = rm.resources(mamba2.launch_config("replay", 64, 128, 256))
     out[f"{sm} mamba2"] = {"ring": ring, "stream": stream, "flush": flush}
+    options = dataclasses.replace(mamba2.launch_config("replay", 64, 128, 256), compact_coef=True, stream_tiles=64)
+    out[f"{sm} mamba2 options"] = dict(zip(("ring", "stream", "flush"), rm.resources(options)))
     for kind, dims in {"gdn": (32, 16, 128, 128), "kda": (32, 32, 128, 128)}.items():
         for refold in (False, True):
             variant = delta.default_variant(256, kind == "kda", refold, dims[3], 32)  # the staged step
@@ -73,7 +75,7 @@ def resources():
 @pytest.mark.parametrize("sm", TARGETS)
 def test_every_default_kernel_assembles(resources, sm):
     keys = [k for k in resources if k.startswith(f"{sm} ")]
-    assert len(keys) == 6
+    assert len(keys) == 7
     for key in keys:
         assert set(resources[key]) == ({"step"} if key.endswith("one-launch") else {"ring", "stream", "flush"})
         for name, (regs, _, _) in resources[key].items():
@@ -90,6 +92,14 @@ def test_batch256_defaults_do_not_spill(resources, sm, what):
     # there (timed that way on the H200: 7% off the flush, NOTES_delta.md twenty-fourth run).
     for name, (_, spilled, _) in resources[f"{sm} {what}"].items():
         assert spilled <= ALLOWED_SPILL.get((what, name), 0), (sm, what, name, spilled)
+
+
+@pytest.mark.parametrize("sm", TARGETS)
+def test_mamba2_step_options_do_not_spill(resources, sm):
+    # The Mamba-2 options built for timing (compact ring terms, stream programs walking 64 tiles,
+    # NOTES_mamba2.md fortieth run) assemble for Blackwell too, without spills.
+    for name, (regs, spilled, _) in resources[f"{sm} mamba2 options"].items():
+        assert spilled == 0 and regs <= 255, (sm, name, regs, spilled)
 
 
 @pytest.mark.parametrize("sm", [100, 103])

@@ -86,15 +86,6 @@ def fp8_dequantize(
     """
     if not isinstance(q, torch.Tensor) or q.dtype != torch.float8_e4m3fn or q.ndim < 1:
         raise ValueError(f"q: expected a float8_e4m3fn tensor [..., n], got {describe(q)}")
-    expected = tuple(q.shape[:-1])
-    if (
-        not isinstance(scale, torch.Tensor)
-        or scale.dtype != torch.float32
-        or tuple(scale.shape) != expected
-    ):
-        raise ValueError(
-            f"scale: expected a torch.float32 tensor of shape {expected}, got {describe(scale)}"
-        )
-    check_scale("scale", scale, torch.float32, expected, "one per row of q")
+    check_scale("scale", scale, torch.float32, tuple(q.shape[:-1]), "one per row of q")
     check_out_dtype(dtype)
     return (q.float() * scale.unsqueeze(-1)).to(dtype)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import numbers
-
 import importlib
 from types import ModuleType
 from typing import Mapping
@@ -12,6 +10,7 @@ import torch
 
 from ..config import ReplaySSMConfig
 from ..ops._slots import live_rows
+from ..ops._slots import slot_list as _slot_list
 
 __all__ = ["MODES", "SlotStateMixin", "check_mixer_args", "check_prompt", "plain_checkpoint_dtype", "resolve_backend"]
 
@@ -74,15 +73,7 @@ class SlotStateMixin:
 
     def reset_slots(self, slots) -> None:
         """Start new sequences in ``slots``: zero their conv and SSM state, empty their rings."""
-        slot_list = list(slots.flatten().tolist() if isinstance(slots, torch.Tensor) else slots)
-        n_slots = self.conv_state.shape[0]
-        for s in slot_list:
-            if isinstance(s, bool) or not isinstance(s, numbers.Integral):
-                raise ValueError(f"slots: expected int slot ids, got {s!r}")
-        slot_list = [int(s) for s in slot_list]
-        for s in slot_list:
-            if not 0 <= s < n_slots:
-                raise ValueError(f"slots: slot {s} out of range [0, {n_slots})")
+        slot_list = _slot_list(slots, self.conv_state.shape[0])
         self.conv_state[slot_list] = 0
         if self.replay_state is not None:
             self.replay_state.reset_slots(slot_list, self.config)

@@ -11,7 +11,21 @@ import numbers
 
 import torch
 
-__all__ = ["check_num_drafts", "check_pad_slot_id", "live_rows"]
+__all__ = ["check_num_drafts", "check_pad_slot_id", "live_rows", "slot_list"]
+
+
+def slot_list(slots, n_slots: int) -> list[int]:
+    """``slots`` (ints, numpy ints or an integer tensor) as a list of ints in ``[0, n_slots)``;
+    ValueError naming ``slots`` otherwise (a float id would be truncated onto another slot)."""
+    ids = list(slots.flatten().tolist() if isinstance(slots, torch.Tensor) else slots)
+    for s in ids:
+        if isinstance(s, bool) or not isinstance(s, numbers.Integral):
+            raise ValueError(f"slots: expected int slot ids, got {s!r}")
+    ids = [int(s) for s in ids]
+    for s in ids:
+        if not 0 <= s < n_slots:
+            raise ValueError(f"slots: slot {s} out of range [0, {n_slots})")
+    return ids
 
 
 def check_num_drafts(num_drafts) -> None:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import numbers
-
 from dataclasses import dataclass, fields
 from typing import Iterable
 
 import torch
 
 from ..config import ReplaySSMConfig
+from ._slots import slot_list as _slot_list
 
 __all__ = ["ReplayStateBase"]
 
@@ -51,14 +50,7 @@ class ReplayStateBase:
     def reset_slots(self, slots: Iterable[int], config: ReplaySSMConfig | None = None) -> None:
         """Zero the checkpoint and empty the ring of ``slots``: a new sequence starts there."""
         config = config or ReplaySSMConfig(window=self.window)
-        slot_list = list(slots.flatten().tolist() if isinstance(slots, torch.Tensor) else slots)
-        for s in slot_list:
-            if isinstance(s, bool) or not isinstance(s, numbers.Integral):
-                raise ValueError(f"slots: expected int slot ids, got {s!r}")
-        slot_list = [int(s) for s in slot_list]
-        for s in slot_list:
-            if not 0 <= s < self.slots:
-                raise ValueError(f"slots: slot {s} out of range [0, {self.slots})")
+        slot_list = _slot_list(slots, self.slots)
         if not slot_list:
             return
         idx = torch.tensor(slot_list, dtype=torch.long, device=self.checkpoint.device)

@@ -26,7 +26,7 @@ import torch
 
 from .. import registry  # noqa: F401  (registers torch.ops.replayssm.*)
 from .._slots import check_pad_slot_id
-from .reference import _check_inputs, _check_ring_dtypes, _shape_error, _state_dims
+from .reference import _check_flag, _check_inputs, _check_ring_dtypes, _shape_error, _state_dims
 from .state import Mamba2ReplayState
 
 from .reference import mamba2_replay_materialize  # plain torch on any device: no kernel needed
@@ -85,12 +85,6 @@ def _clamp(value, name: str):
     return float(value)
 
 
-def _flag(value, name: str) -> bool:
-    if not isinstance(value, bool):
-        raise ValueError(f"{name}: expected a bool, got {value!r}")
-    return value
-
-
 def mamba2_standard_step(
     ssm_state: torch.Tensor,
     x: torch.Tensor,
@@ -135,7 +129,8 @@ def mamba2_standard_step(
     if groups < 1 or heads % groups != 0:
         raise _shape_error("B", f"[batch, groups, d_state={d_state}] with groups dividing heads={heads}", B)
     dt_min, dt_max = _clamp(dt_min, "dt_min"), _clamp(dt_max, "dt_max")
-    dt_softplus, pad_slot_id = _flag(dt_softplus, "dt_softplus"), check_pad_slot_id(pad_slot_id)
+    _check_flag(dt_softplus, "dt_softplus")
+    pad_slot_id = check_pad_slot_id(pad_slot_id)
     batch, _ = _check_inputs(
         x, dt, A, B, C, D, z, dt_bias, dt_min, dt_max,
         heads=heads, head_dim=head_dim, d_state=d_state, groups=groups, with_t=False,
@@ -197,7 +192,8 @@ def mamba2_replay_step(
     """
     dims = _state_dims(state)
     dt_min, dt_max = _clamp(dt_min, "dt_min"), _clamp(dt_max, "dt_max")
-    dt_softplus, pad_slot_id = _flag(dt_softplus, "dt_softplus"), check_pad_slot_id(pad_slot_id)
+    _check_flag(dt_softplus, "dt_softplus")
+    pad_slot_id = check_pad_slot_id(pad_slot_id)
     batch, _ = _check_inputs(x, dt, A, B, C, D, z, dt_bias, dt_min, dt_max, with_t=False, **dims)
     _check_ring_dtypes(state, x, B)
     _check_state_indices(state_indices, batch)

@@ -222,6 +222,9 @@ def test_launch_config_default_kernels_by_batch():
     assert all(c.flush_stream for c in configs[2:])
     # the token's ring x entry stored by the ring launch from batch 128
     assert [c.ring_x_in_ring for c in configs] == [False] * 6 + [True] * 4
+    # the warp-specialised flush from batch 256 at d_state 128, its order chosen step by step
+    assert [(c.flush_impl, c.flush_ws_order) for c in configs[2:]] == [("triton", "stride")] * 6 + [("cuda_ws", "auto")] * 2
+    assert decode.launch_config("replay", 64, 256, 512).flush_ws_order == "stride"
     # the flush launch's L2 prefetch of the next tile from batch 128
     assert [c.flush_l2_prefetch for c in configs[2:]] == ["none"] * 4 + ["lines"] * 4
     # from batch 128 the per-row flush programs as list items (4 programs per SM), where 32-row

@@ -99,7 +99,8 @@ class LaunchConfig:
     flush_ws_stages: int = 0
     # "cuda_ws": how a block takes its (row, head) items: "stride" (block b: b, b + blocks, ...),
     # "counter" (the next from a counter the ring launch zeroes: the tiles in flight stay contiguous)
-    # or "auto" (each step: the counter when at least half of the batch's rows flush, else the stride).
+    # or "auto" (each step: the counter when at least half of the batch's rows flush, else the
+    # stride; launch_config's choice wherever it picks "cuda_ws").
     flush_ws_order: str = "stride"
     flush_ws_chunk: int = 4  # "counter" / "auto": consecutive items a block takes at once from the counter
     # kernel="staged" with flush_launch: the ring launch, not the stream launch, stores the
@@ -108,11 +109,14 @@ class LaunchConfig:
     # kernel="staged" with flush_launch: the ring launch writes a non-flush row's terms as the
     # group's scores and 4 floats per head, not as lines of weights times scores (ring.py), and
     # the stream programs form the weights from the ring's dt: 0.6 MB written a step at
-    # Nemotron-H 256 instead of 2.4 MB.
+    # Nemotron-H 256 instead of 2.4 MB. An option: on an H200 it gained nothing (forty-first run,
+    # one call, Nemotron-H 256 / 512 amortized 292.0 -> 293.8 / 566.1 -> 568.1 us).
     compact_coef: bool = False
     # kernel="staged" with flush_launch: > 1 (a power of two): each stream program walks this many
     # checkpoint tiles, strided by the grid, and stores their y rows after the last one's reads
-    # (stream.py); 1: one program per tile.
+    # (stream.py); 1: one program per tile. An option: on an H200 it lost (forty-first run, one
+    # call, Nemotron-H 256 non-flush 271.7 us one tile a program, 301.5 / 348.0 walking 32 / 64,
+    # 328.3 with 64 in 4 warps; not profiled: fewer programs may keep fewer loads in flight).
     stream_tiles: int = 1
 
     def __post_init__(self):
@@ -294,11 +298,18 @@ def launch_config(kind: str, head_dim: int, d_state: int, batch: int) -> LaunchC
         # staggered phases); at 32 and 64 its amortized step led too but its mixed one trailed by
         # 1.6-1.7 us (few rows flush per staggered step, and a block walks its items one after
         # another). Below 256 the Triton launch stays.
-        # Its blocks stride over the items (flush_ws_order="stride"). Taking them from a counter in
-        # chunks of 4 shortened the all-flush step in every capture of the thirty-ninth run
-        # (Nemotron-H 256 565-567 us against 591-596, 512 1113-1122 against 1173-1180), but the
-        # staggered step, a server's, at 512 read 608.7 / 611.0 us in two captures of four against
-        # 567.5-569.2 (NOTES_mamba2.md, thirty-eighth and thirty-ninth runs).
+        # Its blocks choose their order step by step (flush_ws_order="auto"): from a counter, in
+        # chunks of 4, when at least half of the rows flush, else striding over the items. The
+        # counter shortened the all-flush step in every capture of the thirty-ninth run (Nemotron-H
+        # 256 565-567 us against 591-596, 512 1113-1122 against 1173-1180), but its staggered step,
+        # a server's, at 512 read 608.7 / 611.0 us in two captures of four against 567.5-569.2
+        # (NOTES_mamba2.md, thirty-eighth and thirty-ninth runs). "auto" keeps the stride's
+        # staggered step. Forty-first run, H200, one call, stride -> auto: `--variants` non-flush /
+        # flush / amortized / mixed us, Nemotron-H 256 271.5 / 595.7 / 291.8 / 289.2 -> 272.4 /
+        # 568.5 / 290.9 / 290.0, 512 525.2 / 1179.9 / 566.1 / 561.2 -> 525.3 / 1118.9 / 562.4 /
+        # 564.5; Nemotron-3-Nano 256 256.4 / 557.4 / 275.2 / 274.0 -> 255.9 / 541.8 / 273.7 /
+        # 273.4; probe_flush_captures.py at 512, 2 states x 2 graphs, flush 1177.1-1181.9 ->
+        # 1118.6-1119.4, staggered steps in turn 560.7-562.6 -> 561.0-562.3.
         ws = batch >= 256 and d_state == 128
         # The token's ring x entry stored by the ring launch (ring_x_in_ring): the stream launch,
         # a read of the checkpoint, then writes only y. Stores among a long stream of reads cost
@@ -317,7 +328,7 @@ def launch_config(kind: str, head_dim: int, d_state: int, batch: int) -> LaunchC
                             flush_block_p=16 if rows16 else 32, flush_warps=2 if rows16 else 4,
                             flush_l2_prefetch="lines" if large else "none",
                             flush_persistent=4 if listed else 0, flush_list_items="heads" if listed else "tiles",
-                            flush_impl="cuda_ws" if ws else "triton")
+                            flush_impl="cuda_ws" if ws else "triton", flush_ws_order="auto" if ws else "stride")
     if batch < 128:
         # One program per head streaming 32-row tiles with the next one in flight, capped at 128
         # registers, rows first in the grid, cursors moved by a second launch, rolled FMA fold

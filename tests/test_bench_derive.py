@@ -181,11 +181,14 @@ def test_mamba2_variant_label_names_the_cuda_flush():
     base = mamba2_decode.launch_config("replay", 64, 128, 256)
     cuda = dataclasses.replace(base, flush_impl="cuda", flush_cuda_rows=2)
     assert "+flush cuda h16 b4 rows2 side" in bench_mamba2_decode.short(cuda)
-    # the default from batch 256, whose ring launch also stores the token's ring x
-    assert bench_mamba2_decode.short(base).endswith("+flush cuda_ws side ring-x-in-ring")
-    assert bench_mamba2_decode.short(dataclasses.replace(base, ring_x_in_ring=False)).endswith("+flush cuda_ws side")
+    # the default from batch 256 (its items from a counter in chunks of 4 when half the rows
+    # flush), whose ring launch also stores the token's ring x
+    assert bench_mamba2_decode.short(base).endswith("+flush cuda_ws side auto4 ring-x-in-ring")
+    assert bench_mamba2_decode.short(dataclasses.replace(base, ring_x_in_ring=False)).endswith("+flush cuda_ws side auto4")
+    assert bench_mamba2_decode.short(dataclasses.replace(base, flush_ws_order="stride")).endswith(
+        "+flush cuda_ws side ring-x-in-ring")
     assert "s4 side" in bench_mamba2_decode.short(dataclasses.replace(base, flush_ws_stages=4))
     assert "cuda" not in bench_mamba2_decode.short(dataclasses.replace(base, flush_impl="triton"))
     # the ring launch's warps, in every flush form's label
-    assert bench_mamba2_decode.short(dataclasses.replace(base, ring_warps=8)).endswith("side rw8 ring-x-in-ring")
+    assert bench_mamba2_decode.short(dataclasses.replace(base, ring_warps=8)).endswith("side auto4 rw8 ring-x-in-ring")
     assert " rw2 " in bench_mamba2_decode.short(dataclasses.replace(base, flush_impl="triton", ring_warps=2))

@@ -222,9 +222,13 @@ def test_launch_config_default_kernels_by_batch():
     assert all(c.flush_stream for c in configs[2:])
     # the token's ring x entry stored by the ring launch from batch 128
     assert [c.ring_x_in_ring for c in configs] == [False] * 6 + [True] * 4
-    # the warp-specialised flush from batch 256 at d_state 128, its order chosen step by step
-    assert [(c.flush_impl, c.flush_ws_order) for c in configs[2:]] == [("triton", "stride")] * 6 + [("cuda_ws", "auto")] * 2
-    assert decode.launch_config("replay", 64, 256, 512).flush_ws_order == "stride"
+    # the warp-specialised flush from batch 128 at d_state 128, its order chosen step by step,
+    # 3 stages below batch 192
+    assert [(c.flush_impl, c.flush_ws_order, c.flush_ws_stages) for c in configs[2:]] == (
+        [("triton", "stride", 0)] * 4 + [("cuda_ws", "auto", 3)] + [("cuda_ws", "auto", 0)] * 3)
+    assert [decode.launch_config("replay", 64, 128, b).flush_ws_stages for b in (191, 192)] == [3, 0]
+    assert decode.launch_config("replay", 80, 128, 128).flush_impl == "cuda_ws"
+    assert decode.launch_config("replay", 64, 256, 512).flush_impl == "triton"
     # the flush launch's L2 prefetch of the next tile from batch 128
     assert [c.flush_l2_prefetch for c in configs[2:]] == ["none"] * 4 + ["lines"] * 4
     # from batch 128 the per-row flush programs as list items (4 programs per SM), where 32-row

@@ -283,7 +283,7 @@ def launch_config(kind: str, head_dim: int, d_state: int, batch: int) -> LaunchC
         # plain runs, one call, tf32x2 -> bf16x3 flush us, Nemotron-H 64 / 128 / 256 / 512 172.4 /
         # 326.3 / 638.4 / 1313.8 -> 168.0 / 313.7 / 613.9 / 1282.9 (amortized 301.4 -> 299.9 at
         # 256); Nemotron-3-Nano 176.7 / 306.4 / 597.6 / 1219.0 -> 166.7 / 306.2 / 595.9 / 1191.3.
-        # From batch 256 at d_state 128 the flush launch is the warp-specialised CUDA kernel
+        # From batch 128 at d_state 128 the flush launch is the warp-specialised CUDA kernel
         # (flush_impl="cuda_ws": one block per SM whose producer thread bulk-copies each (row, head)
         # item's tile and operands into one of 3-5 stages while 16 warps fold). Where it does not
         # serve, the CUDA launch of flush_cuda.cu (a GPU before sm_90; within 1-2% of the Triton
@@ -297,7 +297,7 @@ def launch_config(kind: str, head_dim: int, d_state: int, batch: int) -> LaunchC
         # gained 0.2 us amortized and lost 2.2 us in the mixed step (the serving case: slots in
         # staggered phases); at 32 and 64 its amortized step led too but its mixed one trailed by
         # 1.6-1.7 us (few rows flush per staggered step, and a block walks its items one after
-        # another). Below 256 the Triton launch stays.
+        # another). So it served from 256 only, until the "auto" order below.
         # Its blocks choose their order step by step (flush_ws_order="auto"): from a counter, in
         # chunks of 4, when at least half of the rows flush, else striding over the items. The
         # counter shortened the all-flush step in every capture of the thirty-ninth run (Nemotron-H
@@ -310,7 +310,16 @@ def launch_config(kind: str, head_dim: int, d_state: int, batch: int) -> LaunchC
         # 564.5; Nemotron-3-Nano 256 256.4 / 557.4 / 275.2 / 274.0 -> 255.9 / 541.8 / 273.7 /
         # 273.4; probe_flush_captures.py at 512, 2 states x 2 graphs, flush 1177.1-1181.9 ->
         # 1118.6-1119.4, staggered steps in turn 560.7-562.6 -> 561.0-562.3.
-        ws = batch >= 256 and d_state == 128
+        # Forty-first run, the same call, Triton launch -> cuda_ws with "auto", flush / amortized /
+        # mixed us: Nemotron-H 192 472.8 / 225.9 / 223.9 -> 430.2 / 222.4 / 222.1; 128 315.1 /
+        # 155.9 / 155.5 -> 324.1 / 157.2 / 156.5 with the most stages that fit, 297.1 / 154.8 /
+        # 154.9 with 3 (at 192 3 stages: 439.0); Nemotron-3-Nano 128 306.9 / 148.9 / 148.5 ->
+        # 279.6 / 146.0 / 146.5 with 3. So from batch 128, with 3 stages below 192. A second call
+        # (the new default against the Triton launch): Nemotron-H 160 368.1 / 189.1 / 188.7 against
+        # 393.0 / 191.4 / 189.8 (the most stages: 401.6 / 191.8 / 190.6); Nemotron-3-Nano 160
+        # 344.9 / 178.2 / 178.4 against 402.5 / 182.6 / 179.7; Nemotron-H 128 298.1 / 154.8 / 154.8
+        # against 314.4 / 156.1 / 155.1.
+        ws = batch >= 128 and d_state == 128
         # The token's ring x entry stored by the ring launch (ring_x_in_ring): the stream launch,
         # a read of the checkpoint, then writes only y. Stores among a long stream of reads cost
         # more than their bytes (benchmarks/probe_memory_rates.py: the 1/128 of y stores took 244
@@ -328,7 +337,8 @@ def launch_config(kind: str, head_dim: int, d_state: int, batch: int) -> LaunchC
                             flush_block_p=16 if rows16 else 32, flush_warps=2 if rows16 else 4,
                             flush_l2_prefetch="lines" if large else "none",
                             flush_persistent=4 if listed else 0, flush_list_items="heads" if listed else "tiles",
-                            flush_impl="cuda_ws" if ws else "triton", flush_ws_order="auto" if ws else "stride")
+                            flush_impl="cuda_ws" if ws else "triton", flush_ws_order="auto" if ws else "stride",
+                            flush_ws_stages=3 if ws and batch < 192 else 0)
     if batch < 128:
         # One program per head streaming 32-row tiles with the next one in flight, capped at 128
         # registers, rows first in the grid, cursors moved by a second launch, rolled FMA fold

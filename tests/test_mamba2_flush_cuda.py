@@ -352,7 +352,7 @@ def test_cuda_flush_falls_back_where_unsupported_gpu():
 @pytest.mark.parametrize("gate,with_D", [(False, True), (False, False)], ids=["no-z", "no-z-no-D"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_default_flush_without_gate_or_D_gpu(dtype, gate, with_D):
-    # The default step from batch 256 (the warp-specialised flush, HAS_Z / HAS_D 0: no z staged, no
+    # The default step from batch 128 (the warp-specialised flush, HAS_Z / HAS_D 0: no z staged, no
     # D loaded) as engines that gate in a norm after the layer call it; staggered phases, 3 windows.
     cfg = decode.launch_config("replay", 64, 128, 256)
     assert cfg.flush_impl == "cuda_ws"
@@ -362,7 +362,7 @@ def test_default_flush_without_gate_or_D_gpu(dtype, gate, with_D):
 
 @pytest.mark.gpu
 def test_flush_without_nvrtc_takes_the_triton_launch_gpu(monkeypatch):
-    # The default from batch 256 is the NVRTC-compiled warp-specialised flush; a machine where no
+    # The default from batch 128 is the NVRTC-compiled warp-specialised flush; a machine where no
     # NVRTC loads must still step (the Triton launch), not fail at the first flush.
     ck = torch.zeros(4, 2, 64, 128, device="cuda")
     assert fc.unsupported(ck, 4) is None

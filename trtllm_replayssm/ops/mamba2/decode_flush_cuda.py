@@ -22,9 +22,10 @@ block-wide barriers.
 item's checkpoint tile and every operand it reads (the group's ring ``B``, the head's ring ``x``,
 the token's ``B``, ``C``, ``x``, ``z``, its coef line) into one of 2 to :data:`WS_MAX_STAGES`
 stages and sends the folded tiles back by bulk stores, while :data:`WS_CONSUMERS` warps fold them.
-It is the default flush launch from batch 256 at ``d_state`` 128: on an H200 at Nemotron-H batch
-256 the flush step takes 592-599 us against 614 us for the Triton launch
-(``benchmarks/NOTES_mamba2.md``, thirty-fourth run). Its blocks leave :data:`WS_STREAM_RESERVE`
+It is the default flush launch from batch 128 at ``d_state`` 128 (3 stages below batch 192): on
+an H200 at Nemotron-H batch 256 the flush step took 592-599 us against 614 us for the Triton launch
+(``benchmarks/NOTES_mamba2.md``, thirty-fourth run), 568 us with the ``"auto"`` order, and at 128
+297 against 315 us (forty-first run). Its blocks leave :data:`WS_STREAM_RESERVE`
 of the SM's shared memory to the stream launch that runs beside them. :func:`ws_unsupported`
 says when it falls back to this file's launch.
 

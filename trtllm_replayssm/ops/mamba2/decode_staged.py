@@ -58,7 +58,7 @@ Every flush program asks the L2 for its next tile before each tile's load
 (``flush_l2_prefetch``, ``ops/_prefetch.py``; the defaults from batch 128).
 ``flush_impl="cuda"`` replaces the flush launch by its CUDA C++ twin (``decode_flush_cuda.py``),
 ``flush_impl="cuda_ws"`` by that twin's warp-specialised form (``flush_ws.cu``) where it serves
-(the default from batch 256 at ``d_state`` 128).
+(the default from batch 128 at ``d_state`` 128).
 """
 
 from __future__ import annotations

@@ -90,7 +90,7 @@ class LaunchConfig:
     # it supports the step, else the Triton launch above; the other flush_* fields are Triton's.
     # "cuda_ws": its warp-specialised form (flush_ws.cu: one block per SM, a producer thread keeping
     # head tiles and their operands in flight by bulk copies; sm_90+, d_state 128), else "cuda"
-    # where that serves, else Triton's; the default from batch 256 at d_state 128 (launch_config).
+    # where that serves, else Triton's; the default from batch 128 at d_state 128 (launch_config).
     flush_impl: str = "triton"
     flush_cuda_blocks: int = 4  # "cuda": blocks per SM its registers are bounded for (__launch_bounds__)
     flush_cuda_rows: int | None = None  # "cuda": rows of a warp item (None: decode_flush_cuda.warp_rows)

@@ -343,7 +343,8 @@ def _short(cfg) -> str:
     if cfg.kernel == "staged" and cfg.flush_launch and cfg.flush_impl == "cuda_ws":
         # The warp-specialised CUDA flush reads none of the other flush fields.
         return (f"staged bp{cfg.block_p} w{cfg.num_warps} +flush cuda_ws"
-                + (f" s{cfg.flush_ws_stages}" if cfg.flush_ws_stages else "") + (" side" if cfg.flush_stream else "")
+                + (f" s{cfg.flush_ws_stages}" if cfg.flush_ws_stages else "")
+                + (f" smax{cfg.flush_ws_max_stages}" if cfg.flush_ws_max_stages else "") + (" side" if cfg.flush_stream else "")
                 + (f" {cfg.flush_ws_order}{cfg.flush_ws_chunk}" if cfg.flush_ws_order != "stride" else "")
                 + _ring_warps(cfg))
     if cfg.kernel == "staged" and cfg.flush_launch and cfg.flush_impl == "cuda":

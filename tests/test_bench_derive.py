@@ -188,6 +188,8 @@ def test_mamba2_variant_label_names_the_cuda_flush():
     assert bench_mamba2_decode.short(dataclasses.replace(base, flush_ws_order="stride")).endswith(
         "+flush cuda_ws side ring-x-in-ring")
     assert "s4 side" in bench_mamba2_decode.short(dataclasses.replace(base, flush_ws_stages=4))
+    # below batch 192 the default caps the stages instead (at most 3)
+    assert "cuda_ws smax3 side auto4" in bench_mamba2_decode.short(mamba2_decode.launch_config("replay", 64, 128, 128))
     assert "cuda" not in bench_mamba2_decode.short(dataclasses.replace(base, flush_impl="triton"))
     # the ring launch's warps, in every flush form's label
     assert bench_mamba2_decode.short(dataclasses.replace(base, ring_warps=8)).endswith("side auto4 rw8 ring-x-in-ring")

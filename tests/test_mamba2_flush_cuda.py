@@ -119,6 +119,29 @@ def test_ws_shared_memory_and_stages():
         fc.ws_defines(8, 2, 64, 128, 16, torch.bfloat16, torch.bfloat16, torch.int8, None, False, False, None, 2)
 
 
+def test_ws_stages_taken():
+    # An exact count is taken as asked, and refused past what fits; 0 takes what fits, at most the
+    # cap (launch_config's "at most 3" below batch 192 must still launch where only 2 fit: head_dim
+    # 128 on an H200, bf16 at batch 130).
+    limit = fc.ws_shared_limit(232448, 233472)
+    two = fc.ws_stages(130, 4, 128, 128, 16, 2, 2, 2, True, limit)
+    four = fc.ws_stages(130, 128, 64, 128, 16, 2, 2, 2, True, limit)
+    assert (two, four) == (2, 4)
+    assert [fc.ws_pick_stages(0, cap, two) for cap in (0, 3)] == [2, 2]
+    assert [fc.ws_pick_stages(0, cap, four) for cap in (0, 2, 3, 5)] == [4, 2, 3, 4]
+    assert fc.ws_pick_stages(3, 0, four) == 3 and fc.ws_pick_stages(2, 3, two) == 2
+    for asked in (3, 1, -1):
+        with pytest.raises(ValueError, match=r"LaunchConfig.flush_ws_stages: expected 0 or 2 to 2 \(what fits"):
+            fc.ws_pick_stages(asked, 0, two)
+    for cap in (1, -2):
+        with pytest.raises(ValueError, match="LaunchConfig.flush_ws_max_stages: expected 0 or 2 to 5"):
+            fc.ws_pick_stages(0, cap, four)
+    assert decode.LaunchConfig(**dict(CUDA_FLUSH, flush_impl="cuda_ws", flush_ws_max_stages=3)).flush_ws_max_stages == 3
+    for bad in (1, 6, -1):
+        with pytest.raises(ValueError, match="LaunchConfig.flush_ws_max_stages: expected 0 or 2 to 5"):
+            decode.LaunchConfig(**dict(CUDA_FLUSH, flush_impl="cuda_ws", flush_ws_max_stages=bad))
+
+
 def _ws_reason(checkpoint, ring_B, ring_x=None, batch=4):
     heads, head_dim = checkpoint.shape[1], checkpoint.shape[2]
     ring_x = torch.zeros(4, heads, ring_B.shape[2], head_dim, device=checkpoint.device) if ring_x is None else ring_x

@@ -222,11 +222,12 @@ def test_launch_config_default_kernels_by_batch():
     assert all(c.flush_stream for c in configs[2:])
     # the token's ring x entry stored by the ring launch from batch 128
     assert [c.ring_x_in_ring for c in configs] == [False] * 6 + [True] * 4
-    # the warp-specialised flush from batch 128 at d_state 128, its order chosen step by step,
-    # 3 stages below batch 192
-    assert [(c.flush_impl, c.flush_ws_order, c.flush_ws_stages) for c in configs[2:]] == (
+    # the warp-specialised flush from batch 128 at d_state 128, its order chosen step by step, at
+    # most 3 stages below batch 192 (a cap: fewer where fewer fit), never an exact count
+    assert [(c.flush_impl, c.flush_ws_order, c.flush_ws_max_stages) for c in configs[2:]] == (
         [("triton", "stride", 0)] * 4 + [("cuda_ws", "auto", 3)] + [("cuda_ws", "auto", 0)] * 3)
-    assert [decode.launch_config("replay", 64, 128, b).flush_ws_stages for b in (191, 192)] == [3, 0]
+    assert all(c.flush_ws_stages == 0 for c in configs)
+    assert [decode.launch_config("replay", 64, 128, b).flush_ws_max_stages for b in (191, 192)] == [3, 0]
     assert decode.launch_config("replay", 80, 128, 128).flush_impl == "cuda_ws"
     assert decode.launch_config("replay", 64, 256, 512).flush_impl == "triton"
     # the flush launch's L2 prefetch of the next tile from batch 128
@@ -297,10 +298,12 @@ def test_replay_step_gpu(dims, dtype, batch):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-@pytest.mark.parametrize("dims", [(4, 64, 128, 2), (6, 80, 80, 3), (4, 80, 128, 2), (4, 64, 256, 2), (2, 256, 64, 1)])
+@pytest.mark.parametrize("dims", [(4, 64, 128, 2), (6, 80, 80, 3), (4, 80, 128, 2), (4, 128, 128, 2), (4, 64, 256, 2),
+                                  (2, 256, 64, 1)])
 def test_replay_default_large_batch_gpu(dims, dtype):
     # batch >= 128 takes the staged kernel (with its flush launch where d_state <= 128); the
-    # small-batch grid above does not reach it
+    # small-batch grid above does not reach it. At d_state 128 its flush is the warp-specialised
+    # kernel with at most 3 stages: head_dim 128, and 80 with fp32 activations, fit only 2 on an H200.
     check_replay(dims, dtype, 130, window=8, steps=20, device="cuda", stagger=True)
 
 

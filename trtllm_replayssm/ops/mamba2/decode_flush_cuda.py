@@ -22,7 +22,7 @@ block-wide barriers.
 item's checkpoint tile and every operand it reads (the group's ring ``B``, the head's ring ``x``,
 the token's ``B``, ``C``, ``x``, ``z``, its coef line) into one of 2 to :data:`WS_MAX_STAGES`
 stages and sends the folded tiles back by bulk stores, while :data:`WS_CONSUMERS` warps fold them.
-It is the default flush launch from batch 128 at ``d_state`` 128 (3 stages below batch 192): on
+It is the default flush launch from batch 128 at ``d_state`` 128 (at most 3 stages below batch 192): on
 an H200 at Nemotron-H batch 256 the flush step took 592-599 us against 614 us for the Triton launch
 (``benchmarks/NOTES_mamba2.md``, thirty-fourth run), 568 us with the ``"auto"`` order, and at 128
 297 against 315 us (forty-first run). Its blocks leave :data:`WS_STREAM_RESERVE`
@@ -50,7 +50,7 @@ from .launch import WS_ORDERS
 
 __all__ = ["THREADS", "WS_CONSUMERS", "WS_MAX_STAGES", "WS_STREAM_RESERVE", "defines", "flush_rows_cuda",
            "flush_rows_ws", "have_nvrtc", "rows_per_instr", "shared_bytes", "unsupported", "warp_rows", "ws_defines",
-           "ws_shared_bytes", "ws_shared_limit", "ws_stage_bytes", "ws_stages", "ws_unsupported"]
+           "ws_pick_stages", "ws_shared_bytes", "ws_shared_limit", "ws_stage_bytes", "ws_stages", "ws_unsupported"]
 
 #: Threads per block: 8 warps, each walking its own warp items.
 THREADS = 256
@@ -263,6 +263,18 @@ def ws_shared_limit(per_block_optin: int, per_sm: int) -> int:
     return min(per_block_optin, per_sm - 1024 - WS_STREAM_RESERVE)
 
 
+def ws_pick_stages(asked: int, cap: int, most: int) -> int:
+    """The stages a ``flush_ws.cu`` launch takes: ``asked`` (``LaunchConfig.flush_ws_stages``) where
+    it is not 0, refused past ``most`` (what fits the device beside the stream launch), else
+    ``most``, at most ``cap`` (``LaunchConfig.flush_ws_max_stages``; 0: no cap)."""
+    if asked > most or asked == 1 or asked < 0:
+        raise ValueError(f"LaunchConfig.flush_ws_stages: expected 0 or 2 to {most} (what fits the device's shared "
+                         f"memory beside the stream launch at this step), got {asked}")
+    if cap == 1 or cap < 0:
+        raise ValueError(f"LaunchConfig.flush_ws_max_stages: expected 0 or 2 to {WS_MAX_STAGES}, got {cap}")
+    return asked or min(most, cap or most)
+
+
 def ws_unsupported(checkpoint: torch.Tensor, ring_x: torch.Tensor, ring_B: torch.Tensor, x: torch.Tensor,
                    B: torch.Tensor, z: torch.Tensor | None, batch: int) -> str | None:
     """Why a step that :func:`unsupported` accepts cannot take the warp-specialised form (``None``
@@ -309,12 +321,14 @@ def ws_defines(heads: int, groups: int, head_dim: int, d_state: int, capacity: i
 
 
 def flush_rows_ws(checkpoint, ring_x, ring_B, coef, info, x, B, C, D, z, idx, y, batch, strides, capacity,
-                  stages: int = 0, counter: torch.Tensor | None = None, chunk: int = 4, order: str | None = None):
+                  stages: int = 0, counter: torch.Tensor | None = None, chunk: int = 4, order: str | None = None,
+                  max_stages: int = 0):
     """Launch ``mamba2_flush_ws`` on the current stream: the arguments of :func:`flush_rows_cuda`
     (its ``strides``: the staged step's 16 flush strides), for a step :func:`ws_unsupported`
     accepts. ``coef`` must start on a 16-byte boundary with 12 readable bytes past its end (its
     lines are bulk-copied in 16-byte windows); ``stages``: ``LaunchConfig.flush_ws_stages`` (0: the
-    most that fit, at most :data:`WS_MAX_STAGES`; more than fit is refused). One block per SM
+    most that fit, at most :data:`WS_MAX_STAGES` and at most ``max_stages`` where that is not 0;
+    more than fit is refused: :func:`ws_pick_stages`). One block per SM
     walks the (flush row, head) items: with ``counter`` (``[1]`` int32, 0 when the launch starts:
     ``LaunchConfig.flush_ws_order="counter"``) each takes its next ``chunk`` consecutive items from
     it, else block ``b`` takes items ``b``, ``b + blocks``, ... ``order``
@@ -338,10 +352,7 @@ def flush_rows_ws(checkpoint, ring_x, ring_B, coef, info, x, B, C, D, z, idx, y,
     index = x.device.index if x.device.index is not None else torch.cuda.current_device()
     sizes = (ring_B.element_size(), B.element_size(), x.element_size(), z is not None)
     most = _ws_most_stages(index, batch, heads, head_dim, d_state, capacity, *sizes)
-    if stages > most or stages == 1 or stages < 0:
-        raise ValueError(f"LaunchConfig.flush_ws_stages: expected 0 or 2 to {most} (what fits the device's shared "
-                         f"memory beside the stream launch at this step), got {stages}")
-    stages = stages or most
+    stages = ws_pick_stages(stages, max_stages, most)
     defs = ws_defines(heads, groups, head_dim, d_state, capacity, x.dtype, B.dtype, ring_x.dtype,
                       None if D is None else D.dtype, D is not None, z is not None,
                       None if idx is None else idx.dtype, stages, order, chunk)

@@ -97,6 +97,10 @@ class LaunchConfig:
     # "cuda_ws": head tiles in flight per block (2 to 5; 0: the most that fit the device's shared
     # memory, at most 5). Fewer leave shared memory beside it for the stream launch's programs.
     flush_ws_stages: int = 0
+    # "cuda_ws" with flush_ws_stages=0: take at most this many stages (2 to 5; 0: no cap), fewer
+    # where fewer fit (a cap, where flush_ws_stages asks for an exact count and refuses one that
+    # does not fit the device).
+    flush_ws_max_stages: int = 0
     # "cuda_ws": how a block takes its (row, head) items: "stride" (block b: b, b + blocks, ...),
     # "counter" (the next from a counter the ring launch zeroes: the tiles in flight stay contiguous)
     # or "auto" (each step: the counter when at least half of the batch's rows flush, else the
@@ -157,6 +161,8 @@ class LaunchConfig:
             raise ValueError(f"LaunchConfig.flush_cuda_blocks: expected 1 to 8, got {self.flush_cuda_blocks}")
         if self.flush_ws_stages not in (0, 2, 3, 4, 5):
             raise ValueError(f"LaunchConfig.flush_ws_stages: expected 0 or 2 to 5, got {self.flush_ws_stages}")
+        if self.flush_ws_max_stages not in (0, 2, 3, 4, 5):
+            raise ValueError(f"LaunchConfig.flush_ws_max_stages: expected 0 or 2 to 5, got {self.flush_ws_max_stages}")
         if self.flush_ws_order not in WS_ORDERS:
             raise ValueError(f"LaunchConfig.flush_ws_order: expected one of {WS_ORDERS}, got {self.flush_ws_order!r}")
         if not 1 <= self.flush_ws_chunk <= 64:
@@ -314,7 +320,8 @@ def launch_config(kind: str, head_dim: int, d_state: int, batch: int) -> LaunchC
         # mixed us: Nemotron-H 192 472.8 / 225.9 / 223.9 -> 430.2 / 222.4 / 222.1; 128 315.1 /
         # 155.9 / 155.5 -> 324.1 / 157.2 / 156.5 with the most stages that fit, 297.1 / 154.8 /
         # 154.9 with 3 (at 192 3 stages: 439.0); Nemotron-3-Nano 128 306.9 / 148.9 / 148.5 ->
-        # 279.6 / 146.0 / 146.5 with 3. So from batch 128, with 3 stages below 192. A second call
+        # 279.6 / 146.0 / 146.5 with 3. So from batch 128, with at most 3 stages below 192 (a cap:
+        # head_dim 128, or 80 with fp32 activations, fit only 2 on an H200). A second call
         # (the new default against the Triton launch): Nemotron-H 160 368.1 / 189.1 / 188.7 against
         # 393.0 / 191.4 / 189.8 (the most stages: 401.6 / 191.8 / 190.6); Nemotron-3-Nano 160
         # 344.9 / 178.2 / 178.4 against 402.5 / 182.6 / 179.7; Nemotron-H 128 298.1 / 154.8 / 154.8
@@ -338,7 +345,7 @@ def launch_config(kind: str, head_dim: int, d_state: int, batch: int) -> LaunchC
                             flush_l2_prefetch="lines" if large else "none",
                             flush_persistent=4 if listed else 0, flush_list_items="heads" if listed else "tiles",
                             flush_impl="cuda_ws" if ws else "triton", flush_ws_order="auto" if ws else "stride",
-                            flush_ws_stages=3 if ws and batch < 192 else 0)
+                            flush_ws_max_stages=3 if ws and batch < 192 else 0)
     if batch < 128:
         # One program per head streaming 32-row tiles with the next one in flight, capped at 128
         # registers, rows first in the grid, cursors moved by a second launch, rolled FMA fold

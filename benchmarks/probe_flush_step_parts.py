@@ -83,7 +83,7 @@ class Recorder:
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--batch", type=positive_int, default=256)
     p.add_argument("--rounds", type=positive_int, default=30)
     p.add_argument("--timeline", type=int, default=4, metavar="REPLAYS", help="traced replays per part (0: none)")
     p.add_argument("--write-through", nargs="*", default=[], metavar="P,W",
@@ -92,8 +92,6 @@ def main(argv=None) -> None:
     p.add_argument("--stages", type=int, nargs="*", default=[], metavar="S",
                    help="also the flush kernel alone with S stages (LaunchConfig.flush_ws_stages) per S")
     args = p.parse_args(argv)
-    if args.batch < 1 or args.rounds < 1:
-        p.error(f"--batch / --rounds: expected >= 1, got {args.batch} / {args.rounds}")
     require_cuda(p)
     from trtllm_replayssm.ops._side_stream import fork, join
     from trtllm_replayssm.ops.mamba2 import decode_staged

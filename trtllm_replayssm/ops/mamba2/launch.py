@@ -159,10 +159,9 @@ class LaunchConfig:
             raise ValueError(f"LaunchConfig.flush_impl: {self.flush_impl!r} needs flush_launch=True")
         if not 1 <= self.flush_cuda_blocks <= 8:
             raise ValueError(f"LaunchConfig.flush_cuda_blocks: expected 1 to 8, got {self.flush_cuda_blocks}")
-        if self.flush_ws_stages not in (0, 2, 3, 4, 5):
-            raise ValueError(f"LaunchConfig.flush_ws_stages: expected 0 or 2 to 5, got {self.flush_ws_stages}")
-        if self.flush_ws_max_stages not in (0, 2, 3, 4, 5):
-            raise ValueError(f"LaunchConfig.flush_ws_max_stages: expected 0 or 2 to 5, got {self.flush_ws_max_stages}")
+        for name in ("flush_ws_stages", "flush_ws_max_stages"):
+            if getattr(self, name) not in (0, 2, 3, 4, 5):
+                raise ValueError(f"LaunchConfig.{name}: expected 0 or 2 to 5, got {getattr(self, name)}")
         if self.flush_ws_order not in WS_ORDERS:
             raise ValueError(f"LaunchConfig.flush_ws_order: expected one of {WS_ORDERS}, got {self.flush_ws_order!r}")
         if not 1 <= self.flush_ws_chunk <= 64:

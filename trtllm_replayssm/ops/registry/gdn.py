@@ -2,11 +2,12 @@
 
 KDA's ops (``registry/kda.py``) are the same two ops under other names, made by
 :func:`define_delta_rule_ops`: the reference is told the kind, the kernels tell it by the rank of
-``a`` and ``ring_g``, which the CUDA dispatch checks against the op's kind. Each op takes the state as flat tensors (custom ops cannot take
-dataclasses), declares what it writes in ``mutates_args`` and has a fake implementation, so
-``torch.compile(fullgraph=True)`` and CUDA-graph capture trace it. CUDA tensors go to the
-Triton kernels of ``ops/gdn/decode.py``, CPU tensors to the float64 reference. Arguments are
-validated by the public wrappers (``ops/gdn/__init__.py``, ``ops/kda/__init__.py``), not here.
+``a`` and ``ring_g``, which the CUDA dispatch checks against the op's kind. Each op takes the
+state as flat tensors (custom ops cannot take dataclasses), declares what it writes in
+``mutates_args`` and has a fake implementation, so ``torch.compile(fullgraph=True)`` and
+CUDA-graph capture trace it. CUDA tensors go to the Triton kernels of ``ops/gdn/decode.py``, CPU
+tensors to the float64 reference. Arguments are validated by the public wrappers
+(``ops/gdn/__init__.py``, ``ops/kda/__init__.py``), not here.
 """
 
 from __future__ import annotations

@@ -22,7 +22,13 @@ replayed in these graphs, in rotated rounds:
   (``--write-through``): the whole all-flush step as the write-through kernel (the standard
   step's programs, each folding its tile's ring entries first), fills included.
 
+With ``--committed N`` the step is a non-flush one (every slot at ring length N) and the parts ask
+what the flush kernel's wave of blocks that find no item costs it: ``step``, ``fills``, ``ring``,
+``ring>stream`` (no flush kernel), ``ring>ws|stream`` (the step's own schedule, replayed),
+``ring>stream>ws`` (the empty wave after the stream launch, on one stream), ``standard``.
+
     PYTHONPATH=$PWD python3 benchmarks/probe_flush_step_parts.py --batch 256 --rounds 30
+    PYTHONPATH=$PWD python3 benchmarks/probe_flush_step_parts.py --batch 256 --committed 7
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _cli import positive_int, require_cuda  # noqa: E402
 
 from _timing import L2Flusher, capture_graph, graph_floor_us, graph_timeline, time_replays  # noqa: E402
-from ncu_flush_step import cursor_fills, mamba2_step  # noqa: E402
+from ncu_flush_step import WINDOW, cursor_fills, mamba2_step  # noqa: E402
 
 
 @triton.jit
@@ -81,6 +87,51 @@ class Recorder:
             self.real(*args, **kwargs)
 
 
+def time_parts(parts: dict, rounds: int, title: str) -> tuple[dict, float, L2Flusher, dict]:
+    """Capture each part as a graph and time them in rotated rounds; print and return the medians
+    (us), the graph floor, the flusher and the graphs."""
+    graphs = {name: capture_graph(fn) for name, fn in parts.items()}
+    flusher = L2Flusher()
+    names = list(graphs)
+    time_replays([graphs[n] for n in names], rounds=5, flush=flusher, rotate=True)
+    times = time_replays([graphs[n] for n in names], rounds=rounds, flush=flusher, rotate=True)
+    floor = graph_floor_us(flusher)
+    print(f"{title}; {torch.cuda.get_device_name()}, torch {torch.__version__}, triton {triton.__version__}; "
+          f"{rounds} rounds, median (min..max) us")
+    med = {}
+    for i, name in enumerate(names):
+        col = sorted(t[i] for t in times)
+        med[name] = col[len(col) // 2]
+        print(f"  {name:<14} {med[name]:8.1f}  ({col[0]:.1f}..{col[-1]:.1f})")
+    print(f"  {'floor':<14} {floor:8.1f}")
+    return med, floor, flusher, graphs
+
+
+def print_timelines(graphs: dict, names, replays: int, flusher: L2Flusher) -> None:
+    for name in names if replays else ():
+        print(f"  timeline {name}:")
+        for r in graph_timeline(graphs[name], replays, flusher)[-2:]:
+            spans = ", ".join(f"{k[:22]} {s:.1f}..{e:.1f}" for k, s, e in r["kernels"])
+            print(f"    {r['us']:.1f} us: {spans}")
+
+
+def nonflush_parts(args, step, fills, ring, stream, ws, side_by_side, standard) -> None:
+    """``--committed``: the non-flush step with and without the flush kernel's empty wave."""
+    parts = {
+        "step": step, "fills": fills, "ring": lambda: (fills(), ring.replay()),
+        "ring>stream": lambda: (fills(), ring.replay(), stream.replay()),
+        "ring>ws|stream": lambda: (fills(), ring.replay(), side_by_side(ws.replay, stream.replay)),
+        "ring>stream>ws": lambda: (fills(), ring.replay(), stream.replay(), ws.replay()),
+        "standard": standard,
+    }
+    med, floor, flusher, graphs = time_parts(
+        parts, args.rounds, f"batch {args.batch}, Nemotron-H dims, non-flush at ring length {args.committed}")
+    for name in ("step", "ring>stream", "ring>ws|stream", "ring>stream>ws"):
+        us = med[name] - med["fills"] + floor
+        print(f"  {name} - fills + floor: {us:.1f} us = {us / med['standard']:.4f}x standard")
+    print_timelines(graphs, ("step", "ring>stream"), args.timeline, flusher)
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--batch", type=positive_int, default=256)
@@ -91,13 +142,20 @@ def main(argv=None) -> None:
                         "folding the ring first) with P-row tiles and W warps, each P,W its own part")
     p.add_argument("--stages", type=int, nargs="*", default=[], metavar="S",
                    help="also the flush kernel alone with S stages (LaunchConfig.flush_ws_stages) per S")
+    p.add_argument("--committed", type=int, default=None, metavar="N",
+                   help=f"a non-flush step with every slot at ring length N (0 to {WINDOW - 2}) instead of the "
+                        "all-flush step")
     args = p.parse_args(argv)
+    if args.committed is not None and not 0 <= args.committed <= WINDOW - 2:
+        p.error(f"--committed: expected a ring length from 0 to {WINDOW - 2} (a non-flush step), got {args.committed}")
+    if args.committed is not None and (args.stages or args.write_through):
+        p.error("--committed: the non-flush parts only (--stages / --write-through time the all-flush step)")
     require_cuda(p)
     from trtllm_replayssm.ops._side_stream import fork, join
     from trtllm_replayssm.ops.mamba2 import decode_staged
     from trtllm_replayssm.ops.mamba2.launch import LaunchConfig
 
-    step = mamba2_step(args.batch)
+    step = mamba2_step(args.batch, committed=args.committed)
     standard = mamba2_step(args.batch, standard=True)
     ring = Recorder(decode_staged._ring_kernel, True)
     stream = Recorder(decode_staged._stream_kernel, True)
@@ -116,7 +174,7 @@ def main(argv=None) -> None:
     early_info = torch.empty(args.batch, 2, dtype=torch.int32, device="cuda")
     device = torch.device("cuda")
 
-    fills = cursor_fills(committed, flush_at)
+    fills = cursor_fills(committed, flush_at, WINDOW - 1 if args.committed is None else args.committed)
 
     def flags():
         _flags_kernel[(triton.cdiv(args.batch, 256),)](committed, flush_at, idx, early_info, args.batch, -1,
@@ -141,6 +199,9 @@ def main(argv=None) -> None:
         join(side, device)
 
     # Every part that reads the cursors puts them back first (the stream launch moves them).
+    if args.committed is not None:
+        nonflush_parts(args, step, fills, ring, stream, ws, side_by_side, standard)
+        return
     parts = {
         "step": step, "fills": fills, "ring": lambda: (fills(), ring.replay()), "ws": ws.replay,
         "ring>ws": lambda: (fills(), ring.replay(), ws.replay()),
@@ -154,29 +215,12 @@ def main(argv=None) -> None:
         rows, warps = (int(v) for v in spec.split(","))
         cfg = LaunchConfig(block_p=rows, num_warps=warps, kernel="write_through")
         parts[f"wt p{rows} w{warps}"] = mamba2_step(args.batch, fields=dataclasses.asdict(cfg))
-    graphs = {name: capture_graph(fn) for name, fn in parts.items()}
-    flusher = L2Flusher()
-    names = list(graphs)
-    time_replays([graphs[n] for n in names], rounds=5, flush=flusher, rotate=True)
-    times = time_replays([graphs[n] for n in names], rounds=args.rounds, flush=flusher, rotate=True)
-    floor = graph_floor_us(flusher)
-    print(f"batch {args.batch}, Nemotron-H dims, all-flush; {torch.cuda.get_device_name()}, "
-          f"torch {torch.__version__}, triton {triton.__version__}; {args.rounds} rounds, median (min..max) us")
-    med = {}
-    for i, name in enumerate(names):
-        col = sorted(t[i] for t in times)
-        med[name] = col[len(col) // 2]
-        print(f"  {name:<10} {med[name]:8.1f}  ({col[0]:.1f}..{col[-1]:.1f})")
-    print(f"  {'floor':<10} {floor:8.1f}")
+    med, floor, flusher, graphs = time_parts(parts, args.rounds, f"batch {args.batch}, Nemotron-H dims, all-flush")
     print(f"  step - fills + floor: {med['step'] - med['fills'] + floor:.1f} us = "
           f"{(med['step'] - med['fills'] + floor) / med['standard']:.4f}x standard; "
           f"early - fills + floor: {med['early'] - med['fills'] + floor:.1f} us = "
           f"{(med['early'] - med['fills'] + floor) / med['standard']:.4f}x")
-    for name in ("step", "ring>ws", "ws|stream", "early") if args.timeline else ():
-        print(f"  timeline {name}:")
-        for r in graph_timeline(graphs[name], args.timeline, flusher)[-2:]:
-            spans = ", ".join(f"{k[:22]} {s:.1f}..{e:.1f}" for k, s, e in r["kernels"])
-            print(f"    {r['us']:.1f} us: {spans}")
+    print_timelines(graphs, ("step", "ring>ws", "ws|stream", "early"), args.timeline, flusher)
 
 
 if __name__ == "__main__":

@@ -78,3 +78,19 @@ def test_probe_flags_kernel_skips_padded_rows():
     info = torch.full((4, 2), 99, dtype=torch.int32)
     _flags_kernel[(1,)](committed, flush_at, idx, info, 4, -1, BLOCK=8)
     assert info.tolist() == [[7, 0], [0, 0], [15, 1], [3, 1]]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--committed", "15"], "--committed: expected a ring length from 0 to 14"),
+    (["--committed", "-1"], "--committed: expected a ring length from 0 to 14"),
+    (["--committed", "3", "--stages", "3"], "--committed: the non-flush parts only"),
+])
+def test_probe_parts_rejects_committed(argv, message, capsys):
+    # Checked before any GPU is asked for: a ring length the non-flush step cannot have (15 would
+    # flush every row), or all-flush parts beside it.
+    from probe_flush_step_parts import main
+
+    with pytest.raises(SystemExit) as err:
+        main(argv)
+    assert err.value.code == 2
+    assert message in capsys.readouterr().err

@@ -25,7 +25,10 @@ replayed in these graphs, in rotated rounds:
 With ``--committed N`` the step is a non-flush one (every slot at ring length N) and the parts ask
 what the flush kernel's wave of blocks that find no item costs it: ``step``, ``fills``, ``ring``,
 ``ring>stream`` (no flush kernel), ``ring>ws|stream`` (the step's own schedule, replayed),
-``ring>stream>ws`` (the empty wave after the stream launch, on one stream), ``standard``.
+``ring>stream|ws`` (the same branches, the stream launch's node made first; ``ws0``: the flush
+kernel on a side stream of the default priority), ``ring>stream>ws``
+(the empty wave after the stream launch, on one stream), ``standard``. The all-flush parts
+include ``ring>stream|ws`` and ``ring>stream|ws0`` too.
 
     PYTHONPATH=$PWD python3 benchmarks/probe_flush_step_parts.py --batch 256 --rounds 30
     PYTHONPATH=$PWD python3 benchmarks/probe_flush_step_parts.py --batch 256 --committed 7
@@ -115,18 +118,45 @@ def print_timelines(graphs: dict, names, replays: int, flusher: L2Flusher) -> No
             print(f"    {r['us']:.1f} us: {spans}")
 
 
+_PLAIN_SIDE: list = []
+
+
+def stream_first(main_launch, side_launch, plain: bool = False) -> None:
+    """Both launches after what the current stream has queued, ``main_launch``'s node made first
+    (the side stream waits for the same point; captured, the two are sibling nodes). ``plain``:
+    ``side_launch`` on a side stream of the default priority, not the ops' high-priority one
+    (PyTorch instantiates graphs with ``cudaGraphInstantiateFlagUseNodePriority``, so a captured
+    launch keeps its stream's priority)."""
+    from trtllm_replayssm.ops._side_stream import fork, join
+
+    device = torch.device("cuda")
+    if plain:
+        if not _PLAIN_SIDE:
+            _PLAIN_SIDE.append(torch.cuda.Stream(device=device, priority=0))
+        side = _PLAIN_SIDE[0]
+        side.wait_stream(torch.cuda.current_stream(device))
+    else:
+        side = fork(device)
+    main_launch()
+    with torch.cuda.stream(side):
+        side_launch()
+    join(side, device)
+
+
 def nonflush_parts(args, step, fills, ring, stream, ws, side_by_side, standard) -> None:
     """``--committed``: the non-flush step with and without the flush kernel's empty wave."""
     parts = {
         "step": step, "fills": fills, "ring": lambda: (fills(), ring.replay()),
         "ring>stream": lambda: (fills(), ring.replay(), stream.replay()),
         "ring>ws|stream": lambda: (fills(), ring.replay(), side_by_side(ws.replay, stream.replay)),
+        "ring>stream|ws": lambda: (fills(), ring.replay(), stream_first(stream.replay, ws.replay)),
+        "ring>stream|ws0": lambda: (fills(), ring.replay(), stream_first(stream.replay, ws.replay, True)),
         "ring>stream>ws": lambda: (fills(), ring.replay(), stream.replay(), ws.replay()),
         "standard": standard,
     }
     med, floor, flusher, graphs = time_parts(
         parts, args.rounds, f"batch {args.batch}, Nemotron-H dims, non-flush at ring length {args.committed}")
-    for name in ("step", "ring>stream", "ring>ws|stream", "ring>stream>ws"):
+    for name in ("step", "ring>stream", "ring>ws|stream", "ring>stream|ws", "ring>stream|ws0", "ring>stream>ws"):
         us = med[name] - med["fills"] + floor
         print(f"  {name} - fills + floor: {us:.1f} us = {us / med['standard']:.4f}x standard")
     print_timelines(graphs, ("step", "ring>stream"), args.timeline, flusher)
@@ -206,6 +236,8 @@ def main(argv=None) -> None:
         "step": step, "fills": fills, "ring": lambda: (fills(), ring.replay()), "ws": ws.replay,
         "ring>ws": lambda: (fills(), ring.replay(), ws.replay()),
         "ws|stream": lambda: (fills(), side_by_side(ws.replay, stream.replay)),
+        "ring>stream|ws": lambda: (fills(), ring.replay(), stream_first(stream.replay, ws.replay)),
+        "ring>stream|ws0": lambda: (fills(), ring.replay(), stream_first(stream.replay, ws.replay, True)),
         "flags": lambda: (fills(), flags()), "early": lambda: (fills(), early()), "standard": standard,
     }
     _, ws_args, ws_kwargs = ws.call

@@ -45,14 +45,12 @@ def _exit_blocks(committed, flush_at, word, ITEMS: tl.constexpr):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--batches", type=positive_int, nargs="+", default=[128, 256])
-    p.add_argument("--items", type=int, nargs="+", default=[16, 32, 64],
+    p.add_argument("--items", type=positive_int, nargs="+", default=[16, 32, 64],
                    help="blocks per batch row (64-row blocks of each value head: 64; whole value heads: 32)")
     p.add_argument("--warps", type=int, default=8)
     p.add_argument("--committed", type=int, default=7, help="every row's ring length (a non-flush phase)")
     p.add_argument("--rounds", type=positive_int, default=30)
     args = p.parse_args(argv)
-    if any(b < 1 for b in args.batches) or any(i < 1 for i in args.items):
-        p.error(f"--batches / --items: expected >= 1, got {args.batches} / {args.items}")
     if args.warps not in (1, 2, 4, 8, 16, 32):
         p.error(f"--warps: expected a power of two up to 32, got {args.warps}")
     if not 0 <= args.committed < WINDOW - 1:

@@ -12,7 +12,8 @@ import probe_flush_grid_exits as probe  # noqa: E402
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--items", "0"], "--batches / --items: expected >= 1, got [128, 256] / [0]"),
+    (["--items", "0"], "argument --items: expected an int >= 1, got 0"),
+    (["--batches", "256", "0"], "argument --batches: expected an int >= 1, got 0"),
     (["--warps", "3"], "--warps: expected a power of two up to 32, got 3"),
     (["--committed", "15"], "--committed: expected a non-flush ring length in [0, 14], got 15"),
 ])

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import inspect
 import os
 import sys
 
@@ -241,8 +242,9 @@ def main(argv=None) -> None:
         "flags": lambda: (fills(), flags()), "early": lambda: (fills(), early()), "standard": standard,
     }
     _, ws_args, ws_kwargs = ws.call
-    for stages in args.stages:  # flush_rows_ws's last positional argument
-        parts[f"ws s{stages}"] = lambda s=stages: ws.real(*ws_args[:-1], s, **ws_kwargs)
+    bound = inspect.signature(ws.real).bind(*ws_args, **ws_kwargs).arguments
+    for stages in args.stages:  # exactly S: flush_rows_ws's stages, no cap
+        parts[f"ws s{stages}"] = lambda s=stages: ws.real(**dict(bound, stages=s, max_stages=0))
     for spec in args.write_through:
         rows, warps = (int(v) for v in spec.split(","))
         cfg = LaunchConfig(block_p=rows, num_warps=warps, kernel="write_through")

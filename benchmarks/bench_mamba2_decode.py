@@ -332,7 +332,7 @@ VARIANT_BATCHES = (256, 1, 128)  # most important first: the first pass compiles
 def short(cfg) -> str:
     """A LaunchConfig in a table column: the fields that differ from the defaults."""
     return (_short(cfg) + (" ring-x-in-ring" if cfg.ring_x_in_ring else "") + (" compact" if cfg.compact_coef else "")
-            + (f" walk{cfg.stream_tiles}" if cfg.stream_tiles > 1 else ""))
+            + (f" walk{cfg.stream_tiles}" if cfg.stream_tiles > 1 else "") + (" dt-sector" if cfg.ring_dt_sector else ""))
 
 
 def _ring_warps(cfg) -> str:

@@ -194,3 +194,6 @@ def test_mamba2_variant_label_names_the_cuda_flush():
     # the ring launch's warps, in every flush form's label
     assert bench_mamba2_decode.short(dataclasses.replace(base, ring_warps=8)).endswith("side auto4 rw8 ring-x-in-ring")
     assert " rw2 " in bench_mamba2_decode.short(dataclasses.replace(base, flush_impl="triton", ring_warps=2))
+    # the token's dt entry stored as its whole sector
+    assert bench_mamba2_decode.short(dataclasses.replace(base, ring_dt_sector=True)).endswith(
+        "auto4 ring-x-in-ring dt-sector")

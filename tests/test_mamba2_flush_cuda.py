@@ -329,9 +329,11 @@ def test_ws_kernel_assembles_without_spills(sm, dtype, order, tmp_path):
                                     dict(flush_impl="cuda_ws", ring_x_in_ring=True, compact_coef=True),
                                     dict(flush_impl="cuda_ws", ring_x_in_ring=True, flush_ws_order="auto"),
                                     dict(flush_impl="cuda_ws", stream_tiles=8),
-                                    dict(flush_impl="cuda_ws", ring_x_in_ring=True, compact_coef=True, stream_tiles=64)],
+                                    dict(flush_impl="cuda_ws", ring_x_in_ring=True, compact_coef=True, stream_tiles=64),
+                                    dict(flush_impl="cuda_ws", ring_x_in_ring=True, flush_ws_order="auto",
+                                         ring_dt_sector=True)],
                          ids=["default", "rows8-heads2", "ws", "ws2", "ws-ring-x", "ws-counter", "ws-compact",
-                              "ws-auto", "ws-walk8", "ws-compact-walk64"])
+                              "ws-auto", "ws-walk8", "ws-compact-walk64", "ws-auto-dt-sector"])
 @pytest.mark.parametrize("batch", [1, 3, 64])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize("dims", [(8, 64, 128, 2), (8, 80, 128, 8), (4, 128, 64, 1), (6, 256, 128, 3)])
@@ -342,17 +344,19 @@ def test_cuda_flush_steps_gpu(dims, dtype, batch, params):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("impl,ring_x,order,compact,walk", [("cuda", False, "stride", False, 1),
-                                                            ("cuda_ws", False, "stride", False, 1),
-                                                            ("cuda_ws", True, "stride", False, 1),
-                                                            ("cuda_ws", True, "counter", False, 1),
-                                                            ("cuda_ws", True, "stride", True, 1),
-                                                            ("cuda_ws", True, "auto", True, 32)])
-def test_cuda_flush_nemotron_dims_four_windows_gpu(impl, ring_x, order, compact, walk):
+@pytest.mark.parametrize("impl,ring_x,order,compact,walk,dt_sector", [("cuda", False, "stride", False, 1, False),
+                                                                      ("cuda_ws", False, "stride", False, 1, False),
+                                                                      ("cuda_ws", True, "stride", False, 1, False),
+                                                                      ("cuda_ws", True, "counter", False, 1, False),
+                                                                      ("cuda_ws", True, "stride", True, 1, False),
+                                                                      ("cuda_ws", True, "auto", True, 32, False),
+                                                                      ("cuda_ws", True, "auto", False, 1, True)])
+def test_cuda_flush_nemotron_dims_four_windows_gpu(impl, ring_x, order, compact, walk, dt_sector):
     # The accuracy target: the fp32 checkpoint within 1e-5 of float64 over 4 windows at L=16.
     run = kernel_replay(decode.LaunchConfig(**dict(CUDA_FLUSH, flush_persistent=4, flush_list_items="heads",
                                                     flush_heads=16, flush_impl=impl, ring_x_in_ring=ring_x,
-                                                    flush_ws_order=order, compact_coef=compact, stream_tiles=walk)))
+                                                    flush_ws_order=order, compact_coef=compact, stream_tiles=walk,
+                                                    ring_dt_sector=dt_sector)))
     check_replay((128, 64, 128, 8), torch.bfloat16, 3, 16, 66, "cuda", run=run, ckpt_tol=1e-5)
 
 

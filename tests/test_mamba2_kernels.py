@@ -148,6 +148,53 @@ def test_replay_staged_kernel_interpreter(dims, params):
     check_replay(dims, torch.float32, 3, 4, 13, "cpu", run=kernel_replay(cfg), stagger=True)
 
 
+@pytest.mark.skipif(HAS_CUDA, reason="interpreter test; the GPU grid covers it on CUDA")
+@pytest.mark.parametrize("params", [
+    dict(block_p=16, fold="tf32x3", num_warps=2, flush_launch=True, flush_heads=3, flush_block_p=16,
+         ring_x_in_ring=True),
+    dict(block_p=16, fold="loop", num_warps=2),
+], ids=["flush-launch", "in-stream"])
+def test_replay_ring_dt_sector_interpreter(params):
+    # ring_dt_sector over a 16-entry ring (two 8-entry sectors a head), 40 steps with staggered
+    # phases and a padded row: outputs, checkpoints, cursors and committed entries as the reference.
+    cfg = decode.LaunchConfig(kernel="staged", ring_dt_sector=True, **params)
+    check_replay((6, 32, 16, 2), torch.float32, 3, 16, 40, "cpu", run=kernel_replay(cfg), stagger=True)
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="interpreter test; the GPU grid covers it on CUDA")
+@pytest.mark.parametrize("c", [0, 5, 8, 13])
+def test_ring_dt_sector_writes_its_window(c):
+    # One non-flush step at ring length c: entries below c keep their bits, entry c gets the
+    # token's dt, the rest of its 8-entry window zeros, and no entry outside the window is written.
+    gen = torch.Generator().manual_seed(c)
+    heads, head_dim, d_state, groups, batch = 6, 32, 16, 2, 2
+    st, _ = allocate(batch, heads, head_dim, d_state, groups, 16, torch.float32, "cpu", gen)
+    st.ring_dt.copy_(torch.rand(st.ring_dt.shape, generator=gen))
+    st.ring_dt[:, :, c:] = 7.0  # uncommitted entries: anything (never read)
+    st.committed.fill_(c)
+    st.flush_at.fill_(16)
+    before = st.ring_dt.clone()
+    A, D, dt_bias = make_params(heads, "cpu", gen)
+    x, dt, B, C, z = make_inputs(batch, heads, head_dim, d_state, groups, torch.float32, "cpu", gen)
+    cfg = decode.LaunchConfig(kernel="staged", block_p=16, num_warps=2, ring_dt_sector=True)
+    decode.replay_step(st.checkpoint, st.ring_x, st.ring_dt, st.ring_B, st.committed, st.flush_at, st.window,
+                       x, dt, A, B, C, D, z, dt_bias, True, None, None, None, -1, config=cfg)
+    lo = c // 8 * 8
+    token_dt = torch.nn.functional.softplus(dt + dt_bias)
+    assert torch.equal(st.ring_dt[:, :, :c], before[:, :, :c])
+    assert torch.allclose(st.ring_dt[:, :, c], token_dt, rtol=1e-6, atol=0)
+    assert torch.all(st.ring_dt[:, :, c + 1:lo + 8] == 0)
+    assert torch.all(st.ring_dt[:, :, lo + 8:] == 7.0)
+    assert st.committed.tolist() == [c + 1] * batch
+
+
+def test_ring_dt_sector_needs_the_staged_kernel():
+    with pytest.raises(ValueError, match="ring_dt_sector: needs kernel='staged'"):
+        decode.LaunchConfig(kernel="v4", ring_dt_sector=True)
+    with pytest.raises(ValueError, match="ring_dt_sector: expected a bool"):
+        decode.LaunchConfig(kernel="staged", ring_dt_sector=1)
+
+
 @pytest.mark.parametrize("hpg,asked,want", [(16, 8, 8), (12, 8, 6), (12, 4, 4), (6, 4, 3), (2, 4, 2), (7, 4, 1),
                                                (1, 1, 1)])
 def test_flush_heads_per_program(hpg, asked, want):

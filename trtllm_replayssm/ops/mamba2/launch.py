@@ -122,6 +122,10 @@ class LaunchConfig:
     # call, Nemotron-H 256 non-flush 271.7 us one tile a program, 301.5 / 348.0 walking 32 / 64,
     # 328.3 with 64 in 4 warps; not profiled: fewer programs may keep fewer loads in flight).
     stream_tiles: int = 1
+    # kernel="staged": the ring launch stores the token's dt entry as the 32-byte sector around it
+    # (the entries below it rewritten as they are, zeros after it: uncommitted entries), not as one
+    # 4-byte word per head, which leaves the sector partly written (ring.py). Not yet timed.
+    ring_dt_sector: bool = False
 
     def __post_init__(self):
         if self.kernel not in KERNELS:
@@ -178,6 +182,10 @@ class LaunchConfig:
                              f"tuple of them, got {self.flush_max_registers!r}")
         if self.flush_stream and not self.flush_launch:
             raise ValueError("LaunchConfig.flush_stream: needs flush_launch=True")
+        if not isinstance(self.ring_dt_sector, bool):
+            raise ValueError(f"LaunchConfig.ring_dt_sector: expected a bool, got {self.ring_dt_sector!r}")
+        if self.ring_dt_sector and self.kernel != "staged":
+            raise ValueError(f"LaunchConfig.ring_dt_sector: needs kernel='staged' (its ring launch), got {self.kernel!r}")
         for name in ("ring_x_in_ring", "compact_coef"):
             value = getattr(self, name)
             if not isinstance(value, bool):

@@ -12,6 +12,12 @@ scores (``[CAP + 2]`` fp32 per head, 2.4 MB a step at Nemotron-H batch 256) but 
 beside their checkpoint tile. Writes among the checkpoint's reads cost more than their bytes
 (``benchmarks/NOTES_mamba2.md``, thirty-sixth run); the lines were most of the non-flush step's.
 
+With ``LaunchConfig.ring_dt_sector`` the token's ``dt`` entry is stored as the 32-byte sector
+around it (8 fp32 entries) rather than as one word per head: the heads' rings lie ``CAP`` words
+apart, so single words leave 32768 sectors a step partly written at Nemotron-H batch 256, and on
+an H200 partly written sectors among the checkpoint's reads cost more per sector than whole ones
+(``benchmarks/probe_memory_rates.py``, thirty-seventh run). Not yet timed in the step.
+
 Storing the ``x`` entry from a launch of its own on a second side stream, beside the stream
 launch, was built and timed (Nemotron-H 256, H200: non-flush 274.8-275.1 against 274.5-274.9 us)
 and removed (``benchmarks/NOTES_mamba2.md``, thirty-ninth run).
@@ -40,7 +46,7 @@ def _ring_kernel(
     ring_x_ptr=None, x_ptr=None, s_rx_slot=0, s_rx_head=0, s_rx_j=0, s_x_row=0, s_x_head=0,
     P: tl.constexpr = 1, BLOCK_P: tl.constexpr = 1, RING_X: tl.constexpr = False,
     count_ptr=None, ZERO_COUNT: tl.constexpr = False,
-    terms_ptr=None, scores_ptr=None, COMPACT: tl.constexpr = False,
+    terms_ptr=None, scores_ptr=None, COMPACT: tl.constexpr = False, DT_SECTOR: tl.constexpr = False,
 ):
     # RING_X: this launch also writes the token's ring x entry (LaunchConfig.ring_x_in_ring), so
     # that the stream launch, which reads the checkpoint, stores only y. ZERO_COUNT: it zeroes the
@@ -102,7 +108,18 @@ def _ring_kernel(
         tl.store(line + CAP, gamma, mask=mask_hg)
         tl.store(line + CAP + 1, tl.where(is_flush, dt, dt * score_now), mask=mask_hg)
     # The token's ring entry (entry c is not read by this step).
-    tl.store(ring_dt_ptr + slot * s_rdt_slot + heads * s_rdt_head + c, dt, mask=offs_hg < tl.where(fits, HEADS_PER_GROUP, 0))
+    if DT_SECTOR:
+        # The 8 fp32 entries around c (one 32-byte sector where a head's ring starts on one): those
+        # below c as loaded, dt at c, zeros after (uncommitted: never read before a later step
+        # writes them). A lone 4-byte store leaves its sector partly written.
+        lo = c // 8 * 8
+        window8 = (offs_j >= lo) & (offs_j < lo + 8) & (offs_j < CAP)
+        sector = tl.where(offs_j[None, :] == c, dt[:, None], rdt)
+        tl.store(ring_dt_ptr + slot * s_rdt_slot + heads[:, None] * s_rdt_head + offs_j[None, :], sector,
+                 mask=(offs_hg < tl.where(fits, HEADS_PER_GROUP, 0))[:, None] & window8[None, :])
+    else:
+        tl.store(ring_dt_ptr + slot * s_rdt_slot + heads * s_rdt_head + c, dt,
+                 mask=offs_hg < tl.where(fits, HEADS_PER_GROUP, 0))
     tl.store(ring_B_ptr + slot * s_rB_slot + g * s_rB_group + c * s_rB_j + offs_n, B_raw,
              mask=offs_n < tl.where(fits, N, 0))
     if RING_X:

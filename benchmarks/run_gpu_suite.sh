@@ -8,9 +8,9 @@
 #   steps: tests (pytest -m gpu), formats (compiled format device functions), builder (default
 #          build on CUDA), bench (mamba2, gdn, kda decode benchmarks), paper (the paper's public
 #          Mamba-2 and GDN kernels beside ours; PAPER_ROOT: a checkout of its repository inside
-#          the working tree, untracked), options-tests / options-compact / options-walk /
-#          options-auto (the Mamba-2 step options not yet timed: their GPU tests, then each one
-#          against the default); default: tests formats bench builder
+#          the working tree, untracked), options-tests / options-dt-sector / parts / options-stages /
+#          options-stream-regs (the Mamba-2 step options and probes not yet run: their GPU tests,
+#          each option against the default, the step's parts); default: tests formats bench builder
 #   limits (seconds) and extra benchmark arguments come from the environment:
 #   GPU_TESTS_LIMIT GPU_TESTS_ARGS FORMATS_LIMIT BUILDER_LIMIT BENCH_LIMIT
 #   MAMBA2_BENCH_ARGS GDN_BENCH_ARGS KDA_BENCH_ARGS PAPER_ROOT
@@ -60,27 +60,34 @@ for what in "$@"; do
         --batches 1 128 256 512 --json "$OUT/mamba2_paper.json"
       step bench_gdn_paper "${BENCH_LIMIT:-150}" python3 benchmarks/bench_gdn_paper.py --paper-root "$PAPER_ROOT" \
         --accuracy --batches 1 128 256 512 --json "$OUT/gdn_paper.json" ;;
-    # The Mamba-2 step options built without a GPU (NOTES_mamba2.md, fortieth run): their GPU
-    # tests, then each timed against the default in turn (one device call each: ~5-9 min).
+    # The Mamba-2 step options and probes prepared without a GPU (NOTES_mamba2.md, forty-second
+    # run); the fortieth run's options were timed in the forty-first (RESULTS.md).
     options-tests) step gpu_tests_options "${GPU_TESTS_LIMIT:-330}" python3 -m pytest -q -m gpu -n 8 \
                      -p no:cacheprovider tests/test_mamba2_flush_cuda.py tests/test_mamba2_kernels.py \
-                     -k "compact or auto or walk or four_windows or graph" ;;
-    options-compact) step variants_compact "${BENCH_LIMIT:-290}" python3 benchmarks/bench_mamba2_decode.py \
-                       --variants --variant-rounds 20 --budget-s 260 --variant-batches 256 512 \
-                       --derive "compact_coef=true" "compact_coef=false" "compact_coef=true" "compact_coef=false" \
-                       --json "$OUT/variants_compact.json" ;;
-    options-walk) step variants_walk "${BENCH_LIMIT:-580}" python3 benchmarks/bench_mamba2_decode.py \
-                    --variants --variant-rounds 20 --budget-s 540 --variant-batches 256 512 128 \
-                    --derive "stream_tiles=32" "stream_tiles=64" "stream_tiles=128" "stream_tiles=64, num_warps=4" \
-                    "stream_tiles=128, num_warps=4" "stream_tiles=16" --json "$OUT/variants_walk.json" ;;
-    options-auto)
-      step captures_auto "${BENCH_LIMIT:-250}" python3 benchmarks/probe_flush_captures.py --batch 512 \
-        --derive "" "flush_ws_order=auto" "flush_ws_order=counter" --allocations 2 --captures 2 --mixed 4
-      step variants_auto "${BENCH_LIMIT:-300}" python3 benchmarks/bench_mamba2_decode.py --variants \
-        --variant-rounds 20 --budget-s 280 --variant-batches 256 512 \
-        --derive "flush_ws_order=auto" "" "flush_ws_order=auto" "" --json "$OUT/variants_auto.json" ;;
-    *) echo "unknown step $what (expected tests, formats, builder, bench, paper, options-tests, options-compact," \
-            "options-walk, options-auto)"; exit 2 ;;
+                     -k "dt_sector or dt-sector or four_windows" ;;
+    options-dt-sector) step variants_dt_sector "${BENCH_LIMIT:-400}" python3 benchmarks/bench_mamba2_decode.py \
+                         --variants --variant-rounds 20 --budget-s 370 --variant-batches 256 512 128 \
+                         --derive "ring_dt_sector=true" "" "ring_dt_sector=true" "" \
+                         --json "$OUT/variants_dt_sector.json" ;;
+    parts)
+      step parts_allflush "${BENCH_LIMIT:-90}" python3 benchmarks/probe_flush_step_parts.py --batch 256 --rounds 20 \
+        --timeline 0
+      for c in 0 7; do
+        step "parts_nonflush_c$c" "${BENCH_LIMIT:-90}" python3 benchmarks/probe_flush_step_parts.py --batch 256 \
+          --committed "$c" --rounds 20 --timeline 2
+      done ;;
+    # --derive replaces fields of the batch-256 default, which caps no stages: each row names its cap.
+    options-stages) step variants_stages "${BENCH_LIMIT:-300}" python3 benchmarks/bench_mamba2_decode.py \
+                      --variants --variant-rounds 20 --budget-s 280 --variant-batches 128 160 \
+                      --derive "flush_ws_max_stages=2" "flush_ws_max_stages=3" \
+                      "flush_ws_max_stages=3, flush_ws_chunk=2" "flush_ws_max_stages=3, flush_ws_chunk=8" \
+                      --json "$OUT/variants_stages.json" ;;
+    options-stream-regs) step variants_stream_regs "${BENCH_LIMIT:-200}" python3 benchmarks/bench_mamba2_decode.py \
+                           --variants --variant-rounds 20 --budget-s 180 --variant-batches 256 \
+                           --derive "max_registers=48" "max_registers=40" "block_p=8" "" \
+                           --json "$OUT/variants_stream_regs.json" ;;
+    *) echo "unknown step $what (expected tests, formats, builder, bench, paper, options-tests," \
+            "options-dt-sector, parts, options-stages, options-stream-regs)"; exit 2 ;;
   esac
 done
 exit $status

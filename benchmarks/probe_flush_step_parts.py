@@ -28,7 +28,10 @@ what the flush kernel's wave of blocks that find no item costs it: ``step``, ``f
 ``ring>stream|ws`` (the same branches, the stream launch's node made first; ``ws0``: the flush
 kernel on a side stream of the default priority), ``ring>stream>ws``
 (the empty wave after the stream launch, on one stream), ``standard``. The all-flush parts
-include ``ring>stream|ws`` and ``ring>stream|ws0`` too.
+include ``ring>stream|ws`` and ``ring>stream|ws0`` too. Both modes also replay the step's
+schedule (``ring>ws|stream``) with the ring launch storing the token's ``dt`` as its whole sector
+(``ringS>ws|stream``, ``LaunchConfig.ring_dt_sector``) or into a copy of the ring's ``dt`` laid
+out entries outermost (``ringE>ws|stream``: a group's heads' entry in 64 contiguous bytes).
 
     PYTHONPATH=$PWD python3 benchmarks/probe_flush_step_parts.py --batch 256 --rounds 30
     PYTHONPATH=$PWD python3 benchmarks/probe_flush_step_parts.py --batch 256 --committed 7
@@ -83,12 +86,31 @@ class Recorder:
         self.call = (None, args, kwargs)
         return self.real(*args, **kwargs)
 
-    def replay(self) -> None:
+    def replay(self, **changed) -> None:
+        """The recorded call again; ``changed``: arguments replaced by name (a Triton kernel's)."""
         grid, args, kwargs = self.call
+        if changed:
+            names = self.real.arg_names
+            kwargs = {**dict(zip(names, args)), **kwargs, **changed}
+            args = ()
         if self.indexed:
             self.real[grid](*args, **kwargs)
         else:
             self.real(*args, **kwargs)
+
+
+def ring_dt_forms(ring: Recorder) -> dict:
+    """Replays of the recorded ring launch that store the token's dt differently: ``S`` as its
+    whole sector (``LaunchConfig.ring_dt_sector``), ``E`` into a copy of the ring's dt laid out
+    entries outermost (a group's heads' entry in 64 contiguous bytes)."""
+    ring_dt = ring.call[1][0]
+    entry_major = ring_dt.permute(0, 2, 1).contiguous().permute(0, 2, 1)
+
+    def into_entry_major():
+        ring.replay(ring_dt_ptr=entry_major, s_rdt_slot=entry_major.stride(0), s_rdt_head=entry_major.stride(1),
+                    s_rdt_j=entry_major.stride(2))
+    into_entry_major.ring_dt = entry_major
+    return {"S": lambda: ring.replay(DT_SECTOR=True), "E": into_entry_major}
 
 
 def time_parts(parts: dict, rounds: int, title: str) -> tuple[dict, float, L2Flusher, dict]:
@@ -155,9 +177,12 @@ def nonflush_parts(args, step, fills, ring, stream, ws, side_by_side, standard) 
         "ring>stream>ws": lambda: (fills(), ring.replay(), stream.replay(), ws.replay()),
         "standard": standard,
     }
+    for form, ring_form in ring_dt_forms(ring).items():
+        parts[f"ring{form}>ws|stream"] = lambda r=ring_form: (fills(), r(), side_by_side(ws.replay, stream.replay))
     med, floor, flusher, graphs = time_parts(
         parts, args.rounds, f"batch {args.batch}, Nemotron-H dims, non-flush at ring length {args.committed}")
-    for name in ("step", "ring>stream", "ring>ws|stream", "ring>stream|ws", "ring>stream|ws0", "ring>stream>ws"):
+    for name in ("step", "ring>stream", "ring>ws|stream", "ring>stream|ws", "ring>stream|ws0", "ring>stream>ws",
+                 "ringS>ws|stream", "ringE>ws|stream"):
         us = med[name] - med["fills"] + floor
         print(f"  {name} - fills + floor: {us:.1f} us = {us / med['standard']:.4f}x standard")
     print_timelines(graphs, ("step", "ring>stream"), args.timeline, flusher)
@@ -240,7 +265,10 @@ def main(argv=None) -> None:
         "ring>stream|ws": lambda: (fills(), ring.replay(), stream_first(stream.replay, ws.replay)),
         "ring>stream|ws0": lambda: (fills(), ring.replay(), stream_first(stream.replay, ws.replay, True)),
         "flags": lambda: (fills(), flags()), "early": lambda: (fills(), early()), "standard": standard,
+        "ring>ws|stream": lambda: (fills(), ring.replay(), side_by_side(ws.replay, stream.replay)),
     }
+    for form, ring_form in ring_dt_forms(ring).items():
+        parts[f"ring{form}>ws|stream"] = lambda r=ring_form: (fills(), r(), side_by_side(ws.replay, stream.replay))
     _, ws_args, ws_kwargs = ws.call
     bound = inspect.signature(ws.real).bind(*ws_args, **ws_kwargs).arguments
     for stages in args.stages:  # exactly S: flush_rows_ws's stages, no cap

@@ -188,6 +188,47 @@ def test_ring_dt_sector_writes_its_window(c):
     assert st.committed.tolist() == [c + 1] * batch
 
 
+def _entry_major_ring_dt(run):
+    """``run`` on a state whose ``ring_dt`` is laid out entries outermost (``[slots, capacity,
+    heads]`` storage seen as ``[slots, heads, capacity]``), swapped in at the first call."""
+    def step(st, *args):
+        if st.ring_dt.stride(2) == 1:
+            st.ring_dt = st.ring_dt.permute(0, 2, 1).contiguous().permute(0, 2, 1)
+            assert st.ring_dt.stride(2) != 1
+        return run(st, *args)
+    return step
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="interpreter test; the GPU grid covers it on CUDA")
+@pytest.mark.parametrize("params", [
+    dict(block_p=16, fold="tf32x3", num_warps=2, flush_launch=True, flush_heads=3, flush_block_p=16,
+         ring_x_in_ring=True),
+    dict(block_p=16, fold="tf32x3", num_warps=2, flush_launch=True, flush_heads=3, flush_block_p=16,
+         ring_x_in_ring=True, compact_coef=True),
+    dict(block_p=16, fold="loop", num_warps=2),
+], ids=["flush-launch", "compact", "in-stream"])
+def test_replay_staged_entry_major_ring_dt_interpreter(params):
+    # The staged step's launches take ring_dt's entry stride: an entries-outermost layout (a
+    # group's heads' entry in one run of memory) gives the reference's outputs and state.
+    run = _entry_major_ring_dt(kernel_replay(decode.LaunchConfig(kernel="staged", **params)))
+    check_replay((6, 32, 16, 2), torch.float32, 3, 16, 40, "cpu", run=run, stagger=True)
+
+
+@pytest.mark.parametrize("kernel", ["v3", "v4", "write_through"])
+def test_entry_major_ring_dt_refused_by_other_kernels(kernel):
+    gen = torch.Generator().manual_seed(0)
+    st, _ = allocate(2, 4, 32, 16, 2, 4, torch.float32, "cpu", gen)
+    before = st.ring_dt.clone()
+    ring_dt = st.ring_dt.permute(0, 2, 1).contiguous().permute(0, 2, 1)
+    A, D, dt_bias = make_params(4, "cpu", gen)
+    x, dt, B, C, z = make_inputs(2, 4, 32, 16, 2, torch.float32, "cpu", gen)
+    with pytest.raises(ValueError, match=r"ring_dt: kernel '\w+' expects unit stride along the ring's entries"):
+        decode.replay_step(st.checkpoint, st.ring_x, ring_dt, st.ring_B, st.committed, st.flush_at, st.window,
+                           x, dt, A, B, C, D, z, dt_bias, True, None, None, None, -1,
+                           config=decode.LaunchConfig(kernel=kernel))
+    assert torch.equal(ring_dt, before) and st.committed.eq(0).all()
+
+
 def test_ring_dt_sector_needs_the_staged_kernel():
     with pytest.raises(ValueError, match="ring_dt_sector: needs kernel='staged'"):
         decode.LaunchConfig(kernel="v4", ring_dt_sector=True)

@@ -94,3 +94,39 @@ def test_probe_parts_rejects_committed(argv, message, capsys):
         main(argv)
     assert err.value.code == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="interpreter test of the replays; the probe itself runs on CUDA")
+def test_probe_ring_dt_forms_store_the_token_dt():
+    # probe_flush_step_parts' replays of a recorded ring launch: as a whole sector (S) and into an
+    # entries-outermost copy of the ring's dt (E), each storing the same token dt at entry c.
+    from mamba2_kernel_harness import allocate, make_inputs, make_params
+    from probe_flush_step_parts import Recorder, ring_dt_forms
+    from trtllm_replayssm.ops.mamba2 import decode, decode_staged
+
+    gen = torch.Generator().manual_seed(0)
+    st, _ = allocate(3, 4, 32, 16, 2, 16, torch.float32, "cpu", gen)
+    A, D, dt_bias = make_params(4, "cpu", gen)
+    x, dt, B, C, z = make_inputs(3, 4, 32, 16, 2, torch.float32, "cpu", gen)
+    st.ring_dt.uniform_(0, 0.1, generator=gen)
+    st.committed.fill_(5)
+    ring = Recorder(decode_staged._ring_kernel, True)
+    decode_staged._ring_kernel = ring
+    try:
+        decode.replay_step(st.checkpoint, st.ring_x, st.ring_dt, st.ring_B, st.committed, st.flush_at, st.window,
+                           x, dt, A, B, C, D, z, dt_bias, True, None, None, None, -1,
+                           config=decode.LaunchConfig(kernel="staged", block_p=16, num_warps=2))
+    finally:
+        decode_staged._ring_kernel = ring.real
+    written = st.ring_dt.clone()
+    forms = ring_dt_forms(ring)
+    entry_major = forms["E"].ring_dt
+    assert entry_major.stride(2) == 4 and torch.equal(entry_major, written)
+    entry_major[:, :, 5:] = 7.0
+    st.committed.fill_(5)  # the step moved the cursors; the ring launch reads them
+    forms["E"]()
+    assert torch.equal(entry_major[:, :, :6], written[:, :, :6]) and torch.all(entry_major[:, :, 6:] == 7.0)
+    st.ring_dt[:, :, 5:] = 7.0
+    forms["S"]()
+    assert torch.equal(st.ring_dt[:, :, :6], written[:, :, :6])
+    assert torch.all(st.ring_dt[:, :, 6:8] == 0) and torch.all(st.ring_dt[:, :, 8:] == 7.0)

@@ -424,6 +424,10 @@ def replay_step(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at, window
     if batch == 0:
         return y
     cfg = config or launch_config("replay", head_dim, d_state, batch)
+    if ring_dt.stride(2) != 1 and cfg.kernel != "staged":
+        # Only the staged step's launches take the ring's entry stride (an entry-outermost ring_dt).
+        raise ValueError(f"ring_dt: kernel {cfg.kernel!r} expects unit stride along the ring's entries, got "
+                         f"strides {ring_dt.stride()}")
     if cfg.kernel == "staged":
         from .decode_staged import replay_step_staged
 

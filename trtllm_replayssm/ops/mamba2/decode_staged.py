@@ -343,7 +343,7 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
                 s_x_head=s_x_head, P=head_dim, BLOCK_P=triton.next_power_of_2(head_dim), RING_X=True)
            if ring_x_here else {}),
         **(dict(count_ptr=counter, ZERO_COUNT=True) if counter is not None else {}),
-        **compact, DT_SECTOR=cfg.ring_dt_sector,
+        **compact, DT_SECTOR=cfg.ring_dt_sector, s_rdt_j=ring_dt.stride(2),
     )
     sms = _sm_count(x.device) if x.device.type == "cuda" else None
     flush_strides = (s_ck_slot, s_ck_head, s_rx_slot, s_rx_head, s_rB_slot, s_rB_group,
@@ -407,7 +407,8 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
         HAS_D=flags["HAS_D"], HAS_Z=flags["HAS_Z"], HAS_INDICES=flags["HAS_INDICES"], FOLD=cfg.fold,
         RING_PREFETCH=cfg.ring_prefetch, RING_X_STORED=ring_x_here, num_warps=cfg.num_warps,
         maxnreg=cfg.max_registers,
-        **(dict(compact, ring_dt_ptr=ring_dt, s_rdt_slot=s_rdt_slot, s_rdt_head=s_rdt_head) if compact else {}),
+        **(dict(compact, ring_dt_ptr=ring_dt, s_rdt_slot=s_rdt_slot, s_rdt_head=s_rdt_head,
+                s_rdt_j=ring_dt.stride(2)) if compact else {}),
     )
     if cfg.stream_tiles > 1:  # LaunchConfig allows it only with flush_launch
         total = batch * heads * tiles

@@ -16,7 +16,11 @@ With ``LaunchConfig.ring_dt_sector`` the token's ``dt`` entry is stored as the 3
 around it (8 fp32 entries) rather than as one word per head: the heads' rings lie ``CAP`` words
 apart, so single words leave 32768 sectors a step partly written at Nemotron-H batch 256, and on
 an H200 partly written sectors among the checkpoint's reads cost more per sector than whole ones
-(``benchmarks/probe_memory_rates.py``, thirty-seventh run). Not yet timed in the step.
+(``benchmarks/probe_memory_rates.py``, thirty-seventh run). Not yet timed in the step. The staged
+step's launches also take a ``ring_dt`` laid out entries outermost (``s_rdt_j``: a group's heads'
+entry is then 64 contiguous bytes, 8 times fewer sectors written; ``decode.replay_step`` refuses
+it for the other kernels). The state allocates heads outermost; ``probe_flush_step_parts.py``
+times both forms against it.
 
 Storing the ``x`` entry from a launch of its own on a second side stream, beside the stream
 launch, was built and timed (Nemotron-H 256, H200: non-flush 274.8-275.1 against 274.5-274.9 us)
@@ -46,7 +50,7 @@ def _ring_kernel(
     ring_x_ptr=None, x_ptr=None, s_rx_slot=0, s_rx_head=0, s_rx_j=0, s_x_row=0, s_x_head=0,
     P: tl.constexpr = 1, BLOCK_P: tl.constexpr = 1, RING_X: tl.constexpr = False,
     count_ptr=None, ZERO_COUNT: tl.constexpr = False,
-    terms_ptr=None, scores_ptr=None, COMPACT: tl.constexpr = False, DT_SECTOR: tl.constexpr = False,
+    terms_ptr=None, scores_ptr=None, COMPACT: tl.constexpr = False, DT_SECTOR: tl.constexpr = False, s_rdt_j=1,
 ):
     # RING_X: this launch also writes the token's ring x entry (LaunchConfig.ring_x_in_ring), so
     # that the stream launch, which reads the checkpoint, stores only y. ZERO_COUNT: it zeroes the
@@ -76,7 +80,7 @@ def _ring_kernel(
                  mask=(offs_j < tl.where(is_flush, 0, c))[:, None] & mask_n[None, :], other=0.0).to(tl.float32)
     B_raw = tl.load(B_ptr + row * s_B_row + g * s_B_group + offs_n, mask=mask_n, other=0.0)
     Cv = tl.load(C_ptr + row * s_C_row + g * s_C_group + offs_n, mask=mask_n, other=0.0).to(tl.float32)
-    rdt = tl.load(ring_dt_ptr + slot * s_rdt_slot + heads[:, None] * s_rdt_head + offs_j[None, :],
+    rdt = tl.load(ring_dt_ptr + slot * s_rdt_slot + heads[:, None] * s_rdt_head + offs_j[None, :] * s_rdt_j,
                   mask=mask_hg[:, None] & in_ring[None, :], other=0.0)
     dt = tl.load(dt_ptr + row * s_dt_row + heads, mask=mask_hg, other=0.0).to(tl.float32)
     dt = _softplus_clamp(dt, heads, HAS_DT_BIAS, dt_bias_ptr, DT_SOFTPLUS, HAS_CLAMP, dt_min, dt_max)
@@ -115,10 +119,10 @@ def _ring_kernel(
         lo = c // 8 * 8
         window8 = (offs_j >= lo) & (offs_j < lo + 8) & (offs_j < CAP)
         sector = tl.where(offs_j[None, :] == c, dt[:, None], rdt)
-        tl.store(ring_dt_ptr + slot * s_rdt_slot + heads[:, None] * s_rdt_head + offs_j[None, :], sector,
+        tl.store(ring_dt_ptr + slot * s_rdt_slot + heads[:, None] * s_rdt_head + offs_j[None, :] * s_rdt_j, sector,
                  mask=(offs_hg < tl.where(fits, HEADS_PER_GROUP, 0))[:, None] & window8[None, :])
     else:
-        tl.store(ring_dt_ptr + slot * s_rdt_slot + heads * s_rdt_head + c, dt,
+        tl.store(ring_dt_ptr + slot * s_rdt_slot + heads * s_rdt_head + c * s_rdt_j, dt,
                  mask=offs_hg < tl.where(fits, HEADS_PER_GROUP, 0))
     tl.store(ring_B_ptr + slot * s_rB_slot + g * s_rB_group + c * s_rB_j + offs_n, B_raw,
              mask=offs_n < tl.where(fits, N, 0))

@@ -76,7 +76,7 @@ def _stream_tile(
     window, row, h, g, slot, live, c, is_flush, offs_p, offs_n, offs_j, mask_p, mask_n,
     s_ck_slot, s_ck_head, s_ck_p, s_rx_slot, s_rx_head, s_rx_j, s_rB_slot, s_rB_group, s_rB_j,
     s_x_row, s_x_head, s_B_row, s_B_group, s_C_row, s_C_group, s_z_row, s_z_head,
-    ring_dt_ptr, terms_ptr, scores_ptr, s_rdt_slot, s_rdt_head,
+    ring_dt_ptr, terms_ptr, scores_ptr, s_rdt_slot, s_rdt_head, s_rdt_j,
     HEADS: tl.constexpr, HEADS_PER_GROUP: tl.constexpr, P: tl.constexpr, N: tl.constexpr, CAP: tl.constexpr,
     BLOCK_J: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr, FOLD: tl.constexpr, RING_PREFETCH: tl.constexpr,
     FLUSH_HERE: tl.constexpr, RING_X_STORED: tl.constexpr, COMPACT: tl.constexpr, first_tile,
@@ -99,7 +99,7 @@ def _stream_tile(
         gamma = tl.load(terms + 1)
         last = tl.load(terms + 2)
         A_h = tl.load(terms + 3)
-        rdt = tl.load(ring_dt_ptr + slot * s_rdt_slot + h * s_rdt_head + offs_j, mask=in_ring, other=0.0)
+        rdt = tl.load(ring_dt_ptr + slot * s_rdt_slot + h * s_rdt_head + offs_j * s_rdt_j, mask=in_ring, other=0.0)
         score = tl.load(scores_ptr + (row * (HEADS // HEADS_PER_GROUP) + g) * BLOCK_J + offs_j, mask=in_ring,
                         other=0.0)
         lead = tl.where(in_ring, tl.exp(A_h * (total - tl.cumsum(rdt, axis=0))) * rdt * score, 0.0)
@@ -156,6 +156,7 @@ def _stream_kernel(
     ROWS_FASTEST: tl.constexpr, RING_PREFETCH: tl.constexpr, FLUSH_HERE: tl.constexpr,
     RING_X_STORED: tl.constexpr = False,
     ring_dt_ptr=None, terms_ptr=None, scores_ptr=None, s_rdt_slot=0, s_rdt_head=0, COMPACT: tl.constexpr = False,
+    s_rdt_j=1,
 ):
     # RING_X_STORED: the ring launch wrote the token's ring x entry (LaunchConfig.ring_x_in_ring).
     # COMPACT: the ring launch wrote the row's scores and head terms, not its line (compact_coef).
@@ -181,7 +182,7 @@ def _stream_kernel(
         window, row, h, g, slot, live, c, is_flush, offs_p, offs_n, offs_j, mask_p, mask_n,
         s_ck_slot, s_ck_head, s_ck_p, s_rx_slot, s_rx_head, s_rx_j, s_rB_slot, s_rB_group, s_rB_j,
         s_x_row, s_x_head, s_B_row, s_B_group, s_C_row, s_C_group, s_z_row, s_z_head,
-        ring_dt_ptr, terms_ptr, scores_ptr, s_rdt_slot, s_rdt_head,
+        ring_dt_ptr, terms_ptr, scores_ptr, s_rdt_slot, s_rdt_head, s_rdt_j,
         HEADS, HEADS_PER_GROUP, P, N, CAP, BLOCK_J, HAS_D, HAS_Z, FOLD, RING_PREFETCH, FLUSH_HERE, RING_X_STORED,
         COMPACT, (h == 0) & (pid_p == 0),
     )
@@ -201,6 +202,7 @@ def _stream_walk(
     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_INDICES: tl.constexpr, FOLD: tl.constexpr,
     RING_PREFETCH: tl.constexpr, RING_X_STORED: tl.constexpr, TILES: tl.constexpr, WALK: tl.constexpr,
     ring_dt_ptr=None, terms_ptr=None, scores_ptr=None, s_rdt_slot=0, s_rdt_head=0, COMPACT: tl.constexpr = False,
+    s_rdt_j=1,
 ):
     """``_stream_kernel``'s tiles (numbered in its grid order: ``head_dim`` tile fastest, then
     head, then row; ``TILES`` tiles a head, ``total_tiles`` in all), ``WALK`` a program: tile
@@ -239,7 +241,7 @@ def _stream_walk(
                     D_ptr, z_ptr, window, row, h, g, slot, live, c, is_flush, offs_p, offs_n, offs_j, mask_p,
                     mask_n, s_ck_slot, s_ck_head, s_ck_p, s_rx_slot, s_rx_head, s_rx_j, s_rB_slot, s_rB_group,
                     s_rB_j, s_x_row, s_x_head, s_B_row, s_B_group, s_C_row, s_C_group, s_z_row, s_z_head,
-                    ring_dt_ptr, terms_ptr, scores_ptr, s_rdt_slot, s_rdt_head,
+                    ring_dt_ptr, terms_ptr, scores_ptr, s_rdt_slot, s_rdt_head, s_rdt_j,
                     HEADS, HEADS_PER_GROUP, P, N, CAP, BLOCK_J, HAS_D, HAS_Z, FOLD, RING_PREFETCH, False,
                     RING_X_STORED, COMPACT, (h == 0) & (pid_p == 0),
                 )

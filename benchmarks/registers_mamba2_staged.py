@@ -68,11 +68,12 @@ def resources(cfg: decode.LaunchConfig, heads=128, head_dim=64, d_state=128, gro
         GROUPS=groups, HEADS_PER_GROUP=heads // groups, N=d_state, CAP=cap,
         BLOCK_HG=triton.next_power_of_2(heads // groups), BLOCK_N=block_n, BLOCK_J=block_j,
         HAS_DT_BIAS=True, DT_SOFTPLUS=True, HAS_CLAMP=True, P=head_dim, BLOCK_P=triton.next_power_of_2(head_dim),
-        RING_X=ring_x, COMPACT=cfg.compact_coef, **flags), cfg.ring_warps, divisible=STRIDES)
+        RING_X=ring_x, COMPACT=cfg.compact_coef, DT_SECTOR=cfg.ring_dt_sector, s_rdt_j=1, **flags), cfg.ring_warps,
+        divisible=STRIDES)
     stream_consts = dict(
         HEADS=heads, HEADS_PER_GROUP=heads // groups, P=head_dim, N=d_state, CAP=cap, BLOCK_P=cfg.block_p,
         BLOCK_N=block_n, BLOCK_J=block_j, HAS_D=True, HAS_Z=True, FOLD=cfg.fold, RING_PREFETCH=cfg.ring_prefetch,
-        RING_X_STORED=ring_x, COMPACT=cfg.compact_coef, **flags)
+        RING_X_STORED=ring_x, COMPACT=cfg.compact_coef, s_rdt_j=1, **flags)  # the state's ring_dt: heads outermost
     if cfg.stream_tiles > 1:
         fn, stream_consts = staged._stream_walk, dict(stream_consts, TILES=triton.cdiv(head_dim, cfg.block_p),
                                                        WALK=cfg.stream_tiles)

@@ -16,11 +16,11 @@ With ``LaunchConfig.ring_dt_sector`` the token's ``dt`` entry is stored as the 3
 around it (8 fp32 entries) rather than as one word per head: the heads' rings lie ``CAP`` words
 apart, so single words leave 32768 sectors a step partly written at Nemotron-H batch 256, and on
 an H200 partly written sectors among the checkpoint's reads cost more per sector than whole ones
-(``benchmarks/probe_memory_rates.py``, thirty-seventh run). Not yet timed in the step. The staged
-step's launches also take a ``ring_dt`` laid out entries outermost (``s_rdt_j``: a group's heads'
-entry is then 64 contiguous bytes, 8 times fewer sectors written; ``decode.replay_step`` refuses
-it for the other kernels). The state allocates heads outermost; ``probe_flush_step_parts.py``
-times both forms against it.
+(``benchmarks/probe_memory_rates.py``, thirty-seventh run). Not yet timed in the step. The
+staged step's launches also take a ``ring_dt`` laid out entries outermost (``s_rdt_j``, a
+constexpr: a group's heads' entry is then 64 contiguous bytes, 8 times fewer sectors written;
+``decode.replay_step`` refuses it for the other kernels). The state allocates heads outermost;
+``probe_flush_step_parts.py`` times both forms against it.
 
 Storing the ``x`` entry from a launch of its own on a second side stream, beside the stream
 launch, was built and timed (Nemotron-H 256, H200: non-flush 274.8-275.1 against 274.5-274.9 us)
@@ -50,7 +50,8 @@ def _ring_kernel(
     ring_x_ptr=None, x_ptr=None, s_rx_slot=0, s_rx_head=0, s_rx_j=0, s_x_row=0, s_x_head=0,
     P: tl.constexpr = 1, BLOCK_P: tl.constexpr = 1, RING_X: tl.constexpr = False,
     count_ptr=None, ZERO_COUNT: tl.constexpr = False,
-    terms_ptr=None, scores_ptr=None, COMPACT: tl.constexpr = False, DT_SECTOR: tl.constexpr = False, s_rdt_j=1,
+    terms_ptr=None, scores_ptr=None, COMPACT: tl.constexpr = False, DT_SECTOR: tl.constexpr = False,
+    s_rdt_j: tl.constexpr = 1,
 ):
     # RING_X: this launch also writes the token's ring x entry (LaunchConfig.ring_x_in_ring), so
     # that the stream launch, which reads the checkpoint, stores only y. ZERO_COUNT: it zeroes the

@@ -156,7 +156,7 @@ def _stream_kernel(
     ROWS_FASTEST: tl.constexpr, RING_PREFETCH: tl.constexpr, FLUSH_HERE: tl.constexpr,
     RING_X_STORED: tl.constexpr = False,
     ring_dt_ptr=None, terms_ptr=None, scores_ptr=None, s_rdt_slot=0, s_rdt_head=0, COMPACT: tl.constexpr = False,
-    s_rdt_j=1,
+    s_rdt_j: tl.constexpr = 1,
 ):
     # RING_X_STORED: the ring launch wrote the token's ring x entry (LaunchConfig.ring_x_in_ring).
     # COMPACT: the ring launch wrote the row's scores and head terms, not its line (compact_coef).
@@ -202,7 +202,7 @@ def _stream_walk(
     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_INDICES: tl.constexpr, FOLD: tl.constexpr,
     RING_PREFETCH: tl.constexpr, RING_X_STORED: tl.constexpr, TILES: tl.constexpr, WALK: tl.constexpr,
     ring_dt_ptr=None, terms_ptr=None, scores_ptr=None, s_rdt_slot=0, s_rdt_head=0, COMPACT: tl.constexpr = False,
-    s_rdt_j=1,
+    s_rdt_j: tl.constexpr = 1,
 ):
     """``_stream_kernel``'s tiles (numbered in its grid order: ``head_dim`` tile fastest, then
     head, then row; ``TILES`` tiles a head, ``total_tiles`` in all), ``WALK`` a program: tile

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import inspect
 import os
 import sys
@@ -141,7 +142,9 @@ def print_timelines(graphs: dict, names, replays: int, flusher: L2Flusher) -> No
             print(f"    {r['us']:.1f} us: {spans}")
 
 
-_PLAIN_SIDE: list = []
+@functools.lru_cache(maxsize=None)
+def _plain_side(device: torch.device) -> torch.cuda.Stream:
+    return torch.cuda.Stream(device=device, priority=0)
 
 
 def stream_first(main_launch, side_launch, plain: bool = False) -> None:
@@ -154,9 +157,7 @@ def stream_first(main_launch, side_launch, plain: bool = False) -> None:
 
     device = torch.device("cuda")
     if plain:
-        if not _PLAIN_SIDE:
-            _PLAIN_SIDE.append(torch.cuda.Stream(device=device, priority=0))
-        side = _PLAIN_SIDE[0]
+        side = _plain_side(device)
         side.wait_stream(torch.cuda.current_stream(device))
     else:
         side = fork(device)

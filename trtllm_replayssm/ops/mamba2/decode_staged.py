@@ -310,6 +310,7 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
     (s_x_row, s_x_head, s_dt_row, s_B_row, s_B_group, s_C_row, s_C_group, s_z_row, s_z_head, s_y_row, s_y_head) = strides
     (s_ck_slot, s_ck_head, s_ck_p, s_rx_slot, s_rx_head, s_rx_j, s_rdt_slot, s_rdt_head,
      s_rB_slot, s_rB_group, s_rB_j) = _state_strides(checkpoint, ring_x, ring_dt, ring_B)
+    s_rdt_j = ring_dt.stride(2)  # 1 but for an entries-outermost ring_dt (ring.py)
     # 4 words past the lines: the warp-specialised flush copies each line in 16-byte windows; the
     # next word: its item counter (flush_ws_order "counter" / "auto"), zeroed by the ring launch.
     lines = batch * heads * (capacity + 2)
@@ -343,7 +344,7 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
                 s_x_head=s_x_head, P=head_dim, BLOCK_P=triton.next_power_of_2(head_dim), RING_X=True)
            if ring_x_here else {}),
         **(dict(count_ptr=counter, ZERO_COUNT=True) if counter is not None else {}),
-        **compact, DT_SECTOR=cfg.ring_dt_sector, s_rdt_j=ring_dt.stride(2),
+        **compact, DT_SECTOR=cfg.ring_dt_sector, s_rdt_j=s_rdt_j,
     )
     sms = _sm_count(x.device) if x.device.type == "cuda" else None
     flush_strides = (s_ck_slot, s_ck_head, s_rx_slot, s_rx_head, s_rB_slot, s_rB_group,
@@ -407,8 +408,8 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
         HAS_D=flags["HAS_D"], HAS_Z=flags["HAS_Z"], HAS_INDICES=flags["HAS_INDICES"], FOLD=cfg.fold,
         RING_PREFETCH=cfg.ring_prefetch, RING_X_STORED=ring_x_here, num_warps=cfg.num_warps,
         maxnreg=cfg.max_registers,
-        **(dict(compact, ring_dt_ptr=ring_dt, s_rdt_slot=s_rdt_slot, s_rdt_head=s_rdt_head,
-                s_rdt_j=ring_dt.stride(2)) if compact else {}),
+        **(dict(compact, ring_dt_ptr=ring_dt, s_rdt_slot=s_rdt_slot, s_rdt_head=s_rdt_head, s_rdt_j=s_rdt_j)
+           if compact else {}),
     )
     if cfg.stream_tiles > 1:  # LaunchConfig allows it only with flush_launch
         total = batch * heads * tiles

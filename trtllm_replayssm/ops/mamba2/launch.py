@@ -182,15 +182,13 @@ class LaunchConfig:
                              f"tuple of them, got {self.flush_max_registers!r}")
         if self.flush_stream and not self.flush_launch:
             raise ValueError("LaunchConfig.flush_stream: needs flush_launch=True")
-        if not isinstance(self.ring_dt_sector, bool):
-            raise ValueError(f"LaunchConfig.ring_dt_sector: expected a bool, got {self.ring_dt_sector!r}")
+        for name in ("ring_dt_sector", "ring_x_in_ring", "compact_coef"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"LaunchConfig.{name}: expected a bool, got {getattr(self, name)!r}")
         if self.ring_dt_sector and self.kernel != "staged":
             raise ValueError(f"LaunchConfig.ring_dt_sector: needs kernel='staged' (its ring launch), got {self.kernel!r}")
         for name in ("ring_x_in_ring", "compact_coef"):
-            value = getattr(self, name)
-            if not isinstance(value, bool):
-                raise ValueError(f"LaunchConfig.{name}: expected a bool, got {value!r}")
-            if value and not self.flush_launch:
+            if getattr(self, name) and not self.flush_launch:
                 # Without the flush launch the stream launch's flush rows fold the ring themselves,
                 # from the token's ring x entry and the lines' weights.
                 raise ValueError(f"LaunchConfig.{name}: needs flush_launch=True")

@@ -44,6 +44,7 @@ from _timing import (WARMUP_ROUNDS, L2Flusher, SameSizeCopy, capture_graph, copy
 
 from trtllm_replayssm.config import ReplaySSMConfig  # noqa: E402
 from trtllm_replayssm.ops.mamba2 import Mamba2ReplayState, decode  # noqa: E402
+from trtllm_replayssm.ops.mamba2.state import RING_DT_LAYOUTS  # noqa: E402
 
 DIMS = {
     # name: (heads, head_dim, d_state, groups)
@@ -126,11 +127,12 @@ def time_standard(dims, batch, dtype, flush, rounds, config=None, inputs=None):
     return us
 
 
-def time_replay(dims, batch, dtype, flush, rounds, stagger, config=None, inputs=None):
+def time_replay(dims, batch, dtype, flush, rounds, stagger, config=None, inputs=None, ring_dt_layout="heads"):
     """Per-phase times of 16 consecutive steps (microseconds, list of 16; `_timing.time_steps`)."""
     heads, head_dim, d_state, groups = dims
     cfg = ReplaySSMConfig(window=WINDOW, flush_stagger=stagger)
-    state = Mamba2ReplayState.allocate(batch, heads, head_dim, d_state, groups, cfg, activation_dtype=dtype, device="cuda")
+    state = Mamba2ReplayState.allocate(batch, heads, head_dim, d_state, groups, cfg, activation_dtype=dtype, device="cuda",
+                                       ring_dt_layout=ring_dt_layout)
     state.checkpoint.normal_(0, 0.1)
     x, dt, A, B, C, D, z, dt_bias = _inputs(batch, *dims, dtype, **(inputs or {}))
     idx = torch.arange(batch, dtype=torch.int32, device="cuda")
@@ -153,12 +155,13 @@ def time_replay(dims, batch, dtype, flush, rounds, stagger, config=None, inputs=
     return phases
 
 
-def bench(dims_name, batch, dtype, flush, rounds, copy_gbps, configs=None, same_copy=None, inputs=None):
+def bench(dims_name, batch, dtype, flush, rounds, copy_gbps, configs=None, same_copy=None, inputs=None,
+          ring_dt_layout="heads"):
     dims = DIMS[dims_name]
     std_cfg, rep_cfg = _pick(configs, batch, dims[1]) if configs else (None, None)
     std_us = time_standard(dims, batch, dtype, flush, rounds, std_cfg, inputs)
-    phases = time_replay(dims, batch, dtype, flush, rounds, False, rep_cfg, inputs)
-    mixed = time_replay(dims, batch, dtype, flush, rounds, True, rep_cfg, inputs)
+    phases = time_replay(dims, batch, dtype, flush, rounds, False, rep_cfg, inputs, ring_dt_layout)
+    mixed = time_replay(dims, batch, dtype, flush, rounds, True, rep_cfg, inputs, ring_dt_layout)
     return record(dims_name, batch, dtype, std_us, phases, mixed, copy_gbps, std_cfg, rep_cfg, same_copy)
 
 
@@ -327,6 +330,28 @@ VARIANTS = [  # keyword arguments of decode.LaunchConfig; each set compiles once
     dict(block_p=32, num_warps=8, p_split=2, fold="loop", **_B1),  # 66
 ]
 VARIANT_BATCHES = (256, 1, 128)  # most important first: the first pass compiles every variant
+#: A variant's key beside the LaunchConfig fields: the state's ring_dt storage (state.RING_DT_LAYOUTS).
+LAYOUT_KEY = "ring_dt_layout"
+
+
+def split_variant(kw) -> tuple[dict, str]:
+    """A variant's ``(LaunchConfig keywords, ring_dt layout)``."""
+    return {k: v for k, v in kw.items() if k != LAYOUT_KEY}, kw.get(LAYOUT_KEY, "heads")
+
+
+def parse_variant(spec: str, base: dict) -> dict:
+    """``--derive``'s ``"field=value, ..."`` over ``base``: LaunchConfig fields and ``ring_dt_layout``."""
+    items = [item for item in spec.split(",") if item.strip()]
+    layouts = [item.partition("=")[2].strip() for item in items if item.partition("=")[0].strip() == LAYOUT_KEY]
+    for layout in layouts:
+        if layout not in RING_DT_LAYOUTS:
+            raise SystemExit(f"--derive: {LAYOUT_KEY} expected one of {RING_DT_LAYOUTS}, got {layout!r}")
+    rest = ", ".join(item for item in items if item.partition("=")[0].strip() != LAYOUT_KEY)
+    return dict(base, **parse_fields(rest, decode.LaunchConfig), **({LAYOUT_KEY: layouts[-1]} if layouts else {}))
+
+
+def layout_label(layout: str) -> str:
+    return " ringE" if layout == "entries" else ""
 
 
 def short(cfg) -> str:
@@ -377,7 +402,7 @@ def _short(cfg) -> str:
     return " ".join(parts)
 
 
-def check_against_standard(dims, batch, dtype, config, device="cuda", steps=WINDOW):
+def check_against_standard(dims, batch, dtype, config, device="cuda", steps=WINDOW, ring_dt_layout="heads"):
     """Run ``steps`` replay steps with ``config`` next to the in-project standard kernel on the same
     inputs. In phase, every slot flushes at the last step: the outputs of every step and the
     checkpoint after the flush are compared; staggered, the outputs of every step. Returns
@@ -395,7 +420,7 @@ def check_against_standard(dims, batch, dtype, config, device="cuda", steps=WIND
     for stagger in (False, True):
         cfg = ReplaySSMConfig(window=WINDOW, flush_stagger=stagger)
         state = Mamba2ReplayState.allocate(batch, heads, head_dim, d_state, groups, cfg, activation_dtype=dtype,
-                                           device=device)
+                                           device=device, ring_dt_layout=ring_dt_layout)
         state.checkpoint.normal_(0, 0.1, generator=gen)
         standard_state = state.checkpoint.clone()
         for step in range(steps):
@@ -442,9 +467,10 @@ def compile_one(dims_name, dtype_name, params, batch, device="cuda"):
     specialisation as the timed launches, so Triton's disk cache then holds its kernels."""
     heads, head_dim, d_state, groups = dims = DIMS[dims_name]
     dtype = getattr(torch, dtype_name)
-    cfg = decode.LaunchConfig(**params) if params else decode.launch_config("replay", head_dim, d_state, batch)
+    fields, layout = split_variant(params or {})
+    cfg = decode.LaunchConfig(**fields) if fields else decode.launch_config("replay", head_dim, d_state, batch)
     state = Mamba2ReplayState.allocate(2, heads, head_dim, d_state, groups, ReplaySSMConfig(window=WINDOW),
-                                       activation_dtype=dtype, device=device)
+                                       activation_dtype=dtype, device=device, ring_dt_layout=layout)
     x, dt, A, B, C, D, z, dt_bias = _inputs(2, *dims, dtype, device=device)
     idx = torch.arange(2, dtype=torch.int32, device=device)
     decode.replay_step(state.checkpoint, state.ring_x, state.ring_dt, state.ring_B, state.committed, state.flush_at,
@@ -484,28 +510,30 @@ def run_variants(dtype, flush, rounds, copy_gbps, result, json_path, budget_s, s
     import time
 
     records = result.setdefault("variants", [])
-    candidates = [("default", None)] + [(None, decode.LaunchConfig(**kw)) for kw in VARIANTS]
+    candidates = [("default", None, "heads")] + [
+        (None, decode.LaunchConfig(**fields), layout) for fields, layout in map(split_variant, VARIANTS)]
 
-    def evaluate(dims_name, batch, name, cfg):
+    def evaluate(dims_name, batch, name, cfg, layout):
         dims = DIMS[dims_name]
         cfg = cfg or decode.launch_config("replay", dims[1], dims[2], batch)
-        rec = {"dims": dims_name, "batch": batch, "variant": name or short(cfg), "config": repr(cfg)}
+        label = (name or short(cfg)) + layout_label(layout)
+        rec = {"dims": dims_name, "batch": batch, "variant": label, "config": repr(cfg), LAYOUT_KEY: layout}
         if time.perf_counter() - start > budget_s:
             rec["check"] = "skipped (time budget)"
         else:
             try:
-                ok, msg = check_against_standard(dims, batch, dtype, cfg)
+                ok, msg = check_against_standard(dims, batch, dtype, cfg, ring_dt_layout=layout)
                 rec["check"] = msg if ok else f"WRONG: {msg}"
                 if ok:
-                    phases = time_replay(dims, batch, dtype, flush, rounds, False, cfg)
-                    mixed = time_replay(dims, batch, dtype, flush, rounds, True, cfg)
+                    phases = time_replay(dims, batch, dtype, flush, rounds, False, cfg, ring_dt_layout=layout)
+                    mixed = time_replay(dims, batch, dtype, flush, rounds, True, cfg, ring_dt_layout=layout)
                     rec.update(record(dims_name, batch, dtype, standard[dims_name, batch], phases, mixed, copy_gbps,
                                       None, cfg))
-                    rec["variant"] = name or short(cfg)
+                    rec["variant"] = label
             except Exception as exc:  # a variant that fails to compile must not end the run
                 rec["check"] = f"ERROR: {type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}"
         records.append(rec)
-        configs[id(rec)] = cfg
+        configs[id(rec)] = (cfg, layout)
         print(variant_row(rec), flush=True)
         if json_path:
             json_path.write_text(json.dumps(result, indent=1))
@@ -516,8 +544,8 @@ def run_variants(dtype, flush, rounds, copy_gbps, result, json_path, budget_s, s
     def batch_pass(dims_name, batch, cands):
         standard[dims_name, batch] = time_standard(DIMS[dims_name], batch, dtype, flush, rounds)
         print(f"# {dims_name} batch {batch}: standard {standard[dims_name, batch]:.1f} us", flush=True)
-        for name, cfg in cands:
-            evaluate(dims_name, batch, name, cfg)
+        for name, cfg, layout in cands:
+            evaluate(dims_name, batch, name, cfg, layout)
 
     print(VARIANT_HEADER, flush=True)
     # Batch 256 first (it compiles every variant), then the best two of it on Nemotron-3-Nano
@@ -525,7 +553,8 @@ def run_variants(dtype, flush, rounds, copy_gbps, result, json_path, budget_s, s
     batch_pass("nemotron_h", batches[0], candidates)
     at_first = sorted((r for r in records if "amortized_us" in r and r["variant"] != "default"),
                       key=lambda r: -r["speedup_amortized"])
-    batch_pass("nemotron3_nano", batches[0], [("default", None)] + [(None, configs[id(r)]) for r in at_first[:2]])
+    batch_pass("nemotron3_nano", batches[0],
+               [("default", None, "heads")] + [(None, *configs[id(r)]) for r in at_first[:2]])
     for batch in batches[1:]:
         batch_pass("nemotron_h", batch, candidates)
 
@@ -568,7 +597,10 @@ def main(argv=None):
                    help="--variants: batches at Nemotron-H dims, the first also at Nemotron-3-Nano dims")
     p.add_argument("--derive", nargs="+", default=[], metavar="FIELDS",
                    help="--variants: time these instead of VARIANTS, each 'field=value, ...' replacing fields "
-                        "of the default replay configuration at batch 256 (Nemotron-H dims)")
+                        "of the default replay configuration at batch 256 (Nemotron-H dims); "
+                        f"'{LAYOUT_KEY}=entries' allocates the state's ring_dt entries outermost")
+    p.add_argument("--ring-dt-layout", default="heads", choices=list(RING_DT_LAYOUTS),
+                   help="the plain run's state: ring_dt stored heads outermost (the default) or entries outermost")
     p.add_argument("--variant-rounds", type=positive_int, default=10)
     p.add_argument("--budget-s", type=float, default=120.0, help="--variants: skip what starts after this many seconds")
     p.add_argument("--compile-workers", type=int, default=8,
@@ -586,7 +618,7 @@ def main(argv=None):
 
     if args.derive:
         base = dataclasses.asdict(decode.launch_config("replay", DIMS["nemotron_h"][1], DIMS["nemotron_h"][2], 256))
-        VARIANTS[:] = [dict(base, **parse_fields(spec, decode.LaunchConfig)) for spec in args.derive]
+        VARIANTS[:] = [parse_variant(spec, base) for spec in args.derive]
 
     check_output(p, args.json)
     require_cuda(p)
@@ -601,11 +633,11 @@ def main(argv=None):
     floor = graph_floor_us(flush, args.rounds)
     print(f"# {info}  copy bandwidth (read + write): " + ", ".join(f"{k} {v:.0f} GB/s" for k, v in copies.items())
           + f"; graph floor {floor:.1f} us (a one-kernel graph's replay, timed as the steps are: in every row)"
-          + f"; inputs {args.inputs}, dt {args.dt_dtype}",
+          + f"; inputs {args.inputs}, dt {args.dt_dtype}, ring_dt {args.ring_dt_layout}",
           flush=True)
     result = {"device": info, "copy_gbps": copy_gbps, "copies_gbps": copies, "graph_floor_us": floor, "window": WINDOW,
               "state_dtype": "float32", "activation": args.dtype, "l2_flush": flush is not None,
-              "inputs": args.inputs, "dt_dtype": args.dt_dtype}
+              "inputs": args.inputs, "dt_dtype": args.dt_dtype, LAYOUT_KEY: args.ring_dt_layout}
     if args.variants:
         run_variants(dtype, flush, args.variant_rounds, copy_gbps, result, args.json, args.budget_s, start,
                      tuple(args.variant_batches))
@@ -622,7 +654,8 @@ def main(argv=None):
         for name in args.dims:
             for batch in args.batches:
                 for repeat in range(args.repeats):
-                    rec = bench(name, batch, dtype, flush, args.rounds, copy_gbps, configs, same_copy, inputs)
+                    rec = bench(name, batch, dtype, flush, args.rounds, copy_gbps, configs, same_copy, inputs,
+                                args.ring_dt_layout)
                     rec["repeat"] = repeat
                     records.append(rec)
                     print(row(rec), flush=True)

@@ -6,9 +6,10 @@
 #
 #   bash benchmarks/run_gpu_suite.sh [STEP ...]      steps run in the order given
 #   steps: tests (pytest -m gpu), formats (compiled format device functions), builder (default
-#          build on CUDA), bench (mamba2, gdn, kda decode benchmarks), paper (the paper's public
+#          build on CUDA), bench (mamba2, gdn, kda decode benchmarks), bench-mamba2 (its table
+#          alone; MAMBA2_BENCH_ARGS="--ring-dt-layout entries" for that state), paper (the paper's public
 #          Mamba-2 and GDN kernels beside ours; PAPER_ROOT: a checkout of its repository inside
-#          the working tree, untracked), options-tests / options-dt-sector / parts / options-stages /
+#          the working tree, untracked), options-tests / options-ring-dt / parts / options-stages /
 #          options-stream-regs (the Mamba-2 step options and probes not yet run: their GPU tests,
 #          each option against the default, the step's parts); default: tests formats bench builder
 #   limits (seconds) and extra benchmark arguments come from the environment:
@@ -52,6 +53,8 @@ for what in "$@"; do
       step bench_mamba2 "${BENCH_LIMIT:-150}" python3 benchmarks/bench_mamba2_decode.py ${MAMBA2_BENCH_ARGS:-} --json "$OUT/mamba2.json"
       step bench_gdn "${BENCH_LIMIT:-150}" python3 benchmarks/bench_gdn_decode.py ${GDN_BENCH_ARGS:-} --json "$OUT/gdn.json"
       step bench_kda "${BENCH_LIMIT:-150}" python3 benchmarks/bench_kda_decode.py ${KDA_BENCH_ARGS:-} --json "$OUT/kda.json" ;;
+    bench-mamba2) step bench_mamba2 "${BENCH_LIMIT:-150}" python3 benchmarks/bench_mamba2_decode.py ${MAMBA2_BENCH_ARGS:-} \
+                    --json "$OUT/mamba2.json" ;;
     paper)
       if [ -z "${PAPER_ROOT:-}" ]; then
         echo "=== paper: set PAPER_ROOT to a checkout of the paper's repository"; status=1; continue
@@ -64,11 +67,13 @@ for what in "$@"; do
     # run); the fortieth run's options were timed in the forty-first (RESULTS.md).
     options-tests) step gpu_tests_options "${GPU_TESTS_LIMIT:-330}" python3 -m pytest -q -m gpu -n 8 \
                      -p no:cacheprovider tests/test_mamba2_flush_cuda.py tests/test_mamba2_kernels.py \
-                     -k "dt_sector or dt-sector or four_windows" ;;
-    options-dt-sector) step variants_dt_sector "${BENCH_LIMIT:-400}" python3 benchmarks/bench_mamba2_decode.py \
-                         --variants --variant-rounds 20 --budget-s 370 --variant-batches 256 512 128 \
-                         --derive "ring_dt_sector=true" "" "ring_dt_sector=true" "" \
-                         --json "$OUT/variants_dt_sector.json" ;;
+                     -k "dt_sector or dt-sector or four_windows or entry_major or ring_dt_strides" ;;
+    # The token's dt entry: stored as its whole sector, or into a ring_dt stored entries outermost
+    # (the state's layout, not a launch field), each twice beside the default.
+    options-ring-dt) step variants_ring_dt "${BENCH_LIMIT:-400}" python3 benchmarks/bench_mamba2_decode.py \
+                       --variants --variant-rounds 20 --budget-s 370 --variant-batches 256 512 \
+                       --derive "ring_dt_layout=entries" "ring_dt_sector=true" "" "ring_dt_layout=entries" \
+                       "ring_dt_sector=true" --json "$OUT/variants_ring_dt.json" ;;
     parts)
       step parts_allflush "${BENCH_LIMIT:-90}" python3 benchmarks/probe_flush_step_parts.py --batch 256 --rounds 20 \
         --timeline 0
@@ -86,8 +91,8 @@ for what in "$@"; do
                            --variants --variant-rounds 20 --budget-s 180 --variant-batches 256 \
                            --derive "max_registers=48" "max_registers=40" "block_p=8" "" \
                            --json "$OUT/variants_stream_regs.json" ;;
-    *) echo "unknown step $what (expected tests, formats, builder, bench, paper, options-tests," \
-            "options-dt-sector, parts, options-stages, options-stream-regs)"; exit 2 ;;
+    *) echo "unknown step $what (expected tests, formats, builder, bench, bench-mamba2, paper, options-tests," \
+            "options-ring-dt, parts, options-stages, options-stream-regs)"; exit 2 ;;
   esac
 done
 exit $status

@@ -10,6 +10,7 @@ import torch
 from trtllm_replayssm.config import ReplaySSMConfig
 from trtllm_replayssm.ops.mamba2 import decode, mamba2_replay_step, mamba2_standard_step, reference
 from trtllm_replayssm.ops.mamba2.state import Mamba2ReplayState
+from trtllm_replayssm.ops.mamba2.state import ring_dt_layout as ring_dt_layout_of
 
 
 def rel(a, b) -> float:
@@ -42,28 +43,35 @@ def make_indices(batch, slots, pad, device, gen):
     return idx.to(device)
 
 
-def allocate(slots, heads, head_dim, d_state, groups, window, dtype, device, gen, stagger=False):
+def allocate(slots, heads, head_dim, d_state, groups, window, dtype, device, gen, stagger=False, ring_dt_layout="heads"):
+    """``(kernel_state on device, reference_state on the CPU)``, equal; only the kernel's state
+    takes ``ring_dt_layout`` (the reference indexes either layout the same way)."""
     cfg = ReplaySSMConfig(window=window, flush_stagger=stagger)
     state = Mamba2ReplayState.allocate(slots, heads, head_dim, d_state, groups, cfg, activation_dtype=dtype)
     state.checkpoint.copy_(torch.randn(state.checkpoint.shape, generator=gen))
-    kernel_state = state.clone()
+    kernel_state = Mamba2ReplayState.allocate(slots, heads, head_dim, d_state, groups, cfg, activation_dtype=dtype,
+                                              device=device, ring_dt_layout=ring_dt_layout)
     for name, t in kernel_state.tensors().items():
-        setattr(kernel_state, name, t.to(device))
+        t.copy_(getattr(state, name))
     return kernel_state, state
 
 
 def check_replay(dims, dtype, batch, window, steps, device, pad=True, run=None, seed=0, y_tol=None, ckpt_tol=1e-5,
-                 stagger=False, write_through_from=None, poison_ring=False, gate=True, with_D=True):
+                 stagger=False, write_through_from=None, poison_ring=False, gate=True, with_D=True,
+                 ring_dt_layout="heads"):
     """Run ``steps`` ReplaySSM steps with ``run`` (a kernel launcher) and the reference; compare
     outputs, checkpoints, cursors and the committed ring entries after every step. With
     ``stagger`` the slots' first flushes come at different steps (flush and non-flush rows
     share launches). From step ``write_through_from`` on, every live row of the reference
     flushes (its ``flush_at`` lowered to ``committed + 1``): a write-through step. ``gate`` /
-    ``with_D`` False: no ``z`` / no ``D`` (engines that gate in a norm after the layer pass none)."""
+    ``with_D`` False: no ``z`` / no ``D`` (engines that gate in a norm after the layer pass none).
+    ``ring_dt_layout``: the kernel state's (``Mamba2ReplayState.allocate``)."""
     heads, head_dim, d_state, groups = dims
     gen = torch.Generator().manual_seed(seed)
     slots = batch + 2
-    state, ref_state = allocate(slots, heads, head_dim, d_state, groups, window, dtype, device, gen, stagger)
+    state, ref_state = allocate(slots, heads, head_dim, d_state, groups, window, dtype, device, gen, stagger,
+                                ring_dt_layout)
+    assert ring_dt_layout_of(state.ring_dt) == ring_dt_layout
     if poison_ring:
         # Ring entries a step does not own hold NaN until written: no kernel may read them into a sum.
         for st in (state, ref_state):

@@ -197,3 +197,23 @@ def test_mamba2_variant_label_names_the_cuda_flush():
     # the token's dt entry stored as its whole sector
     assert bench_mamba2_decode.short(dataclasses.replace(base, ring_dt_sector=True)).endswith(
         "auto4 ring-x-in-ring dt-sector")
+
+
+def test_mamba2_derive_takes_the_ring_dt_layout():
+    """``--derive "ring_dt_layout=entries, ..."``: the state's ring_dt storage beside LaunchConfig
+    fields; the variant's label marks it, and a layout that is not one of the state's is refused."""
+    import bench_mamba2_decode as bench
+
+    base = dataclasses.asdict(mamba2_decode.launch_config("replay", 64, 128, 256))
+    kw = bench.parse_variant("ring_dt_layout=entries, ring_warps=2", base)
+    fields, layout = bench.split_variant(kw)
+    assert layout == "entries" and fields == dict(base, ring_warps=2)
+    assert mamba2_decode.LaunchConfig(**fields).ring_warps == 2
+    assert bench.split_variant(bench.parse_variant("ring_dt_sector=true", base)) == (
+        dict(base, ring_dt_sector=True), "heads")
+    assert bench.split_variant(bench.parse_variant("", base)) == (base, "heads")
+    assert bench.layout_label("entries") == " ringE" and bench.layout_label("heads") == ""
+    with pytest.raises(SystemExit, match=r"--derive: ring_dt_layout expected one of \('heads', 'entries'\), got 'rows'"):
+        bench.parse_variant("ring_dt_layout=rows", base)
+    with pytest.raises(SystemExit, match="is not field=value of LaunchConfig"):
+        bench.parse_variant("ring_dt_layout=entries, warps=2", base)

@@ -188,17 +188,6 @@ def test_ring_dt_sector_writes_its_window(c):
     assert st.committed.tolist() == [c + 1] * batch
 
 
-def _entry_major_ring_dt(run):
-    """``run`` on a state whose ``ring_dt`` is laid out entries outermost (``[slots, capacity,
-    heads]`` storage seen as ``[slots, heads, capacity]``), swapped in at the first call."""
-    def step(st, *args):
-        if st.ring_dt.stride(2) == 1:
-            st.ring_dt = st.ring_dt.permute(0, 2, 1).contiguous().permute(0, 2, 1)
-            assert st.ring_dt.stride(2) != 1
-        return run(st, *args)
-    return step
-
-
 @pytest.mark.skipif(HAS_CUDA, reason="interpreter test; the GPU grid covers it on CUDA")
 @pytest.mark.parametrize("params", [
     dict(block_p=16, fold="tf32x3", num_warps=2, flush_launch=True, flush_heads=3, flush_block_p=16,
@@ -210,23 +199,33 @@ def _entry_major_ring_dt(run):
 def test_replay_staged_entry_major_ring_dt_interpreter(params):
     # The staged step's launches take ring_dt's entry stride: an entries-outermost layout (a
     # group's heads' entry in one run of memory) gives the reference's outputs and state.
-    run = _entry_major_ring_dt(kernel_replay(decode.LaunchConfig(kernel="staged", **params)))
-    check_replay((6, 32, 16, 2), torch.float32, 3, 16, 40, "cpu", run=run, stagger=True)
+    run = kernel_replay(decode.LaunchConfig(kernel="staged", **params))
+    check_replay((6, 32, 16, 2), torch.float32, 3, 16, 40, "cpu", run=run, stagger=True, ring_dt_layout="entries")
 
 
-@pytest.mark.parametrize("kernel", ["v3", "v4", "write_through"])
-def test_entry_major_ring_dt_refused_by_other_kernels(kernel):
-    gen = torch.Generator().manual_seed(0)
-    st, _ = allocate(2, 4, 32, 16, 2, 4, torch.float32, "cpu", gen)
-    before = st.ring_dt.clone()
-    ring_dt = st.ring_dt.permute(0, 2, 1).contiguous().permute(0, 2, 1)
-    A, D, dt_bias = make_params(4, "cpu", gen)
-    x, dt, B, C, z = make_inputs(2, 4, 32, 16, 2, torch.float32, "cpu", gen)
-    with pytest.raises(ValueError, match=r"ring_dt: kernel '\w+' expects unit stride along the ring's entries"):
-        decode.replay_step(st.checkpoint, st.ring_x, ring_dt, st.ring_B, st.committed, st.flush_at, st.window,
-                           x, dt, A, B, C, D, z, dt_bias, True, None, None, None, -1,
-                           config=decode.LaunchConfig(kernel=kernel))
-    assert torch.equal(ring_dt, before) and st.committed.eq(0).all()
+@pytest.mark.skipif(HAS_CUDA, reason="interpreter test; the GPU grid covers it on CUDA")
+@pytest.mark.parametrize("params", [
+    dict(block_p=16, num_warps=4, fold_dot=True),
+    dict(block_p=16, num_warps=4, fold_dot=False, cursor_kernel=True),
+    dict(block_p=16, num_warps=4, kernel="v4", fold="fma", p_split=2),
+    dict(block_p=16, num_warps=4, kernel="v4", fold="loop", cursor_kernel=True, split_flush=True),
+    dict(block_p=16, num_warps=4, kernel="v4", fold="ieee", pipeline="range", num_stages=2),
+], ids=["v3-dot", "v3-fma", "v4-fma", "v4-loop-split", "v4-ieee"])
+def test_replay_entry_major_ring_dt_interpreter(params):
+    # The other kernels (their appends, ring loads and the folds that reload dt per entry) on an
+    # entries-outermost ring_dt: window 4 over 13 steps, staggered phases, a padded row.
+    check_replay((6, 32, 16, 2), torch.float32, 3, 4, 13, "cpu", run=kernel_replay(decode.LaunchConfig(**params)),
+                 stagger=True, ring_dt_layout="entries")
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="interpreter test; the GPU grid covers it on CUDA")
+@pytest.mark.parametrize("after", [0, 6], ids=["from-reset", "after-6-steps"])
+def test_replay_write_through_entry_major_ring_dt_interpreter(after):
+    # The write-through step folds a slot's ring entries from an entries-outermost ring_dt.
+    plain = decode.LaunchConfig(16, 4, kernel="v4", fold="loop", p_split=2)
+    through = decode.LaunchConfig(8, 2, kernel="write_through")
+    check_replay((4, 32, 16, 2), torch.float32, 3, 4, after + 4, "cpu", run=_switching_replay(plain, through, after),
+                 stagger=True, write_through_from=after, ring_dt_layout="entries")
 
 
 def test_ring_dt_sector_needs_the_staged_kernel():
@@ -393,6 +392,30 @@ def test_replay_default_large_batch_gpu(dims, dtype):
     # small-batch grid above does not reach it. At d_state 128 its flush is the warp-specialised
     # kernel with at most 3 stages: head_dim 128, and 80 with fp32 activations, fit only 2 on an H200.
     check_replay(dims, dtype, 130, window=8, steps=20, device="cuda", stagger=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("batch", [1, 3, 64, 130])
+@pytest.mark.parametrize("dims", [(8, 64, 128, 2), (6, 80, 80, 3), (2, 256, 256, 2), (4, 128, 128, 2)])
+def test_replay_entry_major_ring_dt_gpu(dims, batch):
+    # The op's default launch at each batch (write-through, v4, staged, its CUDA flush) on a state
+    # whose ring_dt is stored entries outermost (Mamba2ReplayState.allocate(ring_dt_layout="entries")).
+    through = decode.launch_config("replay", dims[1], dims[2], batch).kernel == "write_through"
+    check_replay(dims, torch.bfloat16, batch, window=8, steps=20, device="cuda", stagger=True,
+                 write_through_from=0 if through else None, ring_dt_layout="entries")
+
+
+@pytest.mark.gpu
+def test_replay_refuses_other_ring_dt_strides_gpu():
+    gen = torch.Generator().manual_seed(9)
+    st, _ = allocate(3, 4, 32, 16, 2, 4, torch.bfloat16, "cuda", gen)
+    st.ring_dt = torch.zeros(3, 4, 8, device="cuda")[:, :, ::2]  # every other entry: neither layout
+    before = {name: t.clone() for name, t in st.tensors().items()}
+    A, D, dt_bias = make_params(4, "cuda", gen)
+    x, dt, B, C, z = make_inputs(3, 4, 32, 16, 2, torch.bfloat16, "cuda", gen)
+    with pytest.raises(ValueError, match=r"^ring_dt: expected a contiguous tensor or stored entries outermost"):
+        mamba2_replay_step(st, x, dt, A, B, C, D, z, dt_bias, True)
+    assert all(torch.equal(t, before[name]) for name, t in st.tensors().items())
 
 
 @pytest.mark.gpu

@@ -7,6 +7,8 @@ import torch.nn.functional as F
 
 from trtllm_replayssm.config import ReplaySSMConfig
 from trtllm_replayssm.ops.mamba2 import Mamba2ReplayState, mamba2_replay_step, mamba2_standard_step
+from trtllm_replayssm.ops.mamba2.state import RING_DT_LAYOUTS
+from trtllm_replayssm.ops.mamba2.state import ring_dt_layout as ring_dt_layout_of
 
 H, P, N, G = 4, 6, 5, 2
 
@@ -24,8 +26,8 @@ def _params(gen):
     return -(0.5 + torch.rand(H, generator=gen)), torch.randn(H, generator=gen), torch.randn(H, generator=gen)
 
 
-def _state(slots, window=4):
-    st = Mamba2ReplayState.allocate(slots, H, P, N, G, ReplaySSMConfig(window=window))
+def _state(slots, window=4, ring_dt_layout="heads"):
+    st = Mamba2ReplayState.allocate(slots, H, P, N, G, ReplaySSMConfig(window=window), ring_dt_layout=ring_dt_layout)
     st.checkpoint.normal_()
     return st
 
@@ -34,12 +36,13 @@ def _flat(st):
     return [st.checkpoint, st.ring_x, st.ring_dt, st.ring_B, st.committed, st.flush_at, st.window]
 
 
-def test_opcheck_replay_step():
+@pytest.mark.parametrize("ring_dt_layout", RING_DT_LAYOUTS)
+def test_opcheck_replay_step(ring_dt_layout):
     gen = torch.Generator().manual_seed(0)
     A, D, bias = _params(gen)
     x, dt, B, C, z = _inputs(3, gen)
     idx = torch.tensor([2, -1, 0], dtype=torch.int32)
-    args = (*_flat(_state(4)), x, dt, A, B, C, D, z, bias, True, None, None, idx, -1)
+    args = (*_flat(_state(4, ring_dt_layout=ring_dt_layout)), x, dt, A, B, C, D, z, bias, True, None, None, idx, -1)
     torch.library.opcheck(torch.ops.replayssm.mamba2_replay_step.default, args)
 
 
@@ -64,11 +67,12 @@ def _plain_recurrence(S, x, dt, A, B, C, D, z, bias):
     return y * F.silu(z.double())
 
 
+@pytest.mark.parametrize("ring_dt_layout", RING_DT_LAYOUTS)
 @pytest.mark.parametrize("window", [1, 3])
-def test_cpu_ops_follow_the_plain_recurrence(window):
+def test_cpu_ops_follow_the_plain_recurrence(window, ring_dt_layout):
     gen = torch.Generator().manual_seed(2)
     A, D, bias = _params(gen)
-    state = _state(3, window)
+    state = _state(3, window, ring_dt_layout)
     standard_state = state.checkpoint.clone()
     plain = state.checkpoint.double().clone()
     for _ in range(3 * window + 2):
@@ -79,6 +83,18 @@ def test_cpu_ops_follow_the_plain_recurrence(window):
         torch.testing.assert_close(y_replay.double(), y_plain, rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(y_std.double(), y_plain, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(standard_state.double(), plain, rtol=1e-5, atol=1e-5)
+
+
+def test_ring_dt_layouts():
+    heads_major = _state(2).ring_dt
+    entries_major = _state(2, ring_dt_layout="entries").ring_dt
+    assert heads_major.shape == entries_major.shape == (2, H, 4)
+    assert entries_major.stride() == (4 * H, 1, H)
+    assert (ring_dt_layout_of(heads_major), ring_dt_layout_of(entries_major)) == ("heads", "entries")
+    assert ring_dt_layout_of(torch.zeros(2, 4, 2 * H)[:, :, ::2].permute(0, 2, 1)) is None
+    assert ring_dt_layout_of(_state(2, ring_dt_layout="entries").clone().ring_dt) == "entries"
+    with pytest.raises(ValueError, match=r"ring_dt_layout: expected one of \('heads', 'entries'\), got 'slots'"):
+        _state(2, ring_dt_layout="slots")
 
 
 def test_cpu_op_under_torch_compile_fullgraph():

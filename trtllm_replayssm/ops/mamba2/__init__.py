@@ -27,7 +27,7 @@ import torch
 from .. import registry  # noqa: F401  (registers torch.ops.replayssm.*)
 from .._slots import check_pad_slot_id
 from .reference import _check_flag, _check_inputs, _check_ring_dtypes, _shape_error, _state_dims
-from .state import Mamba2ReplayState
+from .state import Mamba2ReplayState, ring_dt_layout
 
 from .reference import mamba2_replay_materialize  # plain torch on any device: no kernel needed
 
@@ -50,7 +50,8 @@ def _check_state_indices(state_indices, batch: int) -> None:
 
 def _check_kernel_layout(state_tensors: dict, inputs: dict, head_dim: int, d_state: int) -> None:
     """What the Triton kernels need beyond the reference's shape checks: one device, dtypes
-    they support, unit stride along the last axis (and contiguous state tensors)."""
+    they support, unit stride along the last axis (and contiguous state tensors; Mamba-2's
+    ``ring_dt`` in either of its layouts)."""
     device = next(iter(state_tensors.values())).device
     for name, t in {**state_tensors, **inputs}.items():
         if t is not None and t.device != device:
@@ -58,8 +59,11 @@ def _check_kernel_layout(state_tensors: dict, inputs: dict, head_dim: int, d_sta
     if device.type != "cuda":
         return
     for name, t in state_tensors.items():
+        if name == "ring_dt" and t.dim() == 3 and ring_dt_layout(t) is not None:
+            continue  # either storage order (state.RING_DT_LAYOUTS)
         if not t.is_contiguous():
-            raise ValueError(f"{name}: expected a contiguous tensor, got strides {t.stride()}")
+            extra = " or stored entries outermost (state.RING_DT_LAYOUTS)" if name == "ring_dt" else ""
+            raise ValueError(f"{name}: expected a contiguous tensor{extra}, got strides {t.stride()}")
     for name, t in inputs.items():
         if t is not None and t.dim() > 1 and t.stride(-1) != 1:
             raise ValueError(f"{name}: expected unit stride along the last axis, got strides {t.stride()}")

@@ -112,13 +112,13 @@ def _softplus_clamp(dt, h, HAS_DT_BIAS: tl.constexpr, dt_bias_ptr, DT_SOFTPLUS: 
 
 @triton.jit
 def _fold_unrolled(upd, c, total, A, rdt_base, rx_base, rB_base, s_rx_j, s_rB_j, offs_p, offs_n,
-                   P: tl.constexpr, N: tl.constexpr, CAP: tl.constexpr):
+                   P: tl.constexpr, N: tl.constexpr, CAP: tl.constexpr, s_rdt_j: tl.constexpr):
     """``upd + sum_{j<c} exp(A (total - G_j)) dt_j x_j B_j^T`` over the ring's committed entries
     as rank-1 FMA updates, unrolled so that all entry loads are issued at once."""
     prefix = 0.0
     for j in tl.static_range(CAP):
         take = j < c
-        dt_j = tl.where(take, tl.load(rdt_base + j), 0.0)
+        dt_j = tl.where(take, tl.load(rdt_base + j * s_rdt_j), 0.0)
         prefix += dt_j
         w_j = tl.exp(A * (total - prefix)) * dt_j
         x_j = tl.load(rx_base + j * s_rx_j + offs_p, mask=offs_p < tl.where(take, P, 0), other=0.0)
@@ -128,11 +128,12 @@ def _fold_unrolled(upd, c, total, A, rdt_base, rx_base, rB_base, s_rx_j, s_rB_j,
 
 
 @triton.jit
-def _append_dt_B(fits, part, h, HEADS_PER_GROUP: tl.constexpr, rdt_base, rB_base, c, s_rB_j, dt, B_raw, offs_n, mask_n):
+def _append_dt_B(fits, part, h, HEADS_PER_GROUP: tl.constexpr, rdt_base, rB_base, c, s_rB_j, dt, B_raw, offs_n, mask_n,
+                 s_rdt_j: tl.constexpr):
     """Ring entry ``c``'s ``dt`` (once per head) and ``B`` (once per group)."""
     if fits:
         if part == 0:
-            tl.store(rdt_base + c, dt)
+            tl.store(rdt_base + c * s_rdt_j, dt)
             if h % HEADS_PER_GROUP == 0:
                 tl.store(rB_base + c * s_rB_j + offs_n, B_raw, mask=mask_n)
 
@@ -148,7 +149,7 @@ def _standard_step_kernel(
     HEADS_PER_GROUP: tl.constexpr, P: tl.constexpr, N: tl.constexpr,
     BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_DT_BIAS: tl.constexpr, DT_SOFTPLUS: tl.constexpr,
-    HAS_CLAMP: tl.constexpr, HAS_INDICES: tl.constexpr, WRITE_THROUGH: tl.constexpr,
+    HAS_CLAMP: tl.constexpr, HAS_INDICES: tl.constexpr, WRITE_THROUGH: tl.constexpr, s_rdt_j: tl.constexpr = 1,
 ):
     """One ``[BLOCK_P, d_state]`` state tile per program: ``S = e^{A dt} S + dt x B^T``, ``y = S C``.
 
@@ -196,7 +197,7 @@ def _standard_step_kernel(
             rdt_base = ring_dt_ptr + slot * s_rdt_slot + h * s_rdt_head
             rB_base = ring_B_ptr + slot * s_rB_slot + g * s_rB_group
             for j in range(0, c):
-                dt_j = tl.load(rdt_base + j)
+                dt_j = tl.load(rdt_base + j * s_rdt_j)
                 x_j = tl.load(rx_base + j * s_rx_j + offs_p, mask=mask_p, other=0.0).to(tl.float32)
                 B_j = tl.load(rB_base + j * s_rB_j + offs_n, mask=mask_n, other=0.0).to(tl.float32)
                 S = tl.exp(A * dt_j) * S + (dt_j * x_j)[:, None] * B_j[None, :]
@@ -226,7 +227,7 @@ def _replay_step_kernel(
     BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_J: tl.constexpr,
     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_DT_BIAS: tl.constexpr, DT_SOFTPLUS: tl.constexpr,
     HAS_CLAMP: tl.constexpr, HAS_INDICES: tl.constexpr, FOLD_DOT: tl.constexpr, RING_PREFETCH: tl.constexpr,
-    CURSOR_KERNEL: tl.constexpr, ROWS_FASTEST: tl.constexpr,
+    CURSOR_KERNEL: tl.constexpr, ROWS_FASTEST: tl.constexpr, s_rdt_j: tl.constexpr = 1,
 ):
     row, h, pid_p = _program_ids(ROWS_FASTEST)
     g = h // HEADS_PER_GROUP
@@ -262,7 +263,7 @@ def _replay_step_kernel(
     rdt_base = ring_dt_ptr + slot * s_rdt_slot + h * s_rdt_head
     rB_base = ring_B_ptr + slot * s_rB_slot + g * s_rB_group
     tl.store(rx_base + c * s_rx_j + offs_p, x_raw, mask=offs_p < tl.where(fits, P, 0))
-    _append_dt_B(fits, pid_p, h, HEADS_PER_GROUP, rdt_base, rB_base, c, s_rB_j, dt, B_raw, offs_n, mask_n)
+    _append_dt_B(fits, pid_p, h, HEADS_PER_GROUP, rdt_base, rB_base, c, s_rB_j, dt, B_raw, offs_n, mask_n, s_rdt_j)
 
     # Cursor hand-off (unless CURSOR_KERNEL, where a second launch moves the cursors): the
     # last program of the slot to arrive moves them. The arrival is counted early (its
@@ -283,7 +284,7 @@ def _replay_step_kernel(
     else:
         fetch_j = in_ring
     is_now = offs_j == c
-    rdt = tl.load(rdt_base + offs_j, mask=fetch_j, other=0.0)
+    rdt = tl.load(rdt_base + offs_j * s_rdt_j, mask=fetch_j, other=0.0)
     rdt = tl.where(in_ring, rdt, tl.where(is_now, dt, 0.0))
     total = tl.sum(rdt, axis=0)
     # exp(A * sum_{i>j} dt_i): the decay from entry j to the current token.
@@ -309,7 +310,7 @@ def _replay_step_kernel(
             upd = tl.dot(tl.trans(weight[:, None] * fx), fB, input_precision="ieee")
         else:
             upd = _fold_unrolled((dt * x)[:, None] * Bv[None, :], c, total, A, rdt_base, rx_base, rB_base,
-                                 s_rx_j, s_rB_j, offs_p, offs_n, P, N, CAP)
+                                 s_rx_j, s_rB_j, offs_p, offs_n, P, N, CAP, s_rdt_j)
         S_new = decay_total * S + upd
         tl.store(ck_ptrs, S_new.to(ckpt_ptr.dtype.element_ty), mask=mask_s)
 
@@ -397,18 +398,19 @@ def _launch_standard(state, replay, x, dt, A, B, C, D, z, dt_bias, dt_softplus, 
     lo, hi, strides, flags, (D_, z_, bias_, idx_) = _common(x, dt, B, C, z, y, dt_bias, dt_min, dt_max, D, state_indices, A)
     if replay is None:
         ring = (state,) * 6  # unused pointers (WRITE_THROUGH=False prunes every use)
-        window, ring_strides = 0, (0,) * 8
+        window, ring_strides, s_rdt_j = 0, (0,) * 8, 1
     else:
         ring_x, ring_dt, ring_B, committed, flush_at, window = replay
         ring = (ring_x, ring_dt, ring_B, committed, flush_at, _arrivals(slots, state.device))
         ring_strides = _state_strides(state, ring_x, ring_dt, ring_B)[3:]
+        s_rdt_j = ring_dt.stride(2)
     _standard_step_kernel[(triton.cdiv(head_dim, cfg.block_p), heads, batch)](
         state, x, dt, A, B, C, D_, z_, bias_, idx_, y, *ring,
         pad_slot_id, lo, hi, int(window), state.stride(0), state.stride(1), state.stride(2), *strides, *ring_strides,
         HEADS_PER_GROUP=heads // groups, P=head_dim, N=d_state,
         BLOCK_P=cfg.block_p, BLOCK_N=triton.next_power_of_2(d_state),
-        DT_SOFTPLUS=bool(dt_softplus), **flags, WRITE_THROUGH=replay is not None, num_warps=cfg.num_warps,
-        maxnreg=cfg.max_registers,
+        DT_SOFTPLUS=bool(dt_softplus), **flags, WRITE_THROUGH=replay is not None, s_rdt_j=s_rdt_j,
+        num_warps=cfg.num_warps, maxnreg=cfg.max_registers,
     )
     return y
 
@@ -424,10 +426,6 @@ def replay_step(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at, window
     if batch == 0:
         return y
     cfg = config or launch_config("replay", head_dim, d_state, batch)
-    if ring_dt.stride(2) != 1 and cfg.kernel != "staged":
-        # Only the staged step's launches take the ring's entry stride (an entry-outermost ring_dt).
-        raise ValueError(f"ring_dt: kernel {cfg.kernel!r} expects unit stride along the ring's entries, got "
-                         f"strides {ring_dt.stride()}")
     if cfg.kernel == "staged":
         from .decode_staged import replay_step_staged
 
@@ -455,7 +453,7 @@ def replay_step(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at, window
         BLOCK_P=cfg.block_p, BLOCK_N=triton.next_power_of_2(d_state),
         BLOCK_J=max(16, triton.next_power_of_2(capacity)),
         DT_SOFTPLUS=bool(dt_softplus), **flags, FOLD_DOT=cfg.fold_dot, RING_PREFETCH=cfg.ring_prefetch,
-        CURSOR_KERNEL=cfg.cursor_kernel, ROWS_FASTEST=cfg.rows_fastest,
+        CURSOR_KERNEL=cfg.cursor_kernel, ROWS_FASTEST=cfg.rows_fastest, s_rdt_j=ring_dt.stride(2),
         num_warps=cfg.num_warps, maxnreg=cfg.max_registers,
     )
     if cfg.cursor_kernel:

@@ -83,19 +83,20 @@ def _load_rows(rx_base, x_row, z_row, offs_p, rows, y_rows, s_rx_j, entries, BLO
 @triton.jit
 def _fold_tile(S, x, offs_p, offs_n, c, in_ring, w, gamma, total, dt, A, Bv, Cv, rB,
                ck_base, rdt_base, rx_base, rB_base, rx, s_ck_p, s_rx_j, s_rB_j, tile_rows,
-               P: tl.constexpr, N: tl.constexpr, CAP: tl.constexpr, FOLD: tl.constexpr):
+               P: tl.constexpr, N: tl.constexpr, CAP: tl.constexpr, FOLD: tl.constexpr, s_rdt_j: tl.constexpr):
     """Fold the ring into checkpoint tile ``S``, store it, return its output rows ``S_new C``."""
     # Rank-1 term of the current token first: its x and B are in registers.
     upd = gamma * S + (dt * x)[:, None] * Bv[None, :]
     if FOLD == "fma":
         # Every entry's loads (L1/L2 hits: the tile loads fetched the same lines) issue at once.
-        upd = _fold_unrolled(upd, c, total, A, rdt_base, rx_base, rB_base, s_rx_j, s_rB_j, offs_p, offs_n, P, N, CAP)
+        upd = _fold_unrolled(upd, c, total, A, rdt_base, rx_base, rB_base, s_rx_j, s_rB_j, offs_p, offs_n, P, N, CAP,
+                             s_rdt_j)
     elif FOLD == "loop":
         # The same updates in a rolled loop over the committed entries: fewer registers
         # (the fold's registers count against every step's occupancy), one latency per entry.
         prefix = 0.0
         for j in range(0, tl.minimum(c, CAP)):
-            dt_j = tl.load(rdt_base + j)
+            dt_j = tl.load(rdt_base + j * s_rdt_j)
             prefix += dt_j
             w_j = tl.exp(A * (total - prefix)) * dt_j
             x_j = tl.load(rx_base + j * s_rx_j + offs_p, mask=offs_p < P, other=0.0)
@@ -114,7 +115,8 @@ def _tile_step(S, rx, xb, zb, blk, is_flush, live, c, in_ring, coef, coef_now, w
                ck_base, rdt_base, rx_base, rB_base, y_row, s_ck_p, s_rx_j, s_rB_j, tile_rows, y_rows,
                P: tl.constexpr, N: tl.constexpr, CAP: tl.constexpr,
                BLOCK_P: tl.constexpr, BLOCK_N: tl.constexpr,
-               HAS_D: tl.constexpr, HAS_Z: tl.constexpr, FOLD: tl.constexpr, ROWS: tl.constexpr):
+               HAS_D: tl.constexpr, HAS_Z: tl.constexpr, FOLD: tl.constexpr, ROWS: tl.constexpr,
+               s_rdt_j: tl.constexpr):
     """Output rows of tile ``blk`` and, on a flush, its folded checkpoint. ``ROWS`` ("all",
     "nonflush", "flush") says which rows this launch serves: a launch of one kind compiles
     only that path."""
@@ -125,14 +127,14 @@ def _tile_step(S, rx, xb, zb, blk, is_flush, live, c, in_ring, coef, coef_now, w
     if ROWS == "flush":
         # Rows that do not flush run no fold iterations (their loads are masked off already).
         y = _fold_tile(S, x, offs_p, offs_n, tl.where(is_flush, c, 0), in_ring, w, gamma, total, dt, A, Bv, Cv, rB, ck_base, rdt_base,
-                       rx_base, rB_base, rx, s_ck_p, s_rx_j, s_rB_j, tile_rows, P, N, CAP, FOLD)
+                       rx_base, rB_base, rx, s_ck_p, s_rx_j, s_rB_j, tile_rows, P, N, CAP, FOLD, s_rdt_j)
     elif ROWS == "nonflush":
         ring = tl.sum(tl.where(in_ring[None, :], rx.to(tl.float32), 0.0) * coef[None, :], axis=1)
         y = gamma * tl.sum(S * Cv[None, :], axis=1) + ring + coef_now * x
     else:
         if is_flush:
             y = _fold_tile(S, x, offs_p, offs_n, c, in_ring, w, gamma, total, dt, A, Bv, Cv, rB, ck_base, rdt_base,
-                           rx_base, rB_base, rx, s_ck_p, s_rx_j, s_rB_j, tile_rows, P, N, CAP, FOLD)
+                           rx_base, rB_base, rx, s_ck_p, s_rx_j, s_rB_j, tile_rows, P, N, CAP, FOLD, s_rdt_j)
         else:
             ring = tl.sum(tl.where(in_ring[None, :], rx.to(tl.float32), 0.0) * coef[None, :], axis=1)
             y = gamma * tl.sum(S * Cv[None, :], axis=1) + ring + coef_now * x
@@ -207,7 +209,7 @@ def _replay_v4_kernel(
     HAS_D: tl.constexpr, HAS_Z: tl.constexpr, HAS_DT_BIAS: tl.constexpr, DT_SOFTPLUS: tl.constexpr,
     HAS_CLAMP: tl.constexpr, HAS_INDICES: tl.constexpr, FOLD: tl.constexpr, PIPELINE: tl.constexpr,
     AHEAD: tl.constexpr, NUM_STAGES: tl.constexpr, CURSOR_KERNEL: tl.constexpr, ROWS_FASTEST: tl.constexpr,
-    ROWS: tl.constexpr, KC: tl.constexpr,
+    ROWS: tl.constexpr, KC: tl.constexpr, s_rdt_j: tl.constexpr = 1,
 ):
     row, h, part = _program_ids(ROWS_FASTEST)
     g = h // HEADS_PER_GROUP
@@ -260,7 +262,7 @@ def _replay_v4_kernel(
         ring_live = offs_j < tl.where(tile_rows > 0, c, 0)
     else:
         ring_live = offs_j < tl.where(tile_rows > 0, CAP, 0)
-    rdt_all = tl.load(rdt_base + offs_j, mask=ring_live, other=0.0)
+    rdt_all = tl.load(rdt_base + offs_j * s_rdt_j, mask=ring_live, other=0.0)
     rB_all = tl.load(rB_base + offs_j[:, None] * s_rB_j + offs_n[None, :], mask=ring_live[:, None] & mask_n[None, :],
                      other=0.0)
     dt = tl.load(dt_ptr + row * s_dt_row + h).to(tl.float32)
@@ -283,7 +285,8 @@ def _replay_v4_kernel(
             offs_p = (first + i) * BLOCK_P + tl.arange(0, BLOCK_P)
             xa = tl.load(x_row + offs_p, mask=offs_p < P, other=0.0)
             tl.store(rx_base + c * s_rx_j + offs_p, xa, mask=offs_p < tl.where(fits, P, 0))
-        _append_dt_B(fits, part, h, HEADS_PER_GROUP, rdt_base, rB_base, c, s_rB_j, dt, B_raw, offs_n, mask_n)
+        _append_dt_B(fits, part, h, HEADS_PER_GROUP, rdt_base, rB_base, c, s_rB_j, dt, B_raw, offs_n, mask_n,
+                     s_rdt_j)
     if not CURSOR_KERNEL:
         # Counted once every warp has used c and flush_at (the stores above depend on them):
         # the last program of the slot then moves the cursors (see decode.py).
@@ -317,14 +320,14 @@ def _replay_v4_kernel(
                                                  s_rx_j, P, N, CAP, BLOCK_P, BLOCK_N, BLOCK_J, HAS_Z)
             _tile_step(S, rx, xb, zb, first + i, is_flush, live, c, in_ring, coef, coef_now, w, gamma, total, dt, A,
                        D, Bv, Cv, rB, ck_base, rdt_base, rx_base, rB_base, y_row, s_ck_p, s_rx_j, s_rB_j, tile_rows,
-                       y_rows, P, N, CAP, BLOCK_P, BLOCK_N, HAS_D, HAS_Z, FOLD, ROWS)
+                       y_rows, P, N, CAP, BLOCK_P, BLOCK_N, HAS_D, HAS_Z, FOLD, ROWS, s_rdt_j)
     elif PIPELINE == "range":
         for i in tl.range(0, BLOCKS, num_stages=NUM_STAGES):
             S, rx, xb, zb = _load_tile(ck_base, rx_base, x_row, z_row, first + i, tile_rows, y_rows, s_ck_p, s_rx_j,
                                        P, N, CAP, BLOCK_P, BLOCK_N, BLOCK_J, HAS_Z)
             _tile_step(S, rx, xb, zb, first + i, is_flush, live, c, in_ring, coef, coef_now, w, gamma, total, dt, A,
                        D, Bv, Cv, rB, ck_base, rdt_base, rx_base, rB_base, y_row, s_ck_p, s_rx_j, s_rB_j, tile_rows,
-                       y_rows, P, N, CAP, BLOCK_P, BLOCK_N, HAS_D, HAS_Z, FOLD, ROWS)
+                       y_rows, P, N, CAP, BLOCK_P, BLOCK_N, HAS_D, HAS_Z, FOLD, ROWS, s_rdt_j)
     else:
         _cols_tile(ck_base, rx_base, rB_base, x_row, z_row, y_row, C_ptr + row * s_C_row + g * s_C_group,
                    B_ptr + row * s_B_row + g * s_B_group, first, tile_rows, y_rows, live, c, is_flush, in_ring, coef,
@@ -371,7 +374,7 @@ def replay_step_v4(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at, win
             BLOCK_J=max(16, triton.next_power_of_2(capacity)), BLOCKS=blocks,
             DT_SOFTPLUS=bool(dt_softplus), **flags, FOLD=cfg.fold, PIPELINE=cfg.pipeline, AHEAD=cfg.ahead,
             NUM_STAGES=cfg.num_stages, CURSOR_KERNEL=cfg.cursor_kernel, ROWS_FASTEST=cfg.rows_fastest, ROWS=rows,
-            KC=min(32, triton.next_power_of_2(d_state)),
+            KC=min(32, triton.next_power_of_2(d_state)), s_rdt_j=ring_dt.stride(2),
             num_warps=cfg.num_warps, num_stages=cfg.num_stages, maxnreg=cfg.max_registers,
         )
     if cfg.cursor_kernel:

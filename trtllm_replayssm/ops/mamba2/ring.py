@@ -16,11 +16,12 @@ With ``LaunchConfig.ring_dt_sector`` the token's ``dt`` entry is stored as the 3
 around it (8 fp32 entries) rather than as one word per head: the heads' rings lie ``CAP`` words
 apart, so single words leave 32768 sectors a step partly written at Nemotron-H batch 256, and on
 an H200 partly written sectors among the checkpoint's reads cost more per sector than whole ones
-(``benchmarks/probe_memory_rates.py``, thirty-seventh run). Not yet timed in the step. The
-staged step's launches also take a ``ring_dt`` laid out entries outermost (``s_rdt_j``, a
-constexpr: a group's heads' entry is then 64 contiguous bytes, 8 times fewer sectors written;
-``decode.replay_step`` refuses it for the other kernels). The state allocates heads outermost;
-``probe_flush_step_parts.py`` times both forms against it.
+(``benchmarks/probe_memory_rates.py``, thirty-seventh run). Not yet timed in the step. Every
+launch also takes a ``ring_dt`` stored entries outermost (``s_rdt_j``, a constexpr:
+``Mamba2ReplayState.allocate(ring_dt_layout="entries")``; a group's heads' entry is then 64
+contiguous bytes, 8 times fewer sectors written). The state allocates heads outermost by default
+until a GPU has timed the two (``probe_flush_step_parts.py``, ``bench_mamba2_decode.py --derive
+ring_dt_layout=entries``).
 
 Storing the ``x`` entry from a launch of its own on a second side stream, beside the stream
 launch, was built and timed (Nemotron-H 256, H200: non-flush 274.8-275.1 against 274.5-274.9 us)

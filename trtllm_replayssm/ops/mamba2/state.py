@@ -21,6 +21,12 @@ field               shape                                        meaning
                                                                  less for a staggered first window)
 ==================  ===========================================  ===================================
 
+``ring_dt`` may also be stored entries outermost: ``[slots, capacity, heads]`` storage seen as
+``[slots, heads, capacity]`` (``allocate(ring_dt_layout="entries")``, strides ``(capacity * heads,
+1, heads)``). A token's entry for a group's heads is then one run of memory: a step writes whole
+32-byte sectors instead of one 4-byte word per head (``ring.py`` says why that may matter). Every
+kernel and the reference take either layout; the ops refuse any other strides.
+
 ``capacity = window + max_draft_tokens``. ``ring_x`` / ``ring_B`` use the activation dtype,
 ``ring_dt`` is fp32 (the decay ``exp(dt * A)`` is sensitive to it). The checkpoint dtype is the
 recurrence precision (fp32 here; lower precisions and the read copy come with split precision).
@@ -40,7 +46,21 @@ import torch
 from ...config import ReplaySSMConfig
 from .._state import ReplayStateBase
 
-__all__ = ["Mamba2ReplayState"]
+__all__ = ["Mamba2ReplayState", "RING_DT_LAYOUTS", "ring_dt_layout"]
+
+#: ``ring_dt``'s storage orders: ``"heads"`` (``[slots, heads, capacity]``, contiguous) and
+#: ``"entries"`` (``[slots, capacity, heads]`` storage, the same logical shape).
+RING_DT_LAYOUTS = ("heads", "entries")
+
+
+def ring_dt_layout(ring_dt: torch.Tensor) -> str | None:
+    """Which of :data:`RING_DT_LAYOUTS` a ``[slots, heads, capacity]`` tensor is stored in, or None
+    (``"heads"`` where both describe its memory, as with one head or one entry)."""
+    if ring_dt.is_contiguous():
+        return "heads"
+    if ring_dt.permute(0, 2, 1).is_contiguous():
+        return "entries"
+    return None
 
 
 @dataclass
@@ -70,16 +90,24 @@ class Mamba2ReplayState(ReplayStateBase):
         activation_dtype: torch.dtype = torch.float32,
         checkpoint_dtype: torch.dtype = torch.float32,
         device: torch.device | str | None = None,
+        ring_dt_layout: str = "heads",
     ) -> "Mamba2ReplayState":
-        """Zero state for ``slots`` slots, every slot reset (see :meth:`reset_slots`)."""
+        """Zero state for ``slots`` slots, every slot reset (see :meth:`reset_slots`);
+        ``ring_dt_layout``: one of :data:`RING_DT_LAYOUTS` (the module docstring)."""
         config = config or ReplaySSMConfig()
         if heads % groups != 0:
             raise ValueError(f"heads: expected a multiple of groups={groups}, got {heads}")
+        if ring_dt_layout not in RING_DT_LAYOUTS:
+            raise ValueError(f"ring_dt_layout: expected one of {RING_DT_LAYOUTS}, got {ring_dt_layout!r}")
         cap = config.ring_capacity
+        if ring_dt_layout == "entries":
+            ring_dt = torch.zeros(slots, cap, heads, dtype=torch.float32, device=device).permute(0, 2, 1)
+        else:
+            ring_dt = torch.zeros(slots, heads, cap, dtype=torch.float32, device=device)
         state = cls(
             checkpoint=torch.zeros(slots, heads, head_dim, d_state, dtype=checkpoint_dtype, device=device),
             ring_x=torch.zeros(slots, heads, cap, head_dim, dtype=activation_dtype, device=device),
-            ring_dt=torch.zeros(slots, heads, cap, dtype=torch.float32, device=device),
+            ring_dt=ring_dt,
             ring_B=torch.zeros(slots, groups, cap, d_state, dtype=activation_dtype, device=device),
             window=config.window,
             **cls._cursors(slots, device),

@@ -567,7 +567,7 @@ def run_variants(dtype, flush, rounds, copy_gbps, result, json_path, budget_s, s
             print(variant_row(r))
         timed = [r for r in rows if "amortized_us" in r]
         if timed:
-            print(f"# best at {key[0]} batch {key[1]}: {timed[0]['config']}")
+            print(f"# best at {key[0]} batch {key[1]}: {timed[0]['config']}, {LAYOUT_KEY}={timed[0][LAYOUT_KEY]}")
     print(f"# variants done in {time.perf_counter() - start:.0f} s", flush=True)
 
 

@@ -77,6 +77,9 @@ for what in "$@"; do
     parts)
       step parts_allflush "${BENCH_LIMIT:-90}" python3 benchmarks/probe_flush_step_parts.py --batch 256 --rounds 20 \
         --timeline 0
+      # batch 128: the flush step's ~25-30 us that do not scale with the batch (1.12x against 1.1x)
+      step parts_allflush_128 "${BENCH_LIMIT:-90}" python3 benchmarks/probe_flush_step_parts.py --batch 128 \
+        --rounds 20 --timeline 0 --stages 2 3 4
       for c in 0 7; do
         step "parts_nonflush_c$c" "${BENCH_LIMIT:-90}" python3 benchmarks/probe_flush_step_parts.py --batch 256 \
           --committed "$c" --rounds 20 --timeline 2

@@ -7,8 +7,7 @@ import torch.nn.functional as F
 
 from trtllm_replayssm.config import ReplaySSMConfig
 from trtllm_replayssm.ops.mamba2 import Mamba2ReplayState, mamba2_replay_step, mamba2_standard_step
-from trtllm_replayssm.ops.mamba2.state import RING_DT_LAYOUTS
-from trtllm_replayssm.ops.mamba2.state import ring_dt_layout as ring_dt_layout_of
+from trtllm_replayssm.ops.mamba2.state import RING_DT_LAYOUTS, ring_dt_layout_of
 
 H, P, N, G = 4, 6, 5, 2
 

@@ -27,7 +27,7 @@ import torch
 from .. import registry  # noqa: F401  (registers torch.ops.replayssm.*)
 from .._slots import check_pad_slot_id
 from .reference import _check_flag, _check_inputs, _check_ring_dtypes, _shape_error, _state_dims
-from .state import Mamba2ReplayState, ring_dt_layout
+from .state import Mamba2ReplayState, ring_dt_layout_of
 
 from .reference import mamba2_replay_materialize  # plain torch on any device: no kernel needed
 
@@ -59,7 +59,7 @@ def _check_kernel_layout(state_tensors: dict, inputs: dict, head_dim: int, d_sta
     if device.type != "cuda":
         return
     for name, t in state_tensors.items():
-        if name == "ring_dt" and t.dim() == 3 and ring_dt_layout(t) is not None:
+        if name == "ring_dt" and t.dim() == 3 and ring_dt_layout_of(t) is not None:
             continue  # either storage order (state.RING_DT_LAYOUTS)
         if not t.is_contiguous():
             extra = " or stored entries outermost (state.RING_DT_LAYOUTS)" if name == "ring_dt" else ""

@@ -46,14 +46,14 @@ import torch
 from ...config import ReplaySSMConfig
 from .._state import ReplayStateBase
 
-__all__ = ["Mamba2ReplayState", "RING_DT_LAYOUTS", "ring_dt_layout"]
+__all__ = ["Mamba2ReplayState", "RING_DT_LAYOUTS", "ring_dt_layout_of"]
 
 #: ``ring_dt``'s storage orders: ``"heads"`` (``[slots, heads, capacity]``, contiguous) and
 #: ``"entries"`` (``[slots, capacity, heads]`` storage, the same logical shape).
 RING_DT_LAYOUTS = ("heads", "entries")
 
 
-def ring_dt_layout(ring_dt: torch.Tensor) -> str | None:
+def ring_dt_layout_of(ring_dt: torch.Tensor) -> str | None:
     """Which of :data:`RING_DT_LAYOUTS` a ``[slots, heads, capacity]`` tensor is stored in, or None
     (``"heads"`` where both describe its memory, as with one head or one entry)."""
     if ring_dt.is_contiguous():

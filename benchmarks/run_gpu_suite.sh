@@ -9,7 +9,7 @@
 #          build on CUDA), bench (mamba2, gdn, kda decode benchmarks), bench-mamba2 (its table
 #          alone; MAMBA2_BENCH_ARGS="--ring-dt-layout entries" for that state), paper (the paper's public
 #          Mamba-2 and GDN kernels beside ours; PAPER_ROOT: a checkout of its repository inside
-#          the working tree, untracked), options-tests / options-ring-dt / parts / options-stages /
+#          the working tree, untracked), options-tests / options-nonflush / parts / options-stages /
 #          options-stream-regs (the Mamba-2 step options and probes not yet run: their GPU tests,
 #          each option against the default, the step's parts); default: tests formats bench builder
 #   limits (seconds) and extra benchmark arguments come from the environment:
@@ -67,13 +67,15 @@ for what in "$@"; do
     # run); the fortieth run's options were timed in the forty-first (RESULTS.md).
     options-tests) step gpu_tests_options "${GPU_TESTS_LIMIT:-330}" python3 -m pytest -q -m gpu -n 8 \
                      -p no:cacheprovider tests/test_mamba2_flush_cuda.py tests/test_mamba2_kernels.py \
-                     -k "dt_sector or dt-sector or four_windows or entry_major or ring_dt_strides" ;;
-    # The token's dt entry: stored as its whole sector, or into a ring_dt stored entries outermost
-    # (the state's layout, not a launch field), each twice beside the default.
-    options-ring-dt) step variants_ring_dt "${BENCH_LIMIT:-400}" python3 benchmarks/bench_mamba2_decode.py \
-                       --variants --variant-rounds 20 --budget-s 370 --variant-batches 256 512 \
-                       --derive "ring_dt_layout=entries" "ring_dt_sector=true" "" "ring_dt_layout=entries" \
-                       "ring_dt_sector=true" --json "$OUT/variants_ring_dt.json" ;;
+                     -k "dt_sector or dt-sector or four_windows or entry_major or ring_dt_strides or after" ;;
+    # The non-flush step's last microseconds: the token's dt entry stored as its whole sector, or
+    # into a ring_dt stored entries outermost (the state's layout, not a launch field); the flush
+    # kernel's empty wave issued after the stream launch. Each twice beside the default.
+    options-nonflush) step variants_nonflush "${BENCH_LIMIT:-400}" python3 benchmarks/bench_mamba2_decode.py \
+                        --variants --variant-rounds 20 --budget-s 370 --variant-batches 256 512 \
+                        --derive "ring_dt_layout=entries" "ring_dt_sector=true" "flush_stream_order=after" "" \
+                        "ring_dt_layout=entries" "ring_dt_sector=true" "flush_stream_order=after" \
+                        --json "$OUT/variants_nonflush.json" ;;
     parts)
       step parts_allflush "${BENCH_LIMIT:-90}" python3 benchmarks/probe_flush_step_parts.py --batch 256 --rounds 20 \
         --timeline 0
@@ -95,7 +97,7 @@ for what in "$@"; do
                            --derive "max_registers=48" "max_registers=40" "block_p=8" "" \
                            --json "$OUT/variants_stream_regs.json" ;;
     *) echo "unknown step $what (expected tests, formats, builder, bench, bench-mamba2, paper, options-tests," \
-            "options-ring-dt, parts, options-stages, options-stream-regs)"; exit 2 ;;
+            "options-nonflush, parts, options-stages, options-stream-regs)"; exit 2 ;;
   esac
 done
 exit $status

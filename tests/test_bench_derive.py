@@ -197,6 +197,9 @@ def test_mamba2_variant_label_names_the_cuda_flush():
     # the token's dt entry stored as its whole sector
     assert bench_mamba2_decode.short(dataclasses.replace(base, ring_dt_sector=True)).endswith(
         "auto4 ring-x-in-ring dt-sector")
+    # the flush launch issued after the stream launch
+    assert bench_mamba2_decode.short(dataclasses.replace(base, flush_stream_order="after")).endswith(
+        "ring-x-in-ring flush-after")
 
 
 def test_mamba2_derive_takes_the_ring_dt_layout():

@@ -331,9 +331,11 @@ def test_ws_kernel_assembles_without_spills(sm, dtype, order, tmp_path):
                                     dict(flush_impl="cuda_ws", stream_tiles=8),
                                     dict(flush_impl="cuda_ws", ring_x_in_ring=True, compact_coef=True, stream_tiles=64),
                                     dict(flush_impl="cuda_ws", ring_x_in_ring=True, flush_ws_order="auto",
-                                         ring_dt_sector=True)],
+                                         ring_dt_sector=True),
+                                    dict(flush_impl="cuda_ws", ring_x_in_ring=True, flush_ws_order="auto",
+                                         flush_stream_order="after")],
                          ids=["default", "rows8-heads2", "ws", "ws2", "ws-ring-x", "ws-counter", "ws-compact",
-                              "ws-auto", "ws-walk8", "ws-compact-walk64", "ws-auto-dt-sector"])
+                              "ws-auto", "ws-walk8", "ws-compact-walk64", "ws-auto-dt-sector", "ws-auto-after"])
 @pytest.mark.parametrize("batch", [1, 3, 64])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize("dims", [(8, 64, 128, 2), (8, 80, 128, 8), (4, 128, 64, 1), (6, 256, 128, 3)])

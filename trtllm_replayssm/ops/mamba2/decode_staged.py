@@ -391,10 +391,11 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
         if items != ROW_GRID:
             note_resident(key, compiled, x.device)
 
-    # flush_stream: the flush launch first, on a side stream, so that it runs under the stream
-    # launch (disjoint rows); joined before returning.
+    # flush_stream: the flush launch on a side stream forked here, so that it runs under the stream
+    # launch (disjoint rows); issued first, or after the stream launch (flush_stream_order); joined
+    # before returning.
     side = fork(x.device) if cfg.flush_launch and cfg.flush_stream else None
-    if side is not None:
+    if side is not None and cfg.flush_stream_order == "first":
         with torch.cuda.stream(side):
             flush_rows()
     tiles = triton.cdiv(head_dim, cfg.block_p)
@@ -425,6 +426,9 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
             **stream_consts,
         )
     if side is not None:
+        if cfg.flush_stream_order == "after":
+            with torch.cuda.stream(side):
+                flush_rows()
         join(side, x.device)
     elif cfg.flush_launch:
         flush_rows()

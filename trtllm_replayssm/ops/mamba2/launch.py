@@ -11,7 +11,7 @@ import triton
 
 from .._prefetch import PREFETCH_MODES
 
-__all__ = ["DOT_FOLDS", "FLUSH_IMPLS", "FOLDS", "KERNELS", "PIPELINES", "WS_ORDERS", "LaunchConfig",
+__all__ = ["DOT_FOLDS", "FLUSH_IMPLS", "FLUSH_STREAM_ORDERS", "FOLDS", "KERNELS", "PIPELINES", "WS_ORDERS", "LaunchConfig",
            "launch_config"]
 
 #: Flush fold of the "v4" and "staged" kernels: unrolled rank-1 FMAs, a rolled loop, or an fp32
@@ -33,6 +33,8 @@ FLUSH_IMPLS = ("triton", "cuda", "cuda_ws")
 #: How the warp-specialised flush's blocks take their items: striding by the grid, from a counter,
 #: or, step by step, from the counter when at least half of the batch's rows flush.
 WS_ORDERS = ("stride", "counter", "auto")
+#: When the flush launch of flush_stream is issued on its side stream: before the stream launch or after it.
+FLUSH_STREAM_ORDERS = ("first", "after")
 
 
 @dataclass(frozen=True)
@@ -126,6 +128,13 @@ class LaunchConfig:
     # (the entries below it rewritten as they are, zeros after it: uncommitted entries), not as one
     # 4-byte word per head, which leaves the sector partly written (ring.py). Not yet timed.
     ring_dt_sector: bool = False
+    # flush_stream: "first" issues the flush launch on the side stream before the stream launch;
+    # "after" issues it after (the side stream still forks right after the ring launch, so the two
+    # launches stay siblings in a captured graph: only the order they reach the GPU changes). In a
+    # non-flush step the flush kernel's blocks find no item, but while resident they hold an SM's
+    # registers and shared memory (at Nemotron-H 256: 8 stream programs per SM beside one, not 18).
+    # Not yet timed.
+    flush_stream_order: str = "first"
 
     def __post_init__(self):
         if self.kernel not in KERNELS:
@@ -182,6 +191,11 @@ class LaunchConfig:
                              f"tuple of them, got {self.flush_max_registers!r}")
         if self.flush_stream and not self.flush_launch:
             raise ValueError("LaunchConfig.flush_stream: needs flush_launch=True")
+        if self.flush_stream_order not in FLUSH_STREAM_ORDERS:
+            raise ValueError(f"LaunchConfig.flush_stream_order: expected one of {FLUSH_STREAM_ORDERS}, "
+                             f"got {self.flush_stream_order!r}")
+        if self.flush_stream_order != "first" and not self.flush_stream:
+            raise ValueError("LaunchConfig.flush_stream_order: 'after' needs flush_stream=True")
         for name in ("ring_dt_sector", "ring_x_in_ring", "compact_coef"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"LaunchConfig.{name}: expected a bool, got {getattr(self, name)!r}")

@@ -1,6 +1,6 @@
 """Time a few Mamba-2 replay launch configurations against the standard step at chosen batches
 and dims: in phase (15 non-flush + 1 flush) and with staggered flush phases, each checked
-against the standard kernel first (``bench_mamba2_decode.check_against_standard``).
+against the standard kernel first (``_mamba2_variants.check_against_standard``).
 
     PYTHONPATH=$PWD python3 benchmarks/probe_mamba2_configs.py --dims nemotron_h nemotron3_nano \\
         --batches 8 12 16 24 32 48 64 --json probe.json
@@ -23,6 +23,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _cli import check_output, positive_int, require_cuda  # noqa: E402
 import bench_mamba2_decode as bench  # noqa: E402
+from _mamba2_variants import check_against_standard  # noqa: E402
 
 from trtllm_replayssm.ops.mamba2 import decode  # noqa: E402
 
@@ -58,7 +59,7 @@ def main(argv=None):
             for name in args.configs:
                 cfg = decode.LaunchConfig(**CONFIGS[name]) if CONFIGS[name] else decode.launch_config(
                     "replay", dims[1], dims[2], batch)
-                ok, msg = bench.check_against_standard(dims, batch, dtype, cfg)
+                ok, msg = check_against_standard(dims, batch, dtype, cfg)
                 if not ok:
                     line.append(f"{name} WRONG ({msg[:80]})")
                     continue

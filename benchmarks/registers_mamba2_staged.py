@@ -1,6 +1,6 @@
 """Compile the two-launch Mamba-2 kernels (``ops/mamba2/decode_staged.py``) for sm_90 without a
 GPU and print ptxas's registers, spills and shared memory for each staged config of
-``bench_mamba2_decode.VARIANTS`` (the counts quoted in that list's comments).
+``_mamba2_variants.VARIANTS`` (the counts quoted in that list's comments).
 
 Same method as ``registers_gdn_staged.py`` (whose ``_compile`` this reuses). Must run without
 ``TRITON_INTERPRET``.
@@ -109,7 +109,7 @@ def main(argv=None):
     registers_gdn_staged.set_target(args.sm)
     if os.environ.get("TRITON_INTERPRET") == "1":
         raise SystemExit("unset TRITON_INTERPRET: the interpreter does not compile")
-    from bench_mamba2_decode import VARIANTS, short
+    from _mamba2_variants import VARIANTS, short
 
     configs = [decode.launch_config("replay", 64, 128, 256)]
     configs.append(dataclasses.replace(configs[0], compact_coef=True))

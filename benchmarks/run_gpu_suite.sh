@@ -64,9 +64,9 @@ for what in "$@"; do
       step bench_gdn_paper "${BENCH_LIMIT:-150}" python3 benchmarks/bench_gdn_paper.py --paper-root "$PAPER_ROOT" \
         --accuracy --batches 1 128 256 512 --json "$OUT/gdn_paper.json" ;;
     # The Mamba-2 step options and probes prepared without a GPU (NOTES_mamba2.md, forty-second
-    # run); the fortieth run's options were timed in the forty-first (RESULTS.md).
+    # and forty-third runs); the fortieth run's options were timed in the forty-first (RESULTS.md).
     options-tests) step gpu_tests_options "${GPU_TESTS_LIMIT:-330}" python3 -m pytest -q -m gpu -n 8 \
-                     -p no:cacheprovider tests/test_mamba2_flush_cuda.py tests/test_mamba2_kernels.py \
+                     -p no:cacheprovider tests/test_mamba2_flush_cuda.py tests/test_mamba2_kernels.py tests/test_mamba2_ring_dt.py \
                      -k "dt_sector or dt-sector or four_windows or entry_major or ring_dt_strides or after" ;;
     # The non-flush step's last microseconds: the token's dt entry stored as its whole sector, or
     # into a ring_dt stored entries outermost (the state's layout, not a launch field); the flush

@@ -166,3 +166,13 @@ def graph_vs_eager(fn_step, make_state, batch, heads, head_dim, d_state, groups,
         torch.cuda.synchronize()
         assert torch.equal(y_graph, y_eager)
     return eager_state, graph_state
+
+
+def switching_replay(first, then, after):
+    """A launcher that runs config ``first`` for ``after`` steps, then ``then``."""
+    calls = [0]
+
+    def run(*args):
+        calls[0] += 1
+        return kernel_replay(first if calls[0] <= after else then)(*args)
+    return run

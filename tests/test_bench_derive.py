@@ -176,47 +176,47 @@ def test_staged_with_is_the_staged_default_where_the_one_launch_step_serves():
 
 
 def test_mamba2_variant_label_names_the_cuda_flush():
-    import bench_mamba2_decode
+    import _mamba2_variants as variants
 
     base = mamba2_decode.launch_config("replay", 64, 128, 256)
     cuda = dataclasses.replace(base, flush_impl="cuda", flush_cuda_rows=2)
-    assert "+flush cuda h16 b4 rows2 side" in bench_mamba2_decode.short(cuda)
+    assert "+flush cuda h16 b4 rows2 side" in variants.short(cuda)
     # the default from batch 256 (its items from a counter in chunks of 4 when half the rows
     # flush), whose ring launch also stores the token's ring x
-    assert bench_mamba2_decode.short(base).endswith("+flush cuda_ws side auto4 ring-x-in-ring")
-    assert bench_mamba2_decode.short(dataclasses.replace(base, ring_x_in_ring=False)).endswith("+flush cuda_ws side auto4")
-    assert bench_mamba2_decode.short(dataclasses.replace(base, flush_ws_order="stride")).endswith(
+    assert variants.short(base).endswith("+flush cuda_ws side auto4 ring-x-in-ring")
+    assert variants.short(dataclasses.replace(base, ring_x_in_ring=False)).endswith("+flush cuda_ws side auto4")
+    assert variants.short(dataclasses.replace(base, flush_ws_order="stride")).endswith(
         "+flush cuda_ws side ring-x-in-ring")
-    assert "s4 side" in bench_mamba2_decode.short(dataclasses.replace(base, flush_ws_stages=4))
+    assert "s4 side" in variants.short(dataclasses.replace(base, flush_ws_stages=4))
     # below batch 192 the default caps the stages instead (at most 3)
-    assert "cuda_ws smax3 side auto4" in bench_mamba2_decode.short(mamba2_decode.launch_config("replay", 64, 128, 128))
-    assert "cuda" not in bench_mamba2_decode.short(dataclasses.replace(base, flush_impl="triton"))
+    assert "cuda_ws smax3 side auto4" in variants.short(mamba2_decode.launch_config("replay", 64, 128, 128))
+    assert "cuda" not in variants.short(dataclasses.replace(base, flush_impl="triton"))
     # the ring launch's warps, in every flush form's label
-    assert bench_mamba2_decode.short(dataclasses.replace(base, ring_warps=8)).endswith("side auto4 rw8 ring-x-in-ring")
-    assert " rw2 " in bench_mamba2_decode.short(dataclasses.replace(base, flush_impl="triton", ring_warps=2))
+    assert variants.short(dataclasses.replace(base, ring_warps=8)).endswith("side auto4 rw8 ring-x-in-ring")
+    assert " rw2 " in variants.short(dataclasses.replace(base, flush_impl="triton", ring_warps=2))
     # the token's dt entry stored as its whole sector
-    assert bench_mamba2_decode.short(dataclasses.replace(base, ring_dt_sector=True)).endswith(
+    assert variants.short(dataclasses.replace(base, ring_dt_sector=True)).endswith(
         "auto4 ring-x-in-ring dt-sector")
     # the flush launch issued after the stream launch
-    assert bench_mamba2_decode.short(dataclasses.replace(base, flush_stream_order="after")).endswith(
+    assert variants.short(dataclasses.replace(base, flush_stream_order="after")).endswith(
         "ring-x-in-ring flush-after")
 
 
 def test_mamba2_derive_takes_the_ring_dt_layout():
     """``--derive "ring_dt_layout=entries, ..."``: the state's ring_dt storage beside LaunchConfig
     fields; the variant's label marks it, and a layout that is not one of the state's is refused."""
-    import bench_mamba2_decode as bench
+    import _mamba2_variants as variants
 
     base = dataclasses.asdict(mamba2_decode.launch_config("replay", 64, 128, 256))
-    kw = bench.parse_variant("ring_dt_layout=entries, ring_warps=2", base)
-    fields, layout = bench.split_variant(kw)
+    kw = variants.parse_variant("ring_dt_layout=entries, ring_warps=2", base)
+    fields, layout = variants.split_variant(kw)
     assert layout == "entries" and fields == dict(base, ring_warps=2)
     assert mamba2_decode.LaunchConfig(**fields).ring_warps == 2
-    assert bench.split_variant(bench.parse_variant("ring_dt_sector=true", base)) == (
+    assert variants.split_variant(variants.parse_variant("ring_dt_sector=true", base)) == (
         dict(base, ring_dt_sector=True), "heads")
-    assert bench.split_variant(bench.parse_variant("", base)) == (base, "heads")
-    assert bench.layout_label("entries") == " ringE" and bench.layout_label("heads") == ""
+    assert variants.split_variant(variants.parse_variant("", base)) == (base, "heads")
+    assert variants.layout_label("entries") == " ringE" and variants.layout_label("heads") == ""
     with pytest.raises(SystemExit, match=r"--derive: ring_dt_layout expected one of \('heads', 'entries'\), got 'rows'"):
-        bench.parse_variant("ring_dt_layout=rows", base)
+        variants.parse_variant("ring_dt_layout=rows", base)
     with pytest.raises(SystemExit, match="is not field=value of LaunchConfig"):
-        bench.parse_variant("ring_dt_layout=entries, warps=2", base)
+        variants.parse_variant("ring_dt_layout=entries, warps=2", base)

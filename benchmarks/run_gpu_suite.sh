@@ -9,7 +9,7 @@
 #          build on CUDA), bench (mamba2, gdn, kda decode benchmarks), bench-mamba2 (its table
 #          alone; MAMBA2_BENCH_ARGS="--ring-dt-layout entries" for that state), paper (the paper's public
 #          Mamba-2 and GDN kernels beside ours; PAPER_ROOT: a checkout of its repository inside
-#          the working tree, untracked), options-tests / options-nonflush / parts / options-stages /
+#          the working tree, untracked), options-tests / options-nonflush / parts / options-flush /
 #          options-stream-regs (the Mamba-2 step options and probes not yet run: their GPU tests,
 #          each option against the default, the step's parts); default: tests formats bench builder
 #   limits (seconds) and extra benchmark arguments come from the environment:
@@ -67,7 +67,7 @@ for what in "$@"; do
     # and forty-third runs); the fortieth run's options were timed in the forty-first (RESULTS.md).
     options-tests) step gpu_tests_options "${GPU_TESTS_LIMIT:-330}" python3 -m pytest -q -m gpu -n 8 \
                      -p no:cacheprovider tests/test_mamba2_flush_cuda.py tests/test_mamba2_kernels.py tests/test_mamba2_ring_dt.py \
-                     -k "dt_sector or dt-sector or four_windows or entry_major or ring_dt_strides or after" ;;
+                     -k "dt_sector or dt-sector or four_windows or entry_major or ring_dt_strides or after or taper" ;;
     # The non-flush step's last microseconds: the token's dt entry stored as its whole sector, or
     # into a ring_dt stored entries outermost (the state's layout, not a launch field); the flush
     # kernel's empty wave issued after the stream launch. Each twice beside the default.
@@ -86,18 +86,20 @@ for what in "$@"; do
         step "parts_nonflush_c$c" "${BENCH_LIMIT:-90}" python3 benchmarks/probe_flush_step_parts.py --batch 256 \
           --committed "$c" --rounds 20 --timeline 2
       done ;;
-    # --derive replaces fields of the batch-256 default, which caps no stages: each row names its cap.
-    options-stages) step variants_stages "${BENCH_LIMIT:-300}" python3 benchmarks/bench_mamba2_decode.py \
-                      --variants --variant-rounds 20 --budget-s 280 --variant-batches 128 160 \
-                      --derive "flush_ws_max_stages=2" "flush_ws_max_stages=3" \
-                      "flush_ws_max_stages=3, flush_ws_chunk=2" "flush_ws_max_stages=3, flush_ws_chunk=8" \
-                      --json "$OUT/variants_stages.json" ;;
+    # The flush step at 128-160 (1.12-1.13x): the stage cap, chunks of 2, the counter's last items
+    # one at a time (flush_ws_taper). --derive replaces fields of the batch-256 default, which caps
+    # no stages: each row names its cap.
+    options-flush) step variants_flush "${BENCH_LIMIT:-420}" python3 benchmarks/bench_mamba2_decode.py \
+                     --variants --variant-rounds 20 --budget-s 390 --variant-batches 128 160 256 \
+                     --derive "flush_ws_max_stages=2" "flush_ws_max_stages=3" "flush_ws_max_stages=3, flush_ws_chunk=2" \
+                     "flush_ws_max_stages=3, flush_ws_taper=1" "flush_ws_max_stages=3, flush_ws_taper=2" \
+                     "flush_ws_taper=2" --json "$OUT/variants_flush.json" ;;
     options-stream-regs) step variants_stream_regs "${BENCH_LIMIT:-200}" python3 benchmarks/bench_mamba2_decode.py \
                            --variants --variant-rounds 20 --budget-s 180 --variant-batches 256 \
                            --derive "max_registers=48" "max_registers=40" "block_p=8" "" \
                            --json "$OUT/variants_stream_regs.json" ;;
     *) echo "unknown step $what (expected tests, formats, builder, bench, bench-mamba2, paper, options-tests," \
-            "options-nonflush, parts, options-stages, options-stream-regs)"; exit 2 ;;
+            "options-nonflush, parts, options-flush, options-stream-regs)"; exit 2 ;;
   esac
 done
 exit $status

@@ -197,6 +197,8 @@ def test_mamba2_variant_label_names_the_cuda_flush():
     # the token's dt entry stored as its whole sector
     assert variants.short(dataclasses.replace(base, ring_dt_sector=True)).endswith(
         "auto4 ring-x-in-ring dt-sector")
+    # the counter's last items one at a time
+    assert "side auto4t2 ring-x-in-ring" in variants.short(dataclasses.replace(base, flush_ws_taper=2))
     # the flush launch issued after the stream launch
     assert variants.short(dataclasses.replace(base, flush_stream_order="after")).endswith(
         "ring-x-in-ring flush-after")

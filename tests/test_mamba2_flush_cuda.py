@@ -117,6 +117,12 @@ def test_ws_shared_memory_and_stages():
                       "random")
     with pytest.raises(ValueError, match="ring: expected one of"):
         fc.ws_defines(8, 2, 64, 128, 16, torch.bfloat16, torch.bfloat16, torch.int8, None, False, False, None, 2)
+    assert d["TAPER"] == 0
+    assert fc.ws_defines(128, 8, 64, 128, 16, torch.bfloat16, torch.bfloat16, torch.float32, None, False, False, None, 5,
+                         "auto", 4, 2)["TAPER"] == 2
+    with pytest.raises(ValueError, match="taper: expected >= 0, got -1"):
+        fc.ws_defines(128, 8, 64, 128, 16, torch.bfloat16, torch.bfloat16, torch.float32, None, False, False, None, 5,
+                      "auto", 4, -1)
 
 
 def test_ws_stages_taken():
@@ -300,8 +306,8 @@ def test_defaults_assemble_without_spills(sm, tmp_path):
 @pytest.mark.skipif(not HAVE_PTXAS, reason="Triton's ptxas is not installed")
 @pytest.mark.parametrize("sm", [90, 100, 103])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-@pytest.mark.parametrize("order", WS_ORDERS)
-def test_ws_kernel_assembles_without_spills(sm, dtype, order, tmp_path):
+@pytest.mark.parametrize("order,taper", [(order, 0) for order in WS_ORDERS] + [("counter", 2), ("auto", 2)])
+def test_ws_kernel_assembles_without_spills(sm, dtype, order, taper, tmp_path):
     # One 544-thread block per SM: within 120 registers a thread, no spill, at the dims it serves.
     # (The last case without z and D: HAS_Z / HAS_D 0.)
     for heads, groups, head_dim, gated in [(128, 8, 64, True), (96, 8, 80, True), (8, 2, 128, True),
@@ -309,7 +315,7 @@ def test_ws_kernel_assembles_without_spills(sm, dtype, order, tmp_path):
         stages = fc.ws_stages(256, heads, head_dim, 128, 16, dtype.itemsize, dtype.itemsize, dtype.itemsize, gated,
                               232448)
         defs = fc.ws_defines(heads, groups, head_dim, 128, 16, dtype, dtype, dtype, torch.float32 if gated else None,
-                             gated, gated, torch.int32, stages, order)
+                             gated, gated, torch.int32, stages, order, 4, taper)
         ptx = _nvrtc.compile_ptx(fc.source(fc.WS_FILE), "flush_ws.cu", sm, tuple((k, str(v)) for k, v in defs.items()))
         assert "cp.async.bulk.shared::cluster.global" in ptx and "mbarrier.try_wait" in ptx
         # The counter order takes items by atomics on the counter; the stride order touches none.
@@ -333,9 +339,12 @@ def test_ws_kernel_assembles_without_spills(sm, dtype, order, tmp_path):
                                     dict(flush_impl="cuda_ws", ring_x_in_ring=True, flush_ws_order="auto",
                                          ring_dt_sector=True),
                                     dict(flush_impl="cuda_ws", ring_x_in_ring=True, flush_ws_order="auto",
-                                         flush_stream_order="after")],
+                                         flush_stream_order="after"),
+                                    dict(flush_impl="cuda_ws", ring_x_in_ring=True, flush_ws_order="auto",
+                                         flush_ws_taper=2)],
                          ids=["default", "rows8-heads2", "ws", "ws2", "ws-ring-x", "ws-counter", "ws-compact",
-                              "ws-auto", "ws-walk8", "ws-compact-walk64", "ws-auto-dt-sector", "ws-auto-after"])
+                              "ws-auto", "ws-walk8", "ws-compact-walk64", "ws-auto-dt-sector", "ws-auto-after",
+                              "ws-auto-taper2"])
 @pytest.mark.parametrize("batch", [1, 3, 64])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize("dims", [(8, 64, 128, 2), (8, 80, 128, 8), (4, 128, 64, 1), (6, 256, 128, 3)])
@@ -346,19 +355,18 @@ def test_cuda_flush_steps_gpu(dims, dtype, batch, params):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("impl,ring_x,order,compact,walk,dt_sector", [("cuda", False, "stride", False, 1, False),
-                                                                      ("cuda_ws", False, "stride", False, 1, False),
-                                                                      ("cuda_ws", True, "stride", False, 1, False),
-                                                                      ("cuda_ws", True, "counter", False, 1, False),
-                                                                      ("cuda_ws", True, "stride", True, 1, False),
-                                                                      ("cuda_ws", True, "auto", True, 32, False),
-                                                                      ("cuda_ws", True, "auto", False, 1, True)])
-def test_cuda_flush_nemotron_dims_four_windows_gpu(impl, ring_x, order, compact, walk, dt_sector):
+@pytest.mark.parametrize("impl,order,options", [
+    ("cuda", "stride", {}), ("cuda_ws", "stride", {}), ("cuda_ws", "stride", dict(ring_x_in_ring=True)),
+    ("cuda_ws", "counter", dict(ring_x_in_ring=True)), ("cuda_ws", "stride", dict(ring_x_in_ring=True, compact_coef=True)),
+    ("cuda_ws", "auto", dict(ring_x_in_ring=True, compact_coef=True, stream_tiles=32)),
+    ("cuda_ws", "auto", dict(ring_x_in_ring=True, ring_dt_sector=True)),
+    ("cuda_ws", "auto", dict(ring_x_in_ring=True, flush_ws_taper=2))],
+    ids=["cuda", "ws", "ws-ring-x", "ws-counter", "ws-compact", "ws-auto-compact-walk32", "ws-auto-dt-sector",
+         "ws-auto-taper2"])
+def test_cuda_flush_nemotron_dims_four_windows_gpu(impl, order, options):
     # The accuracy target: the fp32 checkpoint within 1e-5 of float64 over 4 windows at L=16.
     run = kernel_replay(decode.LaunchConfig(**dict(CUDA_FLUSH, flush_persistent=4, flush_list_items="heads",
-                                                    flush_heads=16, flush_impl=impl, ring_x_in_ring=ring_x,
-                                                    flush_ws_order=order, compact_coef=compact, stream_tiles=walk,
-                                                    ring_dt_sector=dt_sector)))
+                                                    flush_heads=16, flush_impl=impl, flush_ws_order=order, **options)))
     check_replay((128, 64, 128, 8), torch.bfloat16, 3, 16, 66, "cuda", run=run, ckpt_tol=1e-5)
 
 
@@ -424,14 +432,13 @@ def test_cuda_flush_cuda_graph_equals_eager_gpu(impl, order, walk):
         assert torch.equal(t, getattr(graph, name)), name
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("flushing,counted", [(8, True), (4, True), (3, False), (1, False)])
-def test_ws_auto_order_takes_the_counter_when_half_the_rows_flush_gpu(flushing, counted):
-    # Batch 8: "auto" takes its items from the counter when at least half of the rows flush (the
-    # counter then counts the blocks' takes), else by the grid stride (it stays 0); either way the
-    # folded tiles and y are the stride order's, bit for bit (each item is folded alone).
-    batch, heads, groups, head_dim, d_state, cap = 8, 8, 2, 64, 128, 16
-    gen = torch.Generator(device="cuda").manual_seed(flushing)
+def _ws_flush_operands(batch, heads, groups, flushing, seed):
+    """Random operands of one warp-specialised flush launch (head_dim 64, d_state 128, a 16-entry
+    ring, bf16) in which ``flushing`` random rows flush; returns ``(checkpoint, args, strides,
+    folded)``: ``args`` as ``flush_rows_ws`` takes them after the checkpoint, ``folded`` the flush
+    rows' mask."""
+    head_dim, d_state, cap = 64, 128, 16
+    gen = torch.Generator(device="cuda").manual_seed(seed)
     act = dict(device="cuda", dtype=torch.bfloat16)
     ck = torch.randn(batch, heads, head_dim, d_state, device="cuda", generator=gen)
     ring_x = torch.randn(batch, heads, cap, head_dim, generator=gen, **act)
@@ -451,18 +458,48 @@ def test_ws_auto_order_takes_the_counter_when_half_the_rows_flush_gpu(flushing, 
     strides = (ck.stride(0), ck.stride(1), ring_x.stride(0), ring_x.stride(1), ring_B.stride(0), ring_B.stride(1),
                x.stride(0), x.stride(1), B.stride(0), B.stride(1), C.stride(0), C.stride(1), z.stride(0), z.stride(1),
                x.stride(0), x.stride(1))
-    ck_stride, ck_auto = ck.clone(), ck.clone()
-    y_stride, y_auto = torch.zeros_like(x), torch.zeros_like(x)
-    fc.flush_rows_ws(ck_stride, ring_x, ring_B, coef, info, x, B, C, D, z, None, y_stride, batch, strides, cap)
-    counter = torch.zeros(1, dtype=torch.int32, device="cuda")
-    fc.flush_rows_ws(ck_auto, ring_x, ring_B, coef, info, x, B, C, D, z, None, y_auto, batch, strides, cap,
-                     counter=counter, order="auto")
-    torch.cuda.synchronize()
     folded = torch.zeros(batch, dtype=torch.bool, device="cuda")
     folded[rows] = True
+    return ck, (ring_x, ring_B, coef, info, x, B, C, D, z, None), strides, folded
+
+
+def _ws_flush(ck, args, strides, **kw):
+    """``(checkpoint, y)`` after one ``flush_rows_ws`` launch on copies of ``ck``."""
+    out, y = ck.clone(), torch.zeros_like(args[4])
+    fc.flush_rows_ws(out, *args, y, ck.shape[0], strides, args[0].shape[2], **kw)
+    torch.cuda.synchronize()
+    return out, y
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("flushing,counted", [(8, True), (4, True), (3, False), (1, False)])
+def test_ws_auto_order_takes_the_counter_when_half_the_rows_flush_gpu(flushing, counted):
+    # Batch 8: "auto" takes its items from the counter when at least half of the rows flush (the
+    # counter then counts the blocks' takes), else by the grid stride (it stays 0); either way the
+    # folded tiles and y are the stride order's, bit for bit (each item is folded alone).
+    ck, args, strides, folded = _ws_flush_operands(8, 8, 2, flushing, flushing)
+    ck_stride, y_stride = _ws_flush(ck, args, strides)
+    counter = torch.zeros(1, dtype=torch.int32, device="cuda")
+    ck_auto, y_auto = _ws_flush(ck, args, strides, counter=counter, order="auto")
     assert not torch.equal(ck_stride[folded], ck[folded]) and torch.equal(ck_stride[~folded], ck[~folded])
     assert torch.equal(ck_auto, ck_stride) and torch.equal(y_auto, y_stride)
     assert (counter.item() > 0) == counted, counter.item()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("chunk,taper", [(4, 1), (4, 2), (8, 3), (1, 2)])
+def test_ws_taper_folds_every_item_once_gpu(chunk, taper):
+    # 36 of 40 rows flush, 64 heads: 2304 items. On a 132-SM GPU blocks take chunks until 2304 -
+    # taper x chunk x 132 items are gone (1776 and 1248 for chunk 4), then one item at a time; with
+    # chunks of 8 and taper 3 they take single items from the start. Each item is folded once (the
+    # stride order's tiles and y, bit for bit), and the counter counts items: it ends past them.
+    ck, args, strides, folded = _ws_flush_operands(40, 64, 8, 36, 11)
+    ck_stride, y_stride = _ws_flush(ck, args, strides)
+    counter = torch.zeros(1, dtype=torch.int32, device="cuda")
+    ck_taper, y_taper = _ws_flush(ck, args, strides, counter=counter, order="counter", chunk=chunk, taper=taper)
+    assert not torch.equal(ck_stride[folded], ck[folded]) and torch.equal(ck_stride[~folded], ck[~folded])
+    assert torch.equal(ck_taper, ck_stride) and torch.equal(y_taper, y_stride)
+    assert counter.item() >= 36 * 64, counter.item()
 
 
 @pytest.mark.gpu

@@ -150,6 +150,16 @@ def test_replay_staged_kernel_interpreter(dims, params):
     check_replay(dims, torch.float32, 3, 4, 13, "cpu", run=kernel_replay(cfg), stagger=True)
 
 
+def test_flush_ws_taper_needs_the_counter():
+    ws = dict(kernel="staged", flush_launch=True, flush_impl="cuda_ws")
+    assert decode.LaunchConfig(**ws, flush_ws_order="auto", flush_ws_taper=2).flush_ws_taper == 2
+    with pytest.raises(ValueError, match="flush_ws_taper: > 0 needs flush_ws_order 'counter' or 'auto'"):
+        decode.LaunchConfig(**ws, flush_ws_taper=2)
+    for bad in (-1, 17, True, 2.0):
+        with pytest.raises(ValueError, match=r"flush_ws_taper: expected an int in \[0, 16\]"):
+            decode.LaunchConfig(**ws, flush_ws_order="auto", flush_ws_taper=bad)
+
+
 def test_flush_stream_order_needs_the_side_stream():
     staged = dict(kernel="staged", flush_launch=True)
     assert decode.LaunchConfig(**staged, flush_stream=True, flush_stream_order="after").flush_stream_order == "after"

@@ -132,22 +132,41 @@ mamba2_flush_ws(MAMBA2_FLUSH_PARAMS, int* __restrict__ item_counter) {
     const int flushing = mamba2_number_flush_rows(info, idx, batch, rows, ring_len, slots, warp_count);
     const int items = flushing * HEADS;
 #if ORDER
-    // The counter counts chunks of CHUNK consecutive items; a producer asks for its next chunk when
-    // it starts one, so the atomic's round trip (long under a saturated memory system) overlaps
-    // CHUNK items.
+    // A producer takes CHUNK consecutive items at a time from the counter and asks for its next take
+    // when it starts one, so the atomic's round trip (long under a saturated memory system) overlaps
+    // the items of the one before.
     __shared__ int stage_item[STAGES];  // the item in each stage; -1: no more
-    __shared__ int first_chunk;
+    __shared__ int first_item, first_end;  // the block's first take: items [first_item, first_end)
 #if ORDER == 2
     const bool counted = 2 * flushing >= batch;
 #else
     const bool counted = true;
 #endif
-    const int chunk = counted ? CHUNK : 1;
-    // A block's n-th chunk: from the counter, or by the grid stride (ORDER 0's items, in its order).
-    auto take = [&](int n) { return counted ? atomicAdd(item_counter, 1) : (int)blockIdx.x + n * (int)gridDim.x; };
-    if (tid == 0) first_chunk = items ? take(0) : 0;
+    // A block's n-th take: items [start, *end) from the counter, or by the grid stride (ORDER 0's
+    // items, in its order). `seen`: the start of the block's last take.
+#if TAPER
+    // The counter counts items: CHUNK a take until, by the last start the block saw, fewer than
+    // TAPER chunks a block remain; then one. With CHUNK a take to the end, the step's last chunks
+    // leave some blocks folding up to CHUNK items (~9 us at Nemotron-H dims) while the rest have
+    // finished; one at a time, at most one.
+    const int taper_from = items - TAPER * CHUNK * (int)gridDim.x;
+    auto take = [&](int n, int seen, int* end) {
+        const int size = !counted ? 1 : seen < taper_from ? CHUNK : 1;
+        const int start = counted ? atomicAdd(item_counter, size) : (int)blockIdx.x + n * (int)gridDim.x;
+        *end = start + size;
+        return start;
+    };
+#else
+    // The counter counts chunks of CHUNK items.
+    auto take = [&](int n, int, int* end) {
+        const int start = counted ? atomicAdd(item_counter, 1) * CHUNK : (int)blockIdx.x + n * (int)gridDim.x;
+        *end = start + (counted ? CHUNK : 1);
+        return start;
+    };
+#endif
+    if (tid == 0) first_item = items ? take(0, 0, &first_end) : 0;
     __syncthreads();
-    if (first_chunk * chunk >= items) return;  // no flush rows (or none left): leave the SM to the stream launch
+    if (first_item >= items) return;  // no flush rows (or none left): leave the SM to the stream launch
 #else
     const int mine = (int)blockIdx.x < items ? (items - 1 - (int)blockIdx.x) / (int)gridDim.x + 1 : 0;
     if (mine == 0) return;  // a step without flush rows: its blocks leave the SMs to the stream launch
@@ -213,13 +232,13 @@ mamba2_flush_ws(MAMBA2_FLUSH_PARAMS, int* __restrict__ item_counter) {
                 stage_item[i % STAGES] = -1;
                 bar_arrive(&full[i % STAGES]);
             };
-            int it = first_chunk * chunk, chunk_end = min(it + chunk, items), taken = 1;
-            int pending = take(taken++);
+            int it = first_item, chunk_end = min(first_end, items), taken = 1, pending_end;
+            int pending = take(taken++, it, &pending_end);
             auto advance = [&]() {  // it: the next item, or items when there is none
                 if (++it < chunk_end) return;
-                it = min(pending * chunk, items);
-                chunk_end = min(it + chunk, items);
-                if (it < items) pending = take(taken++);
+                it = min(pending, items);
+                chunk_end = min(pending_end, items);
+                if (it < items) pending = take(taken++, it, &pending_end);
             };
             int next = 0;
             for (; next < STAGES && it < items; ++next) {

@@ -135,6 +135,12 @@ class LaunchConfig:
     # registers and shared memory (at Nemotron-H 256: 8 stream programs per SM beside one, not 18).
     # Not yet timed.
     flush_stream_order: str = "first"
+    # "cuda_ws" with the counter ("counter" / "auto"): > 0, a block takes one item at a time once,
+    # by the last take it saw, fewer than this many chunks a block remain; 0: flush_ws_chunk items
+    # to the end. The last chunks otherwise leave some blocks folding up to flush_ws_chunk items
+    # while the rest have finished (all-flush step at Nemotron-H 256, chunks of 2 / 4 / 8: 562-564 /
+    # 565-567 / 576-577 us, thirty-ninth run). Not yet timed.
+    flush_ws_taper: int = 0
 
     def __post_init__(self):
         if self.kernel not in KERNELS:
@@ -179,6 +185,11 @@ class LaunchConfig:
             raise ValueError(f"LaunchConfig.flush_ws_order: expected one of {WS_ORDERS}, got {self.flush_ws_order!r}")
         if not 1 <= self.flush_ws_chunk <= 64:
             raise ValueError(f"LaunchConfig.flush_ws_chunk: expected 1 to 64, got {self.flush_ws_chunk}")
+        if isinstance(self.flush_ws_taper, bool) or not isinstance(self.flush_ws_taper, int) or not (
+                0 <= self.flush_ws_taper <= 16):
+            raise ValueError(f"LaunchConfig.flush_ws_taper: expected an int in [0, 16], got {self.flush_ws_taper!r}")
+        if self.flush_ws_taper and self.flush_ws_order == "stride":
+            raise ValueError("LaunchConfig.flush_ws_taper: > 0 needs flush_ws_order 'counter' or 'auto' (the counter's takes)")
         if self.flush_cuda_rows is not None and self.flush_cuda_rows < 1:
             raise ValueError(f"LaunchConfig.flush_cuda_rows: expected None or >= 1, got {self.flush_cuda_rows}")
         if self.flush_heads < 1:

@@ -37,7 +37,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _cli import check_output, positive_int, require_cuda  # noqa: E402
-from _mamba2_variants import LAYOUT_KEY, VARIANT_BATCHES, VARIANTS, parse_variant, precompile, run_variants  # noqa: E402
+from _mamba2_variants import (LAYOUT_KEY, VARIANT_BATCHES, VARIANTS, parse_variant, precompile,  # noqa: E402
+                              run_variants)
 from _spread import spread, spread_lines  # noqa: E402
 from _timing import (WARMUP_ROUNDS, L2Flusher, SameSizeCopy, capture_graph, copy_bandwidths_gbps,  # noqa: E402
                      device_info, graph_floor_us, graphs_for, time_steps, time_warmed)

@@ -11,8 +11,8 @@ import triton
 
 from .._prefetch import PREFETCH_MODES
 
-__all__ = ["DOT_FOLDS", "FLUSH_IMPLS", "FLUSH_STREAM_ORDERS", "FOLDS", "KERNELS", "PIPELINES", "WS_ORDERS", "LaunchConfig",
-           "launch_config"]
+__all__ = ["DOT_FOLDS", "FLUSH_IMPLS", "FLUSH_STREAM_ORDERS", "FOLDS", "KERNELS", "PIPELINES", "WS_ORDERS",
+           "LaunchConfig", "launch_config"]
 
 #: Flush fold of the "v4" and "staged" kernels: unrolled rank-1 FMAs, a rolled loop, or an fp32
 #: ``tl.dot`` at this precision; "staged" also has the loop software-pipelined ("pipe").
@@ -189,7 +189,8 @@ class LaunchConfig:
                 0 <= self.flush_ws_taper <= 16):
             raise ValueError(f"LaunchConfig.flush_ws_taper: expected an int in [0, 16], got {self.flush_ws_taper!r}")
         if self.flush_ws_taper and self.flush_ws_order == "stride":
-            raise ValueError("LaunchConfig.flush_ws_taper: > 0 needs flush_ws_order 'counter' or 'auto' (the counter's takes)")
+            raise ValueError("LaunchConfig.flush_ws_taper: > 0 needs flush_ws_order 'counter' or 'auto' "
+                             "(the counter's takes)")
         if self.flush_cuda_rows is not None and self.flush_cuda_rows < 1:
             raise ValueError(f"LaunchConfig.flush_cuda_rows: expected None or >= 1, got {self.flush_cuda_rows}")
         if self.flush_heads < 1:

@@ -74,13 +74,17 @@ def split_variant(kw) -> tuple[dict, str]:
 
 
 def parse_variant(spec: str, base: dict) -> dict:
-    """``--derive``'s ``"field=value, ..."`` over ``base``: LaunchConfig fields and ``ring_dt_layout``."""
+    """``--derive``'s ``"field=value, ..."`` over ``base``: LaunchConfig fields and ``ring_dt_layout``.
+    A spec of ``ring_dt_layout`` alone is ``{"ring_dt_layout": ...}``: the ops' default launch at
+    each batch on that state (not ``base``, which is one batch's)."""
     items = [item for item in spec.split(",") if item.strip()]
     layouts = [item.partition("=")[2].strip() for item in items if item.partition("=")[0].strip() == LAYOUT_KEY]
     for layout in layouts:
         if layout not in RING_DT_LAYOUTS:
             raise SystemExit(f"--derive: {LAYOUT_KEY} expected one of {RING_DT_LAYOUTS}, got {layout!r}")
     rest = ", ".join(item for item in items if item.partition("=")[0].strip() != LAYOUT_KEY)
+    if layouts and not rest:
+        return {LAYOUT_KEY: layouts[-1]}
     return dict(base, **parse_fields(rest, decode.LaunchConfig), **({LAYOUT_KEY: layouts[-1]} if layouts else {}))
 
 
@@ -250,8 +254,10 @@ def run_variants(dtype, flush, rounds, copy_gbps, result, json_path, budget_s, s
 
     bench = _bench()
     records = result.setdefault("variants", [])
+    # A variant with no launch fields is the ops' default at each batch (its layout named).
     candidates = [("default", None, "heads")] + [
-        (None, decode.LaunchConfig(**fields), layout) for fields, layout in map(split_variant, VARIANTS)]
+        ("default", None, layout) if not fields else (None, decode.LaunchConfig(**fields), layout)
+        for fields, layout in map(split_variant, VARIANTS)]
 
     def evaluate(dims_name, batch, name, cfg, layout):
         dims = bench.DIMS[dims_name]

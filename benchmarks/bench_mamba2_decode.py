@@ -319,7 +319,8 @@ def main(argv=None):
     p.add_argument("--derive", nargs="+", default=[], metavar="FIELDS",
                    help="--variants: time these instead of VARIANTS, each 'field=value, ...' replacing fields "
                         "of the default replay configuration at batch 256 (Nemotron-H dims); "
-                        f"'{LAYOUT_KEY}=entries' allocates the state's ring_dt entries outermost")
+                        f"'{LAYOUT_KEY}=entries' allocates the state's ring_dt entries outermost (alone: the "
+                        "default launch at each batch on that state)")
     p.add_argument("--ring-dt-layout", default="heads", choices=list(RING_DT_LAYOUTS),
                    help="the plain run's state: ring_dt stored heads outermost (the default) or entries outermost")
     p.add_argument("--variant-rounds", type=positive_int, default=10)

@@ -72,7 +72,7 @@ for what in "$@"; do
     # into a ring_dt stored entries outermost (the state's layout, not a launch field); the flush
     # kernel's empty wave issued after the stream launch. Each twice beside the default.
     options-nonflush) step variants_nonflush "${BENCH_LIMIT:-400}" python3 benchmarks/bench_mamba2_decode.py \
-                        --variants --variant-rounds 20 --budget-s 370 --variant-batches 256 512 \
+                        --variants --variant-rounds 20 --budget-s 370 --variant-batches 256 512 32 \
                         --derive "ring_dt_layout=entries" "ring_dt_sector=true" "flush_stream_order=after" "" \
                         "ring_dt_layout=entries" "ring_dt_sector=true" "flush_stream_order=after" \
                         --json "$OUT/variants_nonflush.json" ;;

@@ -210,6 +210,8 @@ def test_mamba2_derive_takes_the_ring_dt_layout():
     import _mamba2_variants as variants
 
     base = dataclasses.asdict(mamba2_decode.launch_config("replay", 64, 128, 256))
+    # alone: the default launch at each batch on that state
+    assert variants.split_variant(variants.parse_variant("ring_dt_layout=entries", base)) == ({}, "entries")
     kw = variants.parse_variant("ring_dt_layout=entries, ring_warps=2", base)
     fields, layout = variants.split_variant(kw)
     assert layout == "entries" and fields == dict(base, ring_warps=2)

@@ -19,7 +19,6 @@ from trtllm_replayssm.ops.mamba2 import Mamba2ReplayState, decode
 from trtllm_replayssm.ops.mamba2.state import RING_DT_LAYOUTS
 
 
-
 def _bench():
     """``bench_mamba2_decode`` (dims, inputs, the timed steps), imported on first use."""
     import bench_mamba2_decode

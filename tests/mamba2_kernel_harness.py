@@ -9,8 +9,7 @@ import torch
 
 from trtllm_replayssm.config import ReplaySSMConfig
 from trtllm_replayssm.ops.mamba2 import decode, mamba2_replay_step, mamba2_standard_step, reference
-from trtllm_replayssm.ops.mamba2.state import Mamba2ReplayState
-from trtllm_replayssm.ops.mamba2.state import ring_dt_layout_of
+from trtllm_replayssm.ops.mamba2.state import Mamba2ReplayState, ring_dt_layout_of
 
 
 def rel(a, b) -> float:

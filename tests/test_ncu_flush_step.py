@@ -97,7 +97,7 @@ def test_probe_parts_rejects_committed(argv, message, capsys):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="interpreter test of the replays; the probe itself runs on CUDA")
-def test_probe_ring_dt_forms_store_the_token_dt():
+def test_probe_ring_dt_forms_store_the_token_dt(monkeypatch):
     # probe_flush_step_parts' replays of a recorded ring launch: as a whole sector (S) and into an
     # entries-outermost copy of the ring's dt (E), each storing the same token dt at entry c.
     from mamba2_kernel_harness import allocate, make_inputs, make_params
@@ -111,13 +111,10 @@ def test_probe_ring_dt_forms_store_the_token_dt():
     st.ring_dt.uniform_(0, 0.1, generator=gen)
     st.committed.fill_(5)
     ring = Recorder(decode_staged._ring_kernel, True)
-    decode_staged._ring_kernel = ring
-    try:
-        decode.replay_step(st.checkpoint, st.ring_x, st.ring_dt, st.ring_B, st.committed, st.flush_at, st.window,
-                           x, dt, A, B, C, D, z, dt_bias, True, None, None, None, -1,
-                           config=decode.LaunchConfig(kernel="staged", block_p=16, num_warps=2))
-    finally:
-        decode_staged._ring_kernel = ring.real
+    monkeypatch.setattr(decode_staged, "_ring_kernel", ring)
+    decode.replay_step(st.checkpoint, st.ring_x, st.ring_dt, st.ring_B, st.committed, st.flush_at, st.window,
+                       x, dt, A, B, C, D, z, dt_bias, True, None, None, None, -1,
+                       config=decode.LaunchConfig(kernel="staged", block_p=16, num_warps=2))
     written = st.ring_dt.clone()
     forms = ring_dt_forms(ring)
     entry_major = forms["E"].ring_dt

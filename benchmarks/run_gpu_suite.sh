@@ -13,7 +13,7 @@
 #          options-stream-regs (the Mamba-2 step options and probes not yet run: their GPU tests,
 #          each option against the default, the step's parts); default: tests formats bench builder
 #   limits (seconds) and extra benchmark arguments come from the environment:
-#   GPU_TESTS_LIMIT GPU_TESTS_ARGS FORMATS_LIMIT BUILDER_LIMIT BENCH_LIMIT
+#   GPU_TESTS_LIMIT GPU_TESTS_WORKERS GPU_TESTS_ARGS FORMATS_LIMIT BUILDER_LIMIT BENCH_LIMIT
 #   MAMBA2_BENCH_ARGS GDN_BENCH_ARGS KDA_BENCH_ARGS PAPER_ROOT
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -41,8 +41,11 @@ step() {  # step NAME SECONDS CMD...: run CMD under a time limit, log to $OUT/NA
 [ $# -gt 0 ] || set -- tests formats bench builder
 for what in "$@"; do
   case $what in
-    # The whole GPU suite took 328 s on an H200 with 8 workers (forty-first run), before ~90 cases were added.
-    tests) step gpu_tests "${GPU_TESTS_LIMIT:-450}" python3 -m pytest -q -m gpu -n 8 -p no:cacheprovider \
+    # The whole GPU suite took 328 s on an H200 with 8 workers (forty-first run); with ~90 cases
+    # added it ran to 83% in 430 s on an H100 (forty-fourth run). Compiling kernels keeps the CPUs
+    # busy, so more workers than 8 of the machine's 16 cores.
+    tests) step gpu_tests "${GPU_TESTS_LIMIT:-560}" python3 -m pytest -q -m gpu -n "${GPU_TESTS_WORKERS:-14}" \
+             -p no:cacheprovider \
              --deselect tests/test_cli.py::test_default_build_on_the_gpu ${GPU_TESTS_ARGS:-tests} ;;
     # The format device functions run compiled (not interpreted) where CUDA is present.
     formats) step gpu_formats "${FORMATS_LIMIT:-60}" python3 -m pytest -q -p no:cacheprovider \
@@ -70,7 +73,9 @@ for what in "$@"; do
                      -k "dt_sector or dt-sector or four_windows or entry_major or ring_dt_strides or after or taper" ;;
     # The non-flush step's last microseconds: the token's dt entry stored as its whole sector, or
     # into a ring_dt stored entries outermost (the state's layout, not a launch field); the flush
-    # kernel's empty wave issued after the stream launch. Each twice beside the default.
+    # kernel's empty wave issued after the stream launch. Each twice beside the default. On an
+    # H100 (forty-fourth run) the layout gained ~1 us at 512 and none at 256, the order none;
+    # ring_dt_sector is not yet timed.
     options-nonflush) step variants_nonflush "${BENCH_LIMIT:-400}" python3 benchmarks/bench_mamba2_decode.py \
                         --variants --variant-rounds 20 --budget-s 370 --variant-batches 256 512 32 \
                         --derive "ring_dt_layout=entries" "ring_dt_sector=true" "flush_stream_order=after" "" \
@@ -86,14 +91,15 @@ for what in "$@"; do
         step "parts_nonflush_c$c" "${BENCH_LIMIT:-90}" python3 benchmarks/probe_flush_step_parts.py --batch 256 \
           --committed "$c" --rounds 20 --timeline 2
       done ;;
-    # The flush step at 128-160 (1.12-1.13x): the stage cap, chunks of 2, the counter's last items
-    # one at a time (flush_ws_taper). --derive replaces fields of the batch-256 default, which caps
-    # no stages: each row names its cap.
-    options-flush) step variants_flush "${BENCH_LIMIT:-420}" python3 benchmarks/bench_mamba2_decode.py \
-                     --variants --variant-rounds 20 --budget-s 390 --variant-batches 128 160 256 \
-                     --derive "flush_ws_max_stages=2" "flush_ws_max_stages=3" "flush_ws_max_stages=3, flush_ws_chunk=2" \
-                     "flush_ws_max_stages=3, flush_ws_taper=1" "flush_ws_max_stages=3, flush_ws_taper=2" \
-                     "flush_ws_taper=2" --json "$OUT/variants_flush.json" ;;
+    # The flush step at 128-160 (1.12-1.13x on an H200): the counter's last items one at a time
+    # (flush_ws_taper) under the 3-stage cap the default sets there, three times each beside the
+    # default (one H100 sample: 2-3 us shorter; forty-fourth run). --derive replaces fields of the
+    # batch-256 default, which caps no stages: each row names its cap. ~20 s on an H100.
+    options-flush) step variants_flush "${BENCH_LIMIT:-200}" python3 benchmarks/bench_mamba2_decode.py \
+                     --variants --variant-rounds 20 --budget-s 170 --variant-batches 128 160 192 \
+                     --derive "flush_ws_max_stages=3, flush_ws_taper=2" "" "flush_ws_max_stages=3, flush_ws_taper=1" \
+                     "flush_ws_max_stages=3, flush_ws_taper=2" "" "flush_ws_max_stages=3, flush_ws_taper=2" "" \
+                     "flush_ws_max_stages=2" --json "$OUT/variants_flush.json" ;;
     options-stream-regs) step variants_stream_regs "${BENCH_LIMIT:-200}" python3 benchmarks/bench_mamba2_decode.py \
                            --variants --variant-rounds 20 --budget-s 180 --variant-batches 256 \
                            --derive "max_registers=48" "max_registers=40" "block_p=8" "" \

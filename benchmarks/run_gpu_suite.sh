@@ -92,14 +92,16 @@ for what in "$@"; do
           --committed "$c" --rounds 20 --timeline 2
       done ;;
     # The flush step at 128-160 (1.12-1.13x on an H200): the counter's last items one at a time
-    # (flush_ws_taper) under the 3-stage cap the default sets there, three times each beside the
-    # default (one H100 sample: 2-3 us shorter; forty-fourth run). --derive replaces fields of the
-    # batch-256 default, which caps no stages: each row names its cap. ~20 s on an H100.
+    # (flush_ws_taper) under the 3-stage cap the default sets there, three times beside four
+    # defaults (one H100 sample: 2-3 us shorter; forty-fourth run). --derive replaces fields of the
+    # batch-256 default, which caps no stages (the warp-specialised flush reads no other field that
+    # differs at 128-160); "ring_dt_layout=heads" alone is each batch's own default. ~20 s on an H100.
     options-flush) step variants_flush "${BENCH_LIMIT:-200}" python3 benchmarks/bench_mamba2_decode.py \
-                     --variants --variant-rounds 20 --budget-s 170 --variant-batches 128 160 192 \
-                     --derive "flush_ws_max_stages=3, flush_ws_taper=2" "" "flush_ws_max_stages=3, flush_ws_taper=1" \
-                     "flush_ws_max_stages=3, flush_ws_taper=2" "" "flush_ws_max_stages=3, flush_ws_taper=2" "" \
-                     "flush_ws_max_stages=2" --json "$OUT/variants_flush.json" ;;
+                     --variants --variant-rounds 20 --budget-s 170 --variant-batches 128 160 \
+                     --derive "flush_ws_max_stages=3, flush_ws_taper=2" "ring_dt_layout=heads" \
+                     "flush_ws_max_stages=3, flush_ws_taper=2" "ring_dt_layout=heads" \
+                     "flush_ws_max_stages=3, flush_ws_taper=2" "ring_dt_layout=heads" \
+                     "flush_ws_max_stages=3, flush_ws_taper=1" --json "$OUT/variants_flush.json" ;;
     options-stream-regs) step variants_stream_regs "${BENCH_LIMIT:-200}" python3 benchmarks/bench_mamba2_decode.py \
                            --variants --variant-rounds 20 --budget-s 180 --variant-batches 256 \
                            --derive "max_registers=48" "max_registers=40" "block_p=8" "" \

@@ -133,13 +133,17 @@ class LaunchConfig:
     # launches stay siblings in a captured graph: only the order they reach the GPU changes). In a
     # non-flush step the flush kernel's blocks find no item, but while resident they hold an SM's
     # registers and shared memory (at Nemotron-H 256: 8 stream programs per SM beside one, not 18).
-    # Not yet timed.
+    # On an H100 (forty-fourth run) "after" changed nothing: amortized 409.1 / 800.2 us against
+    # 409.0-409.2 / 800.2-800.3 at batch 256 / 512.
     flush_stream_order: str = "first"
     # "cuda_ws" with the counter ("counter" / "auto"): > 0, a block takes one item at a time once,
     # by the last take it saw, fewer than this many chunks a block remain; 0: flush_ws_chunk items
     # to the end. The last chunks otherwise leave some blocks folding up to flush_ws_chunk items
     # while the rest have finished (all-flush step at Nemotron-H 256, chunks of 2 / 4 / 8: 562-564 /
-    # 565-567 / 576-577 us, thirty-ninth run). Not yet timed.
+    # 565-567 / 576-577 us, thirty-ninth run). On an H100 (forty-fourth run, one sample each), under
+    # the 3-stage cap of batch 128-160, taper 2 shortened the flush step 393.0 -> 389.9 us (128) and
+    # 486.6 -> 484.8 (160); without the cap, taper 1 / 2 lengthened it by 1-3 us. Not the default
+    # until timed on an H200, where the flush step at 128-160 misses 1.1x.
     flush_ws_taper: int = 0
 
     def __post_init__(self):

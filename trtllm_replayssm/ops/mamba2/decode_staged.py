@@ -395,9 +395,13 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
     # launch (disjoint rows); issued first, or after the stream launch (flush_stream_order); joined
     # before returning.
     side = fork(x.device) if cfg.flush_launch and cfg.flush_stream else None
-    if side is not None and cfg.flush_stream_order == "first":
-        with torch.cuda.stream(side):
-            flush_rows()
+
+    def flush_on_side(order: str):  # the side stream's flush launch, where flush_stream_order puts it
+        if side is not None and cfg.flush_stream_order == order:
+            with torch.cuda.stream(side):
+                flush_rows()
+
+    flush_on_side("first")
     tiles = triton.cdiv(head_dim, cfg.block_p)
     stream_args = (
         s_ck_slot, s_ck_head, s_ck_p, s_rx_slot, s_rx_head, s_rx_j, s_rB_slot, s_rB_group, s_rB_j,
@@ -426,9 +430,7 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
             **stream_consts,
         )
     if side is not None:
-        if cfg.flush_stream_order == "after":
-            with torch.cuda.stream(side):
-                flush_rows()
+        flush_on_side("after")
         join(side, x.device)
     elif cfg.flush_launch:
         flush_rows()

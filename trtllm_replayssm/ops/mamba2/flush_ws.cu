@@ -143,27 +143,18 @@ mamba2_flush_ws(MAMBA2_FLUSH_PARAMS, int* __restrict__ item_counter) {
     const bool counted = true;
 #endif
     // A block's n-th take: items [start, *end) from the counter, or by the grid stride (ORDER 0's
-    // items, in its order). `seen`: the start of the block's last take.
-#if TAPER
-    // The counter counts items: CHUNK a take until, by the last start the block saw, fewer than
-    // TAPER chunks a block remain; then one. With CHUNK a take to the end, the step's last chunks
-    // leave some blocks folding up to CHUNK items (~9 us at Nemotron-H dims) while the rest have
-    // finished; one at a time, at most one.
-    const int taper_from = items - TAPER * CHUNK * (int)gridDim.x;
+    // items, in its order). `seen`: the start of the block's last take. The counter counts items:
+    // CHUNK a take, and with TAPER, one once (by the last start the block saw) fewer than TAPER
+    // chunks a block remain. With CHUNK a take to the end, the step's last chunks leave some blocks
+    // folding up to CHUNK items (~9 us at Nemotron-H dims) while the rest have finished; one at a
+    // time, at most one.
+    const int taper_from = TAPER ? items - TAPER * CHUNK * (int)gridDim.x : items;
     auto take = [&](int n, int seen, int* end) {
-        const int size = !counted ? 1 : seen < taper_from ? CHUNK : 1;
+        const int size = counted && seen < taper_from ? CHUNK : 1;
         const int start = counted ? atomicAdd(item_counter, size) : (int)blockIdx.x + n * (int)gridDim.x;
         *end = start + size;
         return start;
     };
-#else
-    // The counter counts chunks of CHUNK items.
-    auto take = [&](int n, int, int* end) {
-        const int start = counted ? atomicAdd(item_counter, 1) * CHUNK : (int)blockIdx.x + n * (int)gridDim.x;
-        *end = start + (counted ? CHUNK : 1);
-        return start;
-    };
-#endif
     if (tid == 0) first_item = items ? take(0, 0, &first_end) : 0;
     __syncthreads();
     if (first_item >= items) return;  // no flush rows (or none left): leave the SM to the stream launch

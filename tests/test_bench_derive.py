@@ -189,7 +189,7 @@ def test_mamba2_variant_label_names_the_cuda_flush():
         "+flush cuda_ws side ring-x-in-ring")
     assert "s4 side" in variants.short(dataclasses.replace(base, flush_ws_stages=4))
     # below batch 192 the default caps the stages instead (at most 3)
-    assert "cuda_ws smax3 side auto4" in variants.short(mamba2_decode.launch_config("replay", 64, 128, 128))
+    assert "cuda_ws smax3 side auto4t2" in variants.short(mamba2_decode.launch_config("replay", 64, 128, 128))
     assert "cuda" not in variants.short(dataclasses.replace(base, flush_impl="triton"))
     # the ring launch's warps, in every flush form's label
     assert variants.short(dataclasses.replace(base, ring_warps=8)).endswith("side auto4 rw8 ring-x-in-ring")

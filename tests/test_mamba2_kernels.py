@@ -234,11 +234,14 @@ def test_launch_config_default_kernels_by_batch():
     # the token's ring x entry stored by the ring launch from batch 128
     assert [c.ring_x_in_ring for c in configs] == [False] * 6 + [True] * 4
     # the warp-specialised flush from batch 128 at d_state 128, its order chosen step by step, at
-    # most 3 stages below batch 192 (a cap: fewer where fewer fit), never an exact count
-    assert [(c.flush_impl, c.flush_ws_order, c.flush_ws_max_stages) for c in configs[2:]] == (
-        [("triton", "stride", 0)] * 4 + [("cuda_ws", "auto", 3)] + [("cuda_ws", "auto", 0)] * 3)
+    # most 3 stages below batch 192 (a cap: fewer where fewer fit), never an exact count, and
+    # there the counter's last items one at a time (taper 2)
+    assert [(c.flush_impl, c.flush_ws_order, c.flush_ws_max_stages, c.flush_ws_taper) for c in configs[2:]] == (
+        [("triton", "stride", 0, 0)] * 4 + [("cuda_ws", "auto", 3, 2)] + [("cuda_ws", "auto", 0, 0)] * 3)
     assert all(c.flush_ws_stages == 0 for c in configs)
-    assert [decode.launch_config("replay", 64, 128, b).flush_ws_max_stages for b in (191, 192)] == [3, 0]
+    assert [(c.flush_ws_max_stages, c.flush_ws_taper)
+            for c in (decode.launch_config("replay", 64, 128, b) for b in (191, 192))] == [(3, 2), (0, 0)]
+    assert decode.launch_config("replay", 64, 256, 128).flush_ws_taper == 0
     assert decode.launch_config("replay", 80, 128, 128).flush_impl == "cuda_ws"
     assert decode.launch_config("replay", 64, 256, 512).flush_impl == "triton"
     # the flush launch's L2 prefetch of the next tile from batch 128

@@ -142,8 +142,11 @@ class LaunchConfig:
     # while the rest have finished (all-flush step at Nemotron-H 256, chunks of 2 / 4 / 8: 562-564 /
     # 565-567 / 576-577 us, thirty-ninth run). On an H100 (forty-fourth run, one sample each), under
     # the 3-stage cap of batch 128-160, taper 2 shortened the flush step 393.0 -> 389.9 us (128) and
-    # 486.6 -> 484.8 (160); without the cap, taper 1 / 2 lengthened it by 1-3 us. Not the default
-    # until timed on an H200, where the flush step at 128-160 misses 1.1x.
+    # 486.6 -> 484.8 (160); without the cap, taper 1 / 2 lengthened it by 1-3 us. On an H200
+    # (forty-fifth run, three pairs in one call), taper 2 under the cap: Nemotron-H 128 292.9-293.5
+    # against 295.5-296.2 us, 160 362.5-363.0 against 364.4-365.8, Nemotron-3-Nano 128 274.0-275.0
+    # against 277.8 (amortized and staggered steps within 0.3 us; taper 1: 296.9 / 366.5).
+    # launch_config's default where it caps the stages.
     flush_ws_taper: int = 0
 
     def __post_init__(self):
@@ -380,7 +383,8 @@ def launch_config(kind: str, head_dim: int, d_state: int, batch: int) -> LaunchC
                             flush_l2_prefetch="lines" if large else "none",
                             flush_persistent=4 if listed else 0, flush_list_items="heads" if listed else "tiles",
                             flush_impl="cuda_ws" if ws else "triton", flush_ws_order="auto" if ws else "stride",
-                            flush_ws_max_stages=3 if ws and batch < 192 else 0)
+                            flush_ws_max_stages=3 if ws and batch < 192 else 0,
+                            flush_ws_taper=2 if ws and batch < 192 else 0)
     if batch < 128:
         # One program per head streaming 32-row tiles with the next one in flight, capped at 128
         # registers, rows first in the grid, cursors moved by a second launch, rolled FMA fold

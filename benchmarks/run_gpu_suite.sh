@@ -70,16 +70,16 @@ for what in "$@"; do
     # and forty-third runs); the fortieth run's options were timed in the forty-first (RESULTS.md).
     options-tests) step gpu_tests_options "${GPU_TESTS_LIMIT:-330}" python3 -m pytest -q -m gpu -n 8 \
                      -p no:cacheprovider tests/test_mamba2_flush_cuda.py tests/test_mamba2_kernels.py tests/test_mamba2_ring_dt.py \
-                     -k "dt_sector or dt-sector or four_windows or entry_major or ring_dt_strides or after or taper" ;;
-    # The non-flush step's last microseconds: the token's dt entry stored as its whole sector, or
-    # into a ring_dt stored entries outermost (the state's layout, not a launch field); the flush
-    # kernel's empty wave issued after the stream launch. Each twice beside the default. On an
-    # H100 (forty-fourth run) the layout gained ~1 us at 512 and none at 256, the order none;
-    # ring_dt_sector is not yet timed.
+                     -k "dt_sector or dt-sector or four_windows or entry_major or ring_dt_strides or taper" ;;
+    # The non-flush step's options: the token's dt entry stored as its whole sector, or into a
+    # ring_dt stored entries outermost (the state's layout, not a launch field), each twice beside
+    # the default. On an H200 (forty-fifth run) neither gained at 256 or 512 (the entries layout
+    # lost at 512); the flush launch issued after the stream launch, timed in the same call, lost
+    # and was removed. ~30 s.
     options-nonflush) step variants_nonflush "${BENCH_LIMIT:-400}" python3 benchmarks/bench_mamba2_decode.py \
                         --variants --variant-rounds 20 --budget-s 370 --variant-batches 256 512 32 \
-                        --derive "ring_dt_layout=entries" "ring_dt_sector=true" "flush_stream_order=after" "" \
-                        "ring_dt_layout=entries" "ring_dt_sector=true" "flush_stream_order=after" \
+                        --derive "ring_dt_layout=entries" "ring_dt_sector=true" "" \
+                        "ring_dt_layout=entries" "ring_dt_sector=true" \
                         --json "$OUT/variants_nonflush.json" ;;
     parts)
       step parts_allflush "${BENCH_LIMIT:-90}" python3 benchmarks/probe_flush_step_parts.py --batch 256 --rounds 20 \
@@ -91,16 +91,17 @@ for what in "$@"; do
         step "parts_nonflush_c$c" "${BENCH_LIMIT:-90}" python3 benchmarks/probe_flush_step_parts.py --batch 256 \
           --committed "$c" --rounds 20 --timeline 2
       done ;;
-    # The flush step at 128-160 (1.12-1.13x on an H200): the counter's last items one at a time
-    # (flush_ws_taper) under the 3-stage cap the default sets there, three times beside four
-    # defaults (one H100 sample: 2-3 us shorter; forty-fourth run). --derive replaces fields of the
-    # batch-256 default, which caps no stages (the warp-specialised flush reads no other field that
-    # differs at 128-160); "ring_dt_layout=heads" alone is each batch's own default. ~20 s on an H100.
+    # The flush step at 128-160 (1.11-1.12x on an H200): each batch's default (the counter's last
+    # items one at a time, flush_ws_taper=2, under the 3-stage cap: the default there since the
+    # forty-fifth run, 2-3 us shorter in every pair) three times beside the cap without the taper,
+    # and taper 1. --derive replaces fields of the batch-256 default, which caps no stages (the
+    # warp-specialised flush reads no other field that differs at 128-160); "ring_dt_layout=heads"
+    # alone is each batch's own default. ~20 s.
     options-flush) step variants_flush "${BENCH_LIMIT:-200}" python3 benchmarks/bench_mamba2_decode.py \
                      --variants --variant-rounds 20 --budget-s 170 --variant-batches 128 160 \
-                     --derive "flush_ws_max_stages=3, flush_ws_taper=2" "ring_dt_layout=heads" \
-                     "flush_ws_max_stages=3, flush_ws_taper=2" "ring_dt_layout=heads" \
-                     "flush_ws_max_stages=3, flush_ws_taper=2" "ring_dt_layout=heads" \
+                     --derive "flush_ws_max_stages=3" "ring_dt_layout=heads" \
+                     "flush_ws_max_stages=3" "ring_dt_layout=heads" \
+                     "flush_ws_max_stages=3" "ring_dt_layout=heads" \
                      "flush_ws_max_stages=3, flush_ws_taper=1" --json "$OUT/variants_flush.json" ;;
     options-stream-regs) step variants_stream_regs "${BENCH_LIMIT:-200}" python3 benchmarks/bench_mamba2_decode.py \
                            --variants --variant-rounds 20 --budget-s 180 --variant-batches 256 \

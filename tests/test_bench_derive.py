@@ -199,9 +199,6 @@ def test_mamba2_variant_label_names_the_cuda_flush():
         "auto4 ring-x-in-ring dt-sector")
     # the counter's last items one at a time
     assert "side auto4t2 ring-x-in-ring" in variants.short(dataclasses.replace(base, flush_ws_taper=2))
-    # the flush launch issued after the stream launch
-    assert variants.short(dataclasses.replace(base, flush_stream_order="after")).endswith(
-        "ring-x-in-ring flush-after")
 
 
 def test_mamba2_derive_takes_the_ring_dt_layout():

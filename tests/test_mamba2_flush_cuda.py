@@ -339,11 +339,9 @@ def test_ws_kernel_assembles_without_spills(sm, dtype, order, taper, tmp_path):
                                     dict(flush_impl="cuda_ws", ring_x_in_ring=True, flush_ws_order="auto",
                                          ring_dt_sector=True),
                                     dict(flush_impl="cuda_ws", ring_x_in_ring=True, flush_ws_order="auto",
-                                         flush_stream_order="after"),
-                                    dict(flush_impl="cuda_ws", ring_x_in_ring=True, flush_ws_order="auto",
                                          flush_ws_taper=2)],
                          ids=["default", "rows8-heads2", "ws", "ws2", "ws-ring-x", "ws-counter", "ws-compact",
-                              "ws-auto", "ws-walk8", "ws-compact-walk64", "ws-auto-dt-sector", "ws-auto-after",
+                              "ws-auto", "ws-walk8", "ws-compact-walk64", "ws-auto-dt-sector",
                               "ws-auto-taper2"])
 @pytest.mark.parametrize("batch", [1, 3, 64])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])

@@ -117,8 +117,6 @@ STAGED_INTERPRETER = [
     # is no prefetch in the interpreter (prefetch_mode), the launch otherwise the same
     ((4, 32, 16, 2), dict(block_p=16, fold="tf32x3", num_warps=2, flush_launch=True, flush_stream=True,
                           flush_max_registers=128, flush_l2_prefetch="lines", flush_heads=2)),
-    ((4, 32, 16, 2), dict(block_p=16, fold="tf32x3", num_warps=2, flush_launch=True, flush_stream=True,
-                          flush_stream_order="after", flush_heads=2)),
     # the default's shape for d_state 256 (4-row tiles, capped registers)
     ((2, 16, 32, 1), dict(block_p=4, fold="loop", num_warps=2, max_registers=56)),
     # the token's ring x entry stored by the ring launch: head_dim 80 in a masked 128-wide block, 3
@@ -158,15 +156,6 @@ def test_flush_ws_taper_needs_the_counter():
     for bad in (-1, 17, True, 2.0):
         with pytest.raises(ValueError, match=r"flush_ws_taper: expected an int in \[0, 16\]"):
             decode.LaunchConfig(**ws, flush_ws_order="auto", flush_ws_taper=bad)
-
-
-def test_flush_stream_order_needs_the_side_stream():
-    staged = dict(kernel="staged", flush_launch=True)
-    assert decode.LaunchConfig(**staged, flush_stream=True, flush_stream_order="after").flush_stream_order == "after"
-    with pytest.raises(ValueError, match="flush_stream_order: 'after' needs flush_stream=True"):
-        decode.LaunchConfig(**staged, flush_stream_order="after")
-    with pytest.raises(ValueError, match=r"flush_stream_order: expected one of \('first', 'after'\), got 'last'"):
-        decode.LaunchConfig(**staged, flush_stream=True, flush_stream_order="last")
 
 
 @pytest.mark.parametrize("hpg,asked,want", [(16, 8, 8), (12, 8, 6), (12, 4, 4), (6, 4, 3), (2, 4, 2), (7, 4, 1),
@@ -459,14 +448,12 @@ SIDE_STREAM_GRAPH_CONFIGS = [
     dict(fold="bf16x3", flush_heads=4, ring_x_in_ring=True),
     # ... and a non-flush row's ring terms compact (compact_coef)
     dict(fold="bf16x3", flush_heads=4, ring_x_in_ring=True, compact_coef=True),
-    # the flush launch issued after the stream launch, still its sibling (flush_stream_order)
-    dict(fold="bf16x3", flush_heads=4, ring_x_in_ring=True, flush_stream_order="after"),
 ]
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("seed,params", list(enumerate(SIDE_STREAM_GRAPH_CONFIGS, start=6)),
-                         ids=["side_stream", "heads_list", "ring_x_in_ring", "compact_coef", "flush_after"])
+                         ids=["side_stream", "heads_list", "ring_x_in_ring", "compact_coef"])
 def test_staged_flush_stream_cuda_graph_equals_eager(seed, params):
     # Window 4; a captured step replayed against eager calls, state and outputs bit for bit.
     dims = (16, 64, 128, 2)

@@ -11,7 +11,7 @@ import triton
 
 from .._prefetch import PREFETCH_MODES
 
-__all__ = ["DOT_FOLDS", "FLUSH_IMPLS", "FLUSH_STREAM_ORDERS", "FOLDS", "KERNELS", "PIPELINES", "WS_ORDERS",
+__all__ = ["DOT_FOLDS", "FLUSH_IMPLS", "FOLDS", "KERNELS", "PIPELINES", "WS_ORDERS",
            "LaunchConfig", "launch_config"]
 
 #: Flush fold of the "v4" and "staged" kernels: unrolled rank-1 FMAs, a rolled loop, or an fp32
@@ -34,7 +34,6 @@ FLUSH_IMPLS = ("triton", "cuda", "cuda_ws")
 #: or, step by step, from the counter when at least half of the batch's rows flush.
 WS_ORDERS = ("stride", "counter", "auto")
 #: When the flush launch of flush_stream is issued on its side stream: before the stream launch or after it.
-FLUSH_STREAM_ORDERS = ("first", "after")
 
 
 @dataclass(frozen=True)
@@ -126,16 +125,9 @@ class LaunchConfig:
     stream_tiles: int = 1
     # kernel="staged": the ring launch stores the token's dt entry as the 32-byte sector around it
     # (the entries below it rewritten as they are, zeros after it: uncommitted entries), not as one
-    # 4-byte word per head, which leaves the sector partly written (ring.py). Not yet timed.
+    # 4-byte word per head, which leaves the sector partly written (ring.py). An option: on an H200
+    # it gained nothing (forty-fifth run, two pairs: Nemotron-H 256 / 512 non-flush within 0.3 us).
     ring_dt_sector: bool = False
-    # flush_stream: "first" issues the flush launch on the side stream before the stream launch;
-    # "after" issues it after (the side stream still forks right after the ring launch, so the two
-    # launches stay siblings in a captured graph: only the order they reach the GPU changes). In a
-    # non-flush step the flush kernel's blocks find no item, but while resident they hold an SM's
-    # registers and shared memory (at Nemotron-H 256: 8 stream programs per SM beside one, not 18).
-    # On an H100 (forty-fourth run) "after" changed nothing: amortized 409.1 / 800.2 us against
-    # 409.0-409.2 / 800.2-800.3 at batch 256 / 512.
-    flush_stream_order: str = "first"
     # "cuda_ws" with the counter ("counter" / "auto"): > 0, a block takes one item at a time once,
     # by the last take it saw, fewer than this many chunks a block remain; 0: flush_ws_chunk items
     # to the end. The last chunks otherwise leave some blocks folding up to flush_ws_chunk items
@@ -210,11 +202,6 @@ class LaunchConfig:
                              f"tuple of them, got {self.flush_max_registers!r}")
         if self.flush_stream and not self.flush_launch:
             raise ValueError("LaunchConfig.flush_stream: needs flush_launch=True")
-        if self.flush_stream_order not in FLUSH_STREAM_ORDERS:
-            raise ValueError(f"LaunchConfig.flush_stream_order: expected one of {FLUSH_STREAM_ORDERS}, "
-                             f"got {self.flush_stream_order!r}")
-        if self.flush_stream_order != "first" and not self.flush_stream:
-            raise ValueError("LaunchConfig.flush_stream_order: 'after' needs flush_stream=True")
         for name in ("ring_dt_sector", "ring_x_in_ring", "compact_coef"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"LaunchConfig.{name}: expected a bool, got {getattr(self, name)!r}")

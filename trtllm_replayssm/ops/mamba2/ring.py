@@ -16,13 +16,17 @@ With ``LaunchConfig.ring_dt_sector`` the token's ``dt`` entry is stored as the 3
 around it (8 fp32 entries) rather than as one word per head: the heads' rings lie ``CAP`` words
 apart, so single words leave 32768 sectors a step partly written at Nemotron-H batch 256, and on
 an H200 partly written sectors among the checkpoint's reads cost more per sector than whole ones
-(``benchmarks/probe_memory_rates.py``, thirty-seventh run). Not yet timed in the step. Every
+(``benchmarks/probe_memory_rates.py``, thirty-seventh run). In the step it gained nothing on an
+H200 (forty-fifth run, Nemotron-H non-flush 274.6-274.8 against 274.5-274.9 us at batch 256,
+531.5-531.8 against 531.8-532.0 at 512), so it stays an option. Every
 launch also takes a ``ring_dt`` stored entries outermost (``s_rdt_j``, a constexpr:
 ``Mamba2ReplayState.allocate(ring_dt_layout="entries")``; a group's heads' entry is then 64
 contiguous bytes, 8 times fewer sectors written). The state allocates heads outermost by default:
 on an H100 (forty-fourth run, ``bench_mamba2_decode.py --derive ring_dt_layout=entries``) the
 entries layout left the Nemotron-H amortized step at 409.0 us at batch 256 and shortened it by
-~1 us (of 800) at 512, so those partly written sectors are not on the step's critical path.
+~1 us (of 800) at 512; on an H200 (forty-fifth run) it changed nothing at 256 (non-flush 274.7 /
+275.0 us against 274.5-274.9) and at 512 lengthened the non-flush step by 2-3 us and the all-flush
+step by 11-19%. So those partly written sectors are not on the step's critical path.
 
 Storing the ``x`` entry from a launch of its own on a second side stream, beside the stream
 launch, was built and timed (Nemotron-H 256, H200: non-flush 274.8-275.1 against 274.5-274.9 us)

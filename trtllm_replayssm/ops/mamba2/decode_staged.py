@@ -393,7 +393,7 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
 
     # flush_stream: the flush launch on a side stream forked here, issued before the stream launch
     # so that it runs under it (disjoint rows); joined before returning. (Issued after it, on an
-    # H200 the non-flush step took 1.2-1.8 us longer at Nemotron-H 256 and the all-flush step 15%
+    # H200 the non-flush step took 1.2-1.8 us longer at Nemotron-H 256 and the all-flush step 15-17%
     # longer at 512: forty-fifth run.)
     side = fork(x.device) if cfg.flush_launch and cfg.flush_stream else None
     if side is not None:

@@ -33,7 +33,6 @@ FLUSH_IMPLS = ("triton", "cuda", "cuda_ws")
 #: How the warp-specialised flush's blocks take their items: striding by the grid, from a counter,
 #: or, step by step, from the counter when at least half of the batch's rows flush.
 WS_ORDERS = ("stride", "counter", "auto")
-#: When the flush launch of flush_stream is issued on its side stream: before the stream launch or after it.
 
 
 @dataclass(frozen=True)

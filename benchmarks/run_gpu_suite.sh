@@ -93,7 +93,7 @@ for what in "$@"; do
       done ;;
     # The flush step at 128-160 (1.11-1.12x on an H200): each batch's default (the counter's last
     # items one at a time, flush_ws_taper=2, under the 3-stage cap: the default there since the
-    # forty-fifth run, 2-3 us shorter in every pair) three times beside the cap without the taper,
+    # forty-fifth run, 2.0-3.8 us shorter in every pair) three times beside the cap without the taper,
     # and taper 1. --derive replaces fields of the batch-256 default, which caps no stages (the
     # warp-specialised flush reads no other field that differs at 128-160); "ring_dt_layout=heads"
     # alone is each batch's own default. ~20 s.

@@ -351,6 +351,7 @@ def launch_config(kind: str, head_dim: int, d_state: int, batch: int) -> LaunchC
         # 344.9 / 178.2 / 178.4 against 402.5 / 182.6 / 179.7; Nemotron-H 128 298.1 / 154.8 / 154.8
         # against 314.4 / 156.1 / 155.1.
         ws = batch >= 128 and d_state == 128
+        capped = ws and batch < 192  # the warp-specialised flush's 3-stage cap, and with it the taper
         # The token's ring x entry stored by the ring launch (ring_x_in_ring): the stream launch,
         # a read of the checkpoint, then writes only y. Stores among a long stream of reads cost
         # more than their bytes (benchmarks/probe_memory_rates.py: the 1/128 of y stores took 244
@@ -369,8 +370,7 @@ def launch_config(kind: str, head_dim: int, d_state: int, batch: int) -> LaunchC
                             flush_l2_prefetch="lines" if large else "none",
                             flush_persistent=4 if listed else 0, flush_list_items="heads" if listed else "tiles",
                             flush_impl="cuda_ws" if ws else "triton", flush_ws_order="auto" if ws else "stride",
-                            flush_ws_max_stages=3 if ws and batch < 192 else 0,
-                            flush_ws_taper=2 if ws and batch < 192 else 0)
+                            flush_ws_max_stages=3 if capped else 0, flush_ws_taper=2 if capped else 0)
     if batch < 128:
         # One program per head streaming 32-row tiles with the next one in flight, capped at 128
         # registers, rows first in the grid, cursors moved by a second launch, rolled FMA fold

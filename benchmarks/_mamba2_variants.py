@@ -104,7 +104,8 @@ def _ring_warps(cfg) -> str:
 def _short(cfg) -> str:
     if cfg.kernel == "staged" and cfg.flush_launch and cfg.flush_impl == "cuda_ws":
         # The warp-specialised CUDA flush reads none of the other flush fields.
-        return (f"staged bp{cfg.block_p} w{cfg.num_warps} +flush cuda_ws"
+        return (f"staged bp{cfg.block_p} w{cfg.num_warps}" + (f" r{cfg.max_registers}" if cfg.max_registers else "")
+                + " +flush cuda_ws"
                 + (f" s{cfg.flush_ws_stages}" if cfg.flush_ws_stages else "")
                 + (f" smax{cfg.flush_ws_max_stages}" if cfg.flush_ws_max_stages else "") + (" side" if cfg.flush_stream else "")
                 + (f" {cfg.flush_ws_order}{cfg.flush_ws_chunk}" if cfg.flush_ws_order != "stride" else "")
@@ -112,7 +113,8 @@ def _short(cfg) -> str:
                 + _ring_warps(cfg))
     if cfg.kernel == "staged" and cfg.flush_launch and cfg.flush_impl == "cuda":
         # The CUDA flush launch reads only its own fields and flush_heads.
-        return (f"staged bp{cfg.block_p} w{cfg.num_warps} +flush cuda h{cfg.flush_heads} b{cfg.flush_cuda_blocks}"
+        return (f"staged bp{cfg.block_p} w{cfg.num_warps}" + (f" r{cfg.max_registers}" if cfg.max_registers else "")
+                + f" +flush cuda h{cfg.flush_heads} b{cfg.flush_cuda_blocks}"
                 + (f" rows{cfg.flush_cuda_rows}" if cfg.flush_cuda_rows else "") + (" side" if cfg.flush_stream else "")
                 + _ring_warps(cfg))
     if cfg.kernel == "staged":

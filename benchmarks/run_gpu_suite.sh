@@ -10,7 +10,7 @@
 #          alone; MAMBA2_BENCH_ARGS="--ring-dt-layout entries" for that state), paper (the paper's public
 #          Mamba-2 and GDN kernels beside ours; PAPER_ROOT: a checkout of its repository inside
 #          the working tree, untracked), options-tests / options-nonflush / parts / options-flush /
-#          options-stream-regs (the Mamba-2 step options and probes not yet run: their GPU tests,
+#          options-stream-tiles (the Mamba-2 step options and probes not yet run: their GPU tests,
 #          each option against the default, the step's parts); default: tests formats bench builder
 #   limits (seconds) and extra benchmark arguments come from the environment:
 #   GPU_TESTS_LIMIT GPU_TESTS_WORKERS GPU_TESTS_ARGS FORMATS_LIMIT BUILDER_LIMIT BENCH_LIMIT
@@ -93,22 +93,29 @@ for what in "$@"; do
       done ;;
     # The flush step at 128-160 (1.11-1.12x on an H200): each batch's default (the counter's last
     # items one at a time, flush_ws_taper=2, under the 3-stage cap: the default there since the
-    # forty-fifth run, 2.0-3.8 us shorter in every pair) three times beside the cap without the taper,
-    # and taper 1. --derive replaces fields of the batch-256 default, which caps no stages (the
+    # forty-fifth run, 2.0-3.8 us shorter in every pair) three times beside the counter's chunks of
+    # 2 (1.5-3.2 us shorter on an H100, forty-sixth run, one sample each) and the stream launch's
+    # 8-row tiles. --derive replaces fields of the batch-256 default, which caps no stages (the
     # warp-specialised flush reads no other field that differs at 128-160); "ring_dt_layout=heads"
-    # alone is each batch's own default. ~20 s.
+    # alone is each batch's own default. ~40 s.
     options-flush) step variants_flush "${BENCH_LIMIT:-200}" python3 benchmarks/bench_mamba2_decode.py \
                      --variants --variant-rounds 20 --budget-s 170 --variant-batches 128 160 \
-                     --derive "flush_ws_max_stages=3" "ring_dt_layout=heads" \
-                     "flush_ws_max_stages=3" "ring_dt_layout=heads" \
-                     "flush_ws_max_stages=3" "ring_dt_layout=heads" \
-                     "flush_ws_max_stages=3, flush_ws_taper=1" --json "$OUT/variants_flush.json" ;;
-    options-stream-regs) step variants_stream_regs "${BENCH_LIMIT:-200}" python3 benchmarks/bench_mamba2_decode.py \
-                           --variants --variant-rounds 20 --budget-s 180 --variant-batches 256 \
-                           --derive "max_registers=48" "max_registers=40" "block_p=8" "" \
-                           --json "$OUT/variants_stream_regs.json" ;;
+                     --derive "ring_dt_layout=heads" "flush_ws_max_stages=3, flush_ws_taper=2, flush_ws_chunk=2" \
+                     "block_p=8, flush_ws_max_stages=3, flush_ws_taper=2" \
+                     "ring_dt_layout=heads" "flush_ws_max_stages=3, flush_ws_taper=2, flush_ws_chunk=2" \
+                     "block_p=8, flush_ws_max_stages=3, flush_ws_taper=2" \
+                     "ring_dt_layout=heads" "flush_ws_max_stages=3, flush_ws_taper=2, flush_ws_chunk=2" \
+                     --json "$OUT/variants_flush.json" ;;
+    # The stream launch's 8-row checkpoint tiles (twice the programs, 16-byte y stores) three times
+    # beside the default's 16 rows: 0.7 / 1.5 us shorter non-flush steps at Nemotron-H /
+    # Nemotron-3-Nano 256 on an H100, one sample each (forty-sixth run, where 48 registers gained
+    # nothing and 40 lost 51 us). ~30 s.
+    options-stream-tiles) step variants_stream_tiles "${BENCH_LIMIT:-200}" python3 benchmarks/bench_mamba2_decode.py \
+                            --variants --variant-rounds 20 --budget-s 180 --variant-batches 256 512 \
+                            --derive "block_p=8" "" "block_p=8" "" "block_p=8" "" \
+                            --json "$OUT/variants_stream_tiles.json" ;;
     *) echo "unknown step $what (expected tests, formats, builder, bench, bench-mamba2, paper, options-tests," \
-            "options-nonflush, parts, options-flush, options-stream-regs)"; exit 2 ;;
+            "options-nonflush, parts, options-flush, options-stream-tiles)"; exit 2 ;;
   esac
 done
 exit $status

@@ -188,6 +188,10 @@ def test_mamba2_variant_label_names_the_cuda_flush():
     assert variants.short(dataclasses.replace(base, flush_ws_order="stride")).endswith(
         "+flush cuda_ws side ring-x-in-ring")
     assert "s4 side" in variants.short(dataclasses.replace(base, flush_ws_stages=4))
+    # the stream launch's register cap, in both CUDA flush forms' labels
+    assert variants.short(dataclasses.replace(base, max_registers=48)).startswith("staged bp16 w2 r48 +flush cuda_ws")
+    assert variants.short(dataclasses.replace(cuda, max_registers=40)).startswith("staged bp16 w2 r40 +flush cuda h16")
+    assert " r" not in variants.short(base).partition("+flush")[0]
     # below batch 192 the default caps the stages instead (at most 3)
     assert "cuda_ws smax3 side auto4t2" in variants.short(mamba2_decode.launch_config("replay", 64, 128, 128))
     assert "cuda" not in variants.short(dataclasses.replace(base, flush_impl="triton"))

@@ -10,7 +10,7 @@
 #          alone; MAMBA2_BENCH_ARGS="--ring-dt-layout entries" for that state), paper (the paper's public
 #          Mamba-2 and GDN kernels beside ours; PAPER_ROOT: a checkout of its repository inside
 #          the working tree, untracked), options-tests / options-nonflush / parts / options-flush /
-#          options-stream-tiles (the Mamba-2 step options and probes not yet run: their GPU tests,
+#          options-stream-tiles / options-early (the Mamba-2 step options and probes not yet run: their GPU tests,
 #          each option against the default, the step's parts); default: tests formats bench builder
 #   limits (seconds) and extra benchmark arguments come from the environment:
 #   GPU_TESTS_LIMIT GPU_TESTS_WORKERS GPU_TESTS_ARGS FORMATS_LIMIT BUILDER_LIMIT BENCH_LIMIT
@@ -114,8 +114,20 @@ for what in "$@"; do
                             --variants --variant-rounds 20 --budget-s 180 --variant-batches 256 512 \
                             --derive "block_p=8" "" "block_p=8" "" "block_p=8" "" \
                             --json "$OUT/variants_stream_tiles.json" ;;
+    # The flush rows' lines and the rows' flags from a launch of their own on the side stream, so
+    # that the flush launch need not wait for the ring launch (flush_early, forty-sixth run): at
+    # 128-160 under each batch's cap and taper, and at 256 / 512, twice beside the default. ~60 s.
+    options-early)
+      step variants_early_small "${BENCH_LIMIT:-200}" python3 benchmarks/bench_mamba2_decode.py \
+        --variants --variant-rounds 20 --budget-s 170 --variant-batches 128 160 \
+        --derive "flush_ws_max_stages=3, flush_ws_taper=2, flush_early=true" "ring_dt_layout=heads" \
+        "flush_ws_max_stages=3, flush_ws_taper=2, flush_early=true" "ring_dt_layout=heads" \
+        --json "$OUT/variants_early_small.json"
+      step variants_early_large "${BENCH_LIMIT:-200}" python3 benchmarks/bench_mamba2_decode.py \
+        --variants --variant-rounds 20 --budget-s 170 --variant-batches 256 512 \
+        --derive "flush_early=true" "" "flush_early=true" "" --json "$OUT/variants_early_large.json" ;;
     *) echo "unknown step $what (expected tests, formats, builder, bench, bench-mamba2, paper, options-tests," \
-            "options-nonflush, parts, options-flush, options-stream-tiles)"; exit 2 ;;
+            "options-nonflush, parts, options-flush, options-stream-tiles, options-early)"; exit 2 ;;
   esac
 done
 exit $status

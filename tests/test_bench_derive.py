@@ -198,6 +198,8 @@ def test_mamba2_variant_label_names_the_cuda_flush():
     # the ring launch's warps, in every flush form's label
     assert variants.short(dataclasses.replace(base, ring_warps=8)).endswith("side auto4 rw8 ring-x-in-ring")
     assert " rw2 " in variants.short(dataclasses.replace(base, flush_impl="triton", ring_warps=2))
+    # the flush rows' lines from a launch of their own
+    assert variants.short(dataclasses.replace(base, flush_early=True)).endswith("auto4 ring-x-in-ring early")
     # the token's dt entry stored as its whole sector
     assert variants.short(dataclasses.replace(base, ring_dt_sector=True)).endswith(
         "auto4 ring-x-in-ring dt-sector")

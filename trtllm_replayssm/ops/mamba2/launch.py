@@ -139,6 +139,12 @@ class LaunchConfig:
     # against 277.8 (amortized and staggered steps within 0.3 us; taper 1: 296.9 / 366.5).
     # launch_config's default where it caps the stages.
     flush_ws_taper: int = 0
+    # flush_stream: the flush rows' lines, the rows' flags and the flush's item counter from a
+    # launch of their own on the side stream (ring.py's _flush_lines_kernel), so that the flush
+    # launch starts after that short launch rather than after the ring launch; the stream launch
+    # waits for both. Not yet timed on a GPU (forty-sixth run: in an all-flush step the ring launch
+    # is ~6-9 us of the critical path, probe_flush_step_parts.py).
+    flush_early: bool = False
 
     def __post_init__(self):
         if self.kernel not in KERNELS:
@@ -201,7 +207,9 @@ class LaunchConfig:
                              f"tuple of them, got {self.flush_max_registers!r}")
         if self.flush_stream and not self.flush_launch:
             raise ValueError("LaunchConfig.flush_stream: needs flush_launch=True")
-        for name in ("ring_dt_sector", "ring_x_in_ring", "compact_coef"):
+        if self.flush_early and not self.flush_stream:
+            raise ValueError("LaunchConfig.flush_early: needs flush_stream=True (the flush launch's side stream)")
+        for name in ("ring_dt_sector", "ring_x_in_ring", "compact_coef", "flush_early"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"LaunchConfig.{name}: expected a bool, got {getattr(self, name)!r}")
         if self.ring_dt_sector and self.kernel != "staged":

@@ -52,12 +52,19 @@ __all__ = []
 
 
 @triton.jit
-def _row_flags(idx_ptr, committed_ptr, flush_at_ptr, row, pad_slot_id, HAS_INDICES: tl.constexpr, CAP: tl.constexpr):
-    """A batch row's ``(slot, live, c, is_flush)`` from its cursors."""
+def _program_row(idx_ptr, committed_ptr, flush_at_ptr, count_ptr, pad_slot_id, HAS_INDICES: tl.constexpr,
+                 CAP: tl.constexpr, ZERO_COUNT: tl.constexpr):
+    """A (batch row, group) program's ``(row, g, slot, live, c, is_flush)`` from the row's cursors;
+    with ``ZERO_COUNT`` the first program zeroes the warp-specialised flush's item counter."""
+    row = tl.program_id(0).to(tl.int64)
+    g = tl.program_id(1)
+    if ZERO_COUNT:
+        if (row == 0) & (g == 0):
+            tl.store(count_ptr, 0)
     slot, live = _slot_of(idx_ptr, row, pad_slot_id, HAS_INDICES)
     c = tl.where(live, tl.load(committed_ptr + slot), 0)
     flush_at = tl.load(flush_at_ptr + slot)
-    return slot, live, c, c + 1 >= tl.where(live, flush_at, CAP + 1)
+    return row, g, slot, live, c, c + 1 >= tl.where(live, flush_at, CAP + 1)
 
 
 @triton.jit
@@ -80,12 +87,8 @@ def _flush_lines_kernel(
     # LaunchConfig.flush_early's first launch, one program per (batch row, group): a flush row's
     # lines (w_j, Gamma, dt_t), as _ring_kernel writes them, every row's (c, flush) flags, and the
     # warp-specialised flush's item counter zeroed. A non-flush row loads its cursors alone.
-    row = tl.program_id(0).to(tl.int64)
-    g = tl.program_id(1)
-    if ZERO_COUNT:
-        if (row == 0) & (g == 0):
-            tl.store(count_ptr, 0)
-    slot, live, c, is_flush = _row_flags(idx_ptr, committed_ptr, flush_at_ptr, row, pad_slot_id, HAS_INDICES, CAP)
+    row, g, slot, live, c, is_flush = _program_row(idx_ptr, committed_ptr, flush_at_ptr, count_ptr, pad_slot_id,
+                                                   HAS_INDICES, CAP, ZERO_COUNT)
     offs_hg = tl.arange(0, BLOCK_HG)
     offs_j = tl.arange(0, BLOCK_J)
     heads_flush = offs_hg < tl.where(is_flush, HEADS_PER_GROUP, 0)
@@ -127,12 +130,8 @@ def _ring_kernel(
     # warp-specialised flush launch's item counter (flush_ws_order "counter" or "auto"), which runs after it.
     # NONFLUSH_ONLY (LaunchConfig.flush_early): _flush_lines_kernel writes the flush rows' lines
     # and every row's flags; this launch the rest.
-    row = tl.program_id(0).to(tl.int64)
-    g = tl.program_id(1)
-    if ZERO_COUNT:
-        if (row == 0) & (g == 0):
-            tl.store(count_ptr, 0)
-    slot, live, c, is_flush = _row_flags(idx_ptr, committed_ptr, flush_at_ptr, row, pad_slot_id, HAS_INDICES, CAP)
+    row, g, slot, live, c, is_flush = _program_row(idx_ptr, committed_ptr, flush_at_ptr, count_ptr, pad_slot_id,
+                                                   HAS_INDICES, CAP, ZERO_COUNT)
     fits = tl.where(live, c < CAP, False)
     offs_hg = tl.arange(0, BLOCK_HG)
     offs_n = tl.arange(0, BLOCK_N)

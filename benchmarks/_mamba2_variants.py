@@ -94,8 +94,7 @@ def layout_label(layout: str) -> str:
 def short(cfg) -> str:
     """A LaunchConfig in a table column: the fields that differ from the defaults."""
     return (_short(cfg) + (" ring-x-in-ring" if cfg.ring_x_in_ring else "") + (" compact" if cfg.compact_coef else "")
-            + (f" walk{cfg.stream_tiles}" if cfg.stream_tiles > 1 else "") + (" dt-sector" if cfg.ring_dt_sector else "")
-            + (" early" if cfg.flush_early else ""))
+            + (f" walk{cfg.stream_tiles}" if cfg.stream_tiles > 1 else "") + (" dt-sector" if cfg.ring_dt_sector else ""))
 
 
 def _ring_warps(cfg) -> str:

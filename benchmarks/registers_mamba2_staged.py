@@ -68,8 +68,8 @@ def resources(cfg: decode.LaunchConfig, heads=128, head_dim=64, d_state=128, gro
         GROUPS=groups, HEADS_PER_GROUP=heads // groups, N=d_state, CAP=cap,
         BLOCK_HG=triton.next_power_of_2(heads // groups), BLOCK_N=block_n, BLOCK_J=block_j,
         HAS_DT_BIAS=True, DT_SOFTPLUS=True, HAS_CLAMP=True, P=head_dim, BLOCK_P=triton.next_power_of_2(head_dim),
-        RING_X=ring_x, COMPACT=cfg.compact_coef, DT_SECTOR=cfg.ring_dt_sector, s_rdt_j=1,
-        NONFLUSH_ONLY=cfg.flush_early, **flags), cfg.ring_warps, divisible=STRIDES)
+        RING_X=ring_x, COMPACT=cfg.compact_coef, DT_SECTOR=cfg.ring_dt_sector, s_rdt_j=1, **flags), cfg.ring_warps,
+        divisible=STRIDES)
     stream_consts = dict(
         HEADS=heads, HEADS_PER_GROUP=heads // groups, P=head_dim, N=d_state, CAP=cap, BLOCK_P=cfg.block_p,
         BLOCK_N=block_n, BLOCK_J=block_j, HAS_D=True, HAS_Z=True, FOLD=cfg.fold, RING_PREFETCH=cfg.ring_prefetch,
@@ -98,14 +98,6 @@ def resources(cfg: decode.LaunchConfig, heads=128, head_dim=64, d_state=128, gro
                      dict(row_consts, ITEMS=items, BLOCK_B=256 if items != staged.ROW_GRID else 1), cfg.flush_warps,
                      staged.flush_register_cap(cfg, programs, SMS), divisible=STRIDES)
     return ring, stream, flush
-
-
-def lines_resources(cfg: decode.LaunchConfig, heads=128, groups=8, cap=16, act="bf16") -> str:
-    """The resources of ``flush_early``'s first launch (``ring.py``'s ``_flush_lines_kernel``)."""
-    return _compile(staged._flush_lines_kernel, _types(staged._flush_lines_kernel, act), dict(
-        GROUPS=groups, HEADS_PER_GROUP=heads // groups, CAP=cap, BLOCK_HG=triton.next_power_of_2(heads // groups),
-        BLOCK_J=max(16, triton.next_power_of_2(cap)), HAS_DT_BIAS=True, DT_SOFTPLUS=True, HAS_CLAMP=True,
-        HAS_INDICES=True, ZERO_COUNT=True, s_rdt_j=1), cfg.ring_warps, divisible=STRIDES)
 
 
 def main(argv=None):

@@ -10,7 +10,7 @@
 #          alone; MAMBA2_BENCH_ARGS="--ring-dt-layout entries" for that state), paper (the paper's public
 #          Mamba-2 and GDN kernels beside ours; PAPER_ROOT: a checkout of its repository inside
 #          the working tree, untracked), options-tests / options-nonflush / parts / options-flush /
-#          options-stream-tiles / options-early (the Mamba-2 step options and probes not yet run: their GPU tests,
+#          options-stream-tiles (the Mamba-2 step options and probes not yet run: their GPU tests,
 #          each option against the default, the step's parts); default: tests formats bench builder
 #   limits (seconds) and extra benchmark arguments come from the environment:
 #   GPU_TESTS_LIMIT GPU_TESTS_WORKERS GPU_TESTS_ARGS FORMATS_LIMIT BUILDER_LIMIT BENCH_LIMIT
@@ -91,43 +91,30 @@ for what in "$@"; do
         step "parts_nonflush_c$c" "${BENCH_LIMIT:-90}" python3 benchmarks/probe_flush_step_parts.py --batch 256 \
           --committed "$c" --rounds 20 --timeline 2
       done ;;
-    # The flush step at 128-160 (1.11-1.12x on an H200): each batch's default (the counter's last
-    # items one at a time, flush_ws_taper=2, under the 3-stage cap: the default there since the
-    # forty-fifth run, 2.0-3.8 us shorter in every pair) three times beside the counter's chunks of
-    # 2 (1.5-3.2 us shorter on an H100, forty-sixth run, one sample each) and the stream launch's
-    # 8-row tiles. --derive replaces fields of the batch-256 default, which caps no stages (the
-    # warp-specialised flush reads no other field that differs at 128-160); "ring_dt_layout=heads"
-    # alone is each batch's own default. ~40 s.
+    # The flush step at 128-160 (1.11-1.12x on an H200): each batch's default (the counter's takes
+    # 2 items, its last ones one at a time, under the 3-stage cap: chunks of 2 the default there
+    # since the forty-sixth run, 1.5-3.2 us shorter on an H100) three times beside takes of 4 (the
+    # forty-fifth run's default) and the stream launch's 8-row tiles. --derive replaces fields of
+    # the batch-256 default, which caps no stages (the warp-specialised flush reads no other field
+    # that differs at 128-160); "ring_dt_layout=heads" alone is each batch's own default. ~40 s.
     options-flush) step variants_flush "${BENCH_LIMIT:-200}" python3 benchmarks/bench_mamba2_decode.py \
                      --variants --variant-rounds 20 --budget-s 170 --variant-batches 128 160 \
-                     --derive "ring_dt_layout=heads" "flush_ws_max_stages=3, flush_ws_taper=2, flush_ws_chunk=2" \
-                     "block_p=8, flush_ws_max_stages=3, flush_ws_taper=2" \
-                     "ring_dt_layout=heads" "flush_ws_max_stages=3, flush_ws_taper=2, flush_ws_chunk=2" \
-                     "block_p=8, flush_ws_max_stages=3, flush_ws_taper=2" \
-                     "ring_dt_layout=heads" "flush_ws_max_stages=3, flush_ws_taper=2, flush_ws_chunk=2" \
+                     --derive "ring_dt_layout=heads" "flush_ws_max_stages=3, flush_ws_taper=2" \
+                     "block_p=8, flush_ws_max_stages=3, flush_ws_taper=2, flush_ws_chunk=2" \
+                     "ring_dt_layout=heads" "flush_ws_max_stages=3, flush_ws_taper=2" \
+                     "block_p=8, flush_ws_max_stages=3, flush_ws_taper=2, flush_ws_chunk=2" \
+                     "ring_dt_layout=heads" "flush_ws_max_stages=3, flush_ws_taper=2" \
                      --json "$OUT/variants_flush.json" ;;
     # The stream launch's 8-row checkpoint tiles (twice the programs, 16-byte y stores) three times
-    # beside the default's 16 rows: 0.7 / 1.5 us shorter non-flush steps at Nemotron-H /
-    # Nemotron-3-Nano 256 on an H100, one sample each (forty-sixth run, where 48 registers gained
-    # nothing and 40 lost 51 us). ~30 s.
+    # beside the default's 16 rows. On an H100 (forty-sixth run, three pairs) the non-flush step
+    # took 0.9 / 1.9 / 2.5 us less at Nemotron-H 256 / Nemotron-3-Nano 256 / Nemotron-H 512, the
+    # flush step the same; 48 registers gained nothing and 40 lost 51 us. ~30 s.
     options-stream-tiles) step variants_stream_tiles "${BENCH_LIMIT:-200}" python3 benchmarks/bench_mamba2_decode.py \
                             --variants --variant-rounds 20 --budget-s 180 --variant-batches 256 512 \
                             --derive "block_p=8" "" "block_p=8" "" "block_p=8" "" \
                             --json "$OUT/variants_stream_tiles.json" ;;
-    # The flush rows' lines and the rows' flags from a launch of their own on the side stream, so
-    # that the flush launch need not wait for the ring launch (flush_early, forty-sixth run): at
-    # 128-160 under each batch's cap and taper, and at 256 / 512, twice beside the default. ~60 s.
-    options-early)
-      step variants_early_small "${BENCH_LIMIT:-200}" python3 benchmarks/bench_mamba2_decode.py \
-        --variants --variant-rounds 20 --budget-s 170 --variant-batches 128 160 \
-        --derive "flush_ws_max_stages=3, flush_ws_taper=2, flush_early=true" "ring_dt_layout=heads" \
-        "flush_ws_max_stages=3, flush_ws_taper=2, flush_early=true" "ring_dt_layout=heads" \
-        --json "$OUT/variants_early_small.json"
-      step variants_early_large "${BENCH_LIMIT:-200}" python3 benchmarks/bench_mamba2_decode.py \
-        --variants --variant-rounds 20 --budget-s 170 --variant-batches 256 512 \
-        --derive "flush_early=true" "" "flush_early=true" "" --json "$OUT/variants_early_large.json" ;;
     *) echo "unknown step $what (expected tests, formats, builder, bench, bench-mamba2, paper, options-tests," \
-            "options-nonflush, parts, options-flush, options-stream-tiles, options-early)"; exit 2 ;;
+            "options-nonflush, parts, options-flush, options-stream-tiles)"; exit 2 ;;
   esac
 done
 exit $status

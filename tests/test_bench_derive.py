@@ -193,13 +193,11 @@ def test_mamba2_variant_label_names_the_cuda_flush():
     assert variants.short(dataclasses.replace(cuda, max_registers=40)).startswith("staged bp16 w2 r40 +flush cuda h16")
     assert " r" not in variants.short(base).partition("+flush")[0]
     # below batch 192 the default caps the stages instead (at most 3)
-    assert "cuda_ws smax3 side auto4t2" in variants.short(mamba2_decode.launch_config("replay", 64, 128, 128))
+    assert "cuda_ws smax3 side auto2t2" in variants.short(mamba2_decode.launch_config("replay", 64, 128, 128))
     assert "cuda" not in variants.short(dataclasses.replace(base, flush_impl="triton"))
     # the ring launch's warps, in every flush form's label
     assert variants.short(dataclasses.replace(base, ring_warps=8)).endswith("side auto4 rw8 ring-x-in-ring")
     assert " rw2 " in variants.short(dataclasses.replace(base, flush_impl="triton", ring_warps=2))
-    # the flush rows' lines from a launch of their own
-    assert variants.short(dataclasses.replace(base, flush_early=True)).endswith("auto4 ring-x-in-ring early")
     # the token's dt entry stored as its whole sector
     assert variants.short(dataclasses.replace(base, ring_dt_sector=True)).endswith(
         "auto4 ring-x-in-ring dt-sector")

@@ -42,9 +42,8 @@ for sm in json.loads(sys.argv[2]):
     ring, stream, flush = rm.resources(mamba2.launch_config("replay", 64, 128, 256))
     out[f"{sm} mamba2"] = {"ring": ring, "stream": stream, "flush": flush}
     options = dataclasses.replace(mamba2.launch_config("replay", 64, 128, 256), compact_coef=True, stream_tiles=64,
-                                  ring_dt_sector=True, flush_early=True)
-    out[f"{sm} mamba2 options"] = dict(zip(("ring", "stream", "flush"), rm.resources(options)),
-                                       lines=rm.lines_resources(options))
+                                  ring_dt_sector=True)
+    out[f"{sm} mamba2 options"] = dict(zip(("ring", "stream", "flush"), rm.resources(options)))
     for kind, dims in {"gdn": (32, 16, 128, 128), "kda": (32, 32, 128, 128)}.items():
         for refold in (False, True):
             variant = delta.default_variant(256, kind == "kda", refold, dims[3], 32)  # the staged step
@@ -79,9 +78,7 @@ def test_every_default_kernel_assembles(resources, sm):
     keys = [k for k in resources if k.startswith(f"{sm} ")]
     assert len(keys) == 7
     for key in keys:
-        assert set(resources[key]) == ({"step"} if key.endswith("one-launch") else
-                                       {"ring", "stream", "flush", "lines"} if key.endswith("mamba2 options") else
-                                       {"ring", "stream", "flush"})
+        assert set(resources[key]) == ({"step"} if key.endswith("one-launch") else {"ring", "stream", "flush"})
         for name, (regs, _, _) in resources[key].items():
             assert 0 < regs <= 255, (key, name)
 
@@ -101,9 +98,8 @@ def test_batch256_defaults_do_not_spill(resources, sm, what):
 @pytest.mark.parametrize("sm", TARGETS)
 def test_mamba2_step_options_do_not_spill(resources, sm):
     # The Mamba-2 options built for timing (compact ring terms, stream programs walking 64 tiles,
-    # NOTES_mamba2.md fortieth run; the token's dt stored as its whole sector, forty-second run;
-    # the flush rows' lines from a launch of their own, forty-sixth run) assemble for Blackwell
-    # too, without spills.
+    # NOTES_mamba2.md fortieth run; the token's dt stored as its whole sector, forty-second run)
+    # assemble for Blackwell too, without spills.
     for name, (regs, spilled, _) in resources[f"{sm} mamba2 options"].items():
         assert spilled == 0 and regs <= 255, (sm, name, regs, spilled)
 

@@ -341,11 +341,10 @@ def test_ws_kernel_assembles_without_spills(sm, dtype, order, taper, tmp_path):
                                     dict(flush_impl="cuda_ws", ring_x_in_ring=True, flush_ws_order="auto",
                                          flush_ws_taper=2),
                                     dict(flush_impl="cuda_ws", ring_x_in_ring=True, flush_ws_order="auto",
-                                         flush_ws_taper=2, flush_early=True),
-                                    dict(flush_early=True)],
+                                         flush_ws_taper=2, flush_ws_chunk=2, flush_ws_max_stages=3)],
                          ids=["default", "rows8-heads2", "ws", "ws2", "ws-ring-x", "ws-counter", "ws-compact",
                               "ws-auto", "ws-walk8", "ws-compact-walk64", "ws-auto-dt-sector",
-                              "ws-auto-taper2", "ws-auto-early", "early"])
+                              "ws-auto-taper2", "ws-auto-taper2-chunk2"])
 @pytest.mark.parametrize("batch", [1, 3, 64])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize("dims", [(8, 64, 128, 2), (8, 80, 128, 8), (4, 128, 64, 1), (6, 256, 128, 3)])
@@ -362,9 +361,9 @@ def test_cuda_flush_steps_gpu(dims, dtype, batch, params):
     ("cuda_ws", "auto", dict(ring_x_in_ring=True, compact_coef=True, stream_tiles=32)),
     ("cuda_ws", "auto", dict(ring_x_in_ring=True, ring_dt_sector=True)),
     ("cuda_ws", "auto", dict(ring_x_in_ring=True, flush_ws_taper=2)),
-    ("cuda_ws", "auto", dict(ring_x_in_ring=True, flush_ws_taper=2, flush_early=True))],
+    ("cuda_ws", "auto", dict(ring_x_in_ring=True, flush_ws_taper=2, flush_ws_chunk=2, flush_ws_max_stages=3))],
     ids=["cuda", "ws", "ws-ring-x", "ws-counter", "ws-compact", "ws-auto-compact-walk32", "ws-auto-dt-sector",
-         "ws-auto-taper2", "ws-auto-early"])
+         "ws-auto-taper2", "ws-auto-taper2-chunk2"])
 def test_cuda_flush_nemotron_dims_four_windows_gpu(impl, order, options):
     # The accuracy target: the fp32 checkpoint within 1e-5 of float64 over 4 windows at L=16.
     run = kernel_replay(decode.LaunchConfig(**dict(CUDA_FLUSH, flush_persistent=4, flush_list_items="heads",

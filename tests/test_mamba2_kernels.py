@@ -137,14 +137,6 @@ STAGED_INTERPRETER = [
     ((6, 20, 16, 2), dict(block_p=32, fold="loop", num_warps=2, flush_launch=True, flush_persistent=1,
                           flush_list_items="heads", flush_heads=3, flush_block_p=16, ring_x_in_ring=True,
                           compact_coef=True, stream_tiles=8)),
-    # the flush rows' lines and the rows' flags from a launch of their own (flush_early): the
-    # per-row flush launch with the token's ring x in the ring launch, the heads list with compact
-    # terms (a masked head lane: 3 heads per group in a 4-wide block)
-    ((6, 80, 16, 2), dict(block_p=16, fold="tf32x3", num_warps=2, flush_launch=True, flush_stream=True, flush_heads=3,
-                          flush_block_p=16, ring_x_in_ring=True, flush_early=True)),
-    ((6, 32, 24, 2), dict(block_p=8, fold="loop", num_warps=2, flush_launch=True, flush_stream=True,
-                          flush_persistent=1, flush_list_items="heads", flush_heads=3, flush_block_p=16,
-                          compact_coef=True, flush_early=True)),
 ]
 
 
@@ -154,15 +146,6 @@ def test_replay_staged_kernel_interpreter(dims, params):
     # As the v4 test: window 4 over 13 steps, staggered first flushes, a padded row, 3+ windows.
     cfg = decode.LaunchConfig(**{"num_warps": 4, "kernel": "staged", **params})
     check_replay(dims, torch.float32, 3, 4, 13, "cpu", run=kernel_replay(cfg), stagger=True)
-
-
-def test_flush_early_needs_the_side_stream():
-    staged = dict(kernel="staged", flush_launch=True)
-    assert decode.LaunchConfig(**staged, flush_stream=True, flush_early=True).flush_early
-    with pytest.raises(ValueError, match="flush_early: needs flush_stream=True"):
-        decode.LaunchConfig(**staged, flush_early=True)
-    with pytest.raises(ValueError, match="flush_early: expected a bool"):
-        decode.LaunchConfig(**staged, flush_stream=True, flush_early=1)
 
 
 def test_flush_ws_taper_needs_the_counter():
@@ -241,12 +224,13 @@ def test_launch_config_default_kernels_by_batch():
     assert [c.ring_x_in_ring for c in configs] == [False] * 6 + [True] * 4
     # the warp-specialised flush from batch 128 at d_state 128, its order chosen step by step, at
     # most 3 stages below batch 192 (a cap: fewer where fewer fit), never an exact count, and
-    # there the counter's last items one at a time (taper 2)
-    assert [(c.flush_impl, c.flush_ws_order, c.flush_ws_max_stages, c.flush_ws_taper) for c in configs[2:]] == (
-        [("triton", "stride", 0, 0)] * 4 + [("cuda_ws", "auto", 3, 2)] + [("cuda_ws", "auto", 0, 0)] * 3)
+    # there the counter's takes 2 items, its last items one at a time (taper 2); 4 items uncapped
+    assert [(c.flush_impl, c.flush_ws_order, c.flush_ws_max_stages, c.flush_ws_taper, c.flush_ws_chunk)
+            for c in configs[2:]] == (
+        [("triton", "stride", 0, 0, 4)] * 4 + [("cuda_ws", "auto", 3, 2, 2)] + [("cuda_ws", "auto", 0, 0, 4)] * 3)
     assert all(c.flush_ws_stages == 0 for c in configs)
-    assert [(c.flush_ws_max_stages, c.flush_ws_taper)
-            for c in (decode.launch_config("replay", 64, 128, b) for b in (191, 192))] == [(3, 2), (0, 0)]
+    assert [(c.flush_ws_max_stages, c.flush_ws_taper, c.flush_ws_chunk)
+            for c in (decode.launch_config("replay", 64, 128, b) for b in (191, 192))] == [(3, 2, 2), (0, 0, 4)]
     assert decode.launch_config("replay", 64, 256, 128).flush_ws_taper == 0
     assert decode.launch_config("replay", 80, 128, 128).flush_impl == "cuda_ws"
     assert decode.launch_config("replay", 64, 256, 512).flush_impl == "triton"
@@ -465,14 +449,12 @@ SIDE_STREAM_GRAPH_CONFIGS = [
     dict(fold="bf16x3", flush_heads=4, ring_x_in_ring=True),
     # ... and a non-flush row's ring terms compact (compact_coef)
     dict(fold="bf16x3", flush_heads=4, ring_x_in_ring=True, compact_coef=True),
-    # the flush rows' lines from a launch of their own on the side stream (flush_early)
-    dict(fold="bf16x3", flush_heads=4, ring_x_in_ring=True, flush_early=True),
 ]
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("seed,params", list(enumerate(SIDE_STREAM_GRAPH_CONFIGS, start=6)),
-                         ids=["side_stream", "heads_list", "ring_x_in_ring", "compact_coef", "flush_early"])
+                         ids=["side_stream", "heads_list", "ring_x_in_ring", "compact_coef"])
 def test_staged_flush_stream_cuda_graph_equals_eager(seed, params):
     # Window 4; a captured step replayed against eager calls, state and outputs bit for bit.
     dims = (16, 64, 128, 2)

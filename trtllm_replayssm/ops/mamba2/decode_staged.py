@@ -63,8 +63,6 @@ Every flush program asks the L2 for its next tile before each tile's load
 
 from __future__ import annotations
 
-import contextlib
-
 import torch
 import triton
 import triton.language as tl
@@ -76,7 +74,7 @@ from .._side_stream import fork, join
 from .._tf32 import fp32_dot
 from .decode_flush_cuda import flush_rows_cuda, flush_rows_ws, unsupported, ws_unsupported
 from .decode import _common, _mixer_gate, _mixer_output, _slot_of, _state_strides
-from .ring import _flush_lines_kernel, _ring_kernel
+from .ring import _ring_kernel
 from .stream import _fold_ring, _ring_B_tile, _stream_kernel, _stream_walk
 
 __all__ = ["flush_heads_per_program", "flush_register_cap", "replay_step_staged"]
@@ -334,27 +332,6 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
     info = torch.empty(batch, 2, dtype=torch.int32, device=x.device)
     block_n = triton.next_power_of_2(d_state)
     ring_x_here = cfg.ring_x_in_ring  # LaunchConfig allows it only with flush_launch
-    # flush_stream: the flush launch on a side stream forked here, issued before the stream launch
-    # so that it runs under it (disjoint rows); joined before returning. (Issued after it, on an
-    # H200 the non-flush step took 1.2-1.8 us longer at Nemotron-H 256 and the all-flush step 15-17%
-    # longer at 512: forty-fifth run.) flush_early forks before the ring launch: the side stream
-    # writes the flush rows' lines and every row's flags first, and the flush launch follows them
-    # there; the stream launch, which moves the cursors, waits for both (ring.py).
-    early = cfg.flush_early
-    side = fork(x.device) if early else None
-    lines_ready = None
-    if early:
-        with torch.cuda.stream(side) if side is not None else contextlib.nullcontext():
-            _flush_lines_kernel[(batch, groups)](
-                ring_dt, committed, flush_at, dt, A, bias_, idx_, coef, info, counter,
-                pad_slot_id, lo, hi, s_rdt_slot, s_rdt_head, s_dt_row,
-                GROUPS=groups, HEADS_PER_GROUP=heads // groups, CAP=capacity,
-                BLOCK_HG=triton.next_power_of_2(heads // groups), BLOCK_J=block_j,
-                HAS_DT_BIAS=flags["HAS_DT_BIAS"], DT_SOFTPLUS=bool(dt_softplus), HAS_CLAMP=flags["HAS_CLAMP"],
-                HAS_INDICES=flags["HAS_INDICES"], ZERO_COUNT=counter is not None, s_rdt_j=s_rdt_j,
-                num_warps=cfg.ring_warps,
-            )
-            lines_ready = side.record_event() if side is not None else None
     _ring_kernel[(batch, groups)](
         ring_dt, ring_B, committed, flush_at, dt, A, B, C, bias_, idx_, coef, info,
         int(window), pad_slot_id, lo, hi,
@@ -366,8 +343,8 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
         **(dict(ring_x_ptr=ring_x, x_ptr=x, s_rx_slot=s_rx_slot, s_rx_head=s_rx_head, s_rx_j=s_rx_j, s_x_row=s_x_row,
                 s_x_head=s_x_head, P=head_dim, BLOCK_P=triton.next_power_of_2(head_dim), RING_X=True)
            if ring_x_here else {}),
-        **(dict(count_ptr=counter, ZERO_COUNT=True) if counter is not None and not early else {}),
-        **compact, DT_SECTOR=cfg.ring_dt_sector, s_rdt_j=s_rdt_j, NONFLUSH_ONLY=early,
+        **(dict(count_ptr=counter, ZERO_COUNT=True) if counter is not None else {}),
+        **compact, DT_SECTOR=cfg.ring_dt_sector, s_rdt_j=s_rdt_j,
     )
     sms = _sm_count(x.device) if x.device.type == "cuda" else None
     flush_strides = (s_ck_slot, s_ck_head, s_rx_slot, s_rx_head, s_rB_slot, s_rB_group,
@@ -414,13 +391,14 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
         if items != ROW_GRID:
             note_resident(key, compiled, x.device)
 
-    if not early:
-        side = fork(x.device) if cfg.flush_launch and cfg.flush_stream else None
+    # flush_stream: the flush launch on a side stream forked here, issued before the stream launch
+    # so that it runs under it (disjoint rows); joined before returning. (Issued after it, on an
+    # H200 the non-flush step took 1.2-1.8 us longer at Nemotron-H 256 and the all-flush step 15-17%
+    # longer at 512: forty-fifth run.)
+    side = fork(x.device) if cfg.flush_launch and cfg.flush_stream else None
     if side is not None:
         with torch.cuda.stream(side):
             flush_rows()
-    if lines_ready is not None:
-        torch.cuda.current_stream(x.device).wait_event(lines_ready)
     tiles = triton.cdiv(head_dim, cfg.block_p)
     stream_args = (
         s_ck_slot, s_ck_head, s_ck_p, s_rx_slot, s_rx_head, s_rx_j, s_rB_slot, s_rB_group, s_rB_j,

@@ -139,12 +139,6 @@ class LaunchConfig:
     # against 277.8 (amortized and staggered steps within 0.3 us; taper 1: 296.9 / 366.5).
     # launch_config's default where it caps the stages.
     flush_ws_taper: int = 0
-    # flush_stream: the flush rows' lines, the rows' flags and the flush's item counter from a
-    # launch of their own on the side stream (ring.py's _flush_lines_kernel), so that the flush
-    # launch starts after that short launch rather than after the ring launch; the stream launch
-    # waits for both. Not yet timed on a GPU (forty-sixth run: in an all-flush step the ring launch
-    # is ~6-9 us of the critical path, probe_flush_step_parts.py).
-    flush_early: bool = False
 
     def __post_init__(self):
         if self.kernel not in KERNELS:
@@ -207,9 +201,7 @@ class LaunchConfig:
                              f"tuple of them, got {self.flush_max_registers!r}")
         if self.flush_stream and not self.flush_launch:
             raise ValueError("LaunchConfig.flush_stream: needs flush_launch=True")
-        if self.flush_early and not self.flush_stream:
-            raise ValueError("LaunchConfig.flush_early: needs flush_stream=True (the flush launch's side stream)")
-        for name in ("ring_dt_sector", "ring_x_in_ring", "compact_coef", "flush_early"):
+        for name in ("ring_dt_sector", "ring_x_in_ring", "compact_coef"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"LaunchConfig.{name}: expected a bool, got {getattr(self, name)!r}")
         if self.ring_dt_sector and self.kernel != "staged":
@@ -358,6 +350,13 @@ def launch_config(kind: str, head_dim: int, d_state: int, batch: int) -> LaunchC
         # 393.0 / 191.4 / 189.8 (the most stages: 401.6 / 191.8 / 190.6); Nemotron-3-Nano 160
         # 344.9 / 178.2 / 178.4 against 402.5 / 182.6 / 179.7; Nemotron-H 128 298.1 / 154.8 / 154.8
         # against 314.4 / 156.1 / 155.1.
+        # Where it caps the stages, the counter's takes are 2 items, not 4: on an H100 (forty-sixth
+        # run, `--variants`, three pairs each in one call) the flush step at Nemotron-H 128 took
+        # 386.3-388.2 against 388.7-390.7 us, at 160 482.2 against 484.3-485.1, Nemotron-3-Nano 128
+        # 365.9 against 369.1 (one pair), non-flush, amortized and staggered steps within 0.3 us. On
+        # an H200 chunks of 2 read 562.2-564.3 against 564.7-567.2 us for chunks of 4 at Nemotron-H
+        # 256 (thirty-ninth run, uncapped), but 1115.0-1122.4 against 1112.5-1116.4 at 512, so the
+        # uncapped launches keep 4.
         ws = batch >= 128 and d_state == 128
         capped = ws and batch < 192  # the warp-specialised flush's 3-stage cap, and with it the taper
         # The token's ring x entry stored by the ring launch (ring_x_in_ring): the stream launch,
@@ -378,7 +377,8 @@ def launch_config(kind: str, head_dim: int, d_state: int, batch: int) -> LaunchC
                             flush_l2_prefetch="lines" if large else "none",
                             flush_persistent=4 if listed else 0, flush_list_items="heads" if listed else "tiles",
                             flush_impl="cuda_ws" if ws else "triton", flush_ws_order="auto" if ws else "stride",
-                            flush_ws_max_stages=3 if capped else 0, flush_ws_taper=2 if capped else 0)
+                            flush_ws_max_stages=3 if capped else 0, flush_ws_taper=2 if capped else 0,
+                            flush_ws_chunk=2 if capped else 4)
     if batch < 128:
         # One program per head streaming 32-row tiles with the next one in flight, capped at 128
         # registers, rows first in the grid, cursors moved by a second launch, rolled FMA fold

@@ -28,13 +28,12 @@ entries layout left the Nemotron-H amortized step at 409.0 us at batch 256 and s
 275.0 us against 274.5-274.9) and at 512 lengthened the non-flush step by 2-3 us and the all-flush
 step by 11-19%. So those partly written sectors are not on the step's critical path.
 
-With ``LaunchConfig.flush_early`` the flush rows' lines, every row's ``(c, flush)`` flags and the
-warp-specialised flush's item counter come from ``_flush_lines_kernel``, a launch of their own on
-the flush launch's side stream, and ``_ring_kernel`` (``NONFLUSH_ONLY``) writes the rest. The flush
-launch then waits only for that short launch, not for the ring launch's loads of the ring's ``B``
-and the token's ``x``: in an all-flush step the ring launch is ~6-9 us of the critical path
-(``benchmarks/probe_flush_step_parts.py``, forty-sixth run). The stream launch, which moves the
-cursors, waits for both, so no launch reads a cursor after it has moved.
+The flush rows' lines and every row's flags from a launch of their own on the side stream, ahead
+of the ring launch, so that the flush launch would not wait for the ring launch
+(``flush_early``), were built, GPU-tested and timed on an H100, and removed: the flush step moved
+by 0-2 us while the non-flush step lost 1.6-2 us at batch 128-160, 4 us at 256 and 8 us at 512,
+where the stream launch then waits for two launches on two streams (``benchmarks/NOTES_mamba2.md``,
+forty-sixth run).
 
 Storing the ``x`` entry from a launch of its own on a second side stream, beside the stream
 launch, was built and timed (Nemotron-H 256, H200: non-flush 274.8-275.1 against 274.5-274.9 us)
@@ -52,64 +51,6 @@ __all__ = []
 
 
 @triton.jit
-def _program_row(idx_ptr, committed_ptr, flush_at_ptr, count_ptr, pad_slot_id, HAS_INDICES: tl.constexpr,
-                 CAP: tl.constexpr, ZERO_COUNT: tl.constexpr):
-    """A (batch row, group) program's ``(row, g, slot, live, c, is_flush)`` from the row's cursors;
-    with ``ZERO_COUNT`` the first program zeroes the warp-specialised flush's item counter."""
-    row = tl.program_id(0).to(tl.int64)
-    g = tl.program_id(1)
-    if ZERO_COUNT:
-        if (row == 0) & (g == 0):
-            tl.store(count_ptr, 0)
-    slot, live = _slot_of(idx_ptr, row, pad_slot_id, HAS_INDICES)
-    c = tl.where(live, tl.load(committed_ptr + slot), 0)
-    flush_at = tl.load(flush_at_ptr + slot)
-    return row, g, slot, live, c, c + 1 >= tl.where(live, flush_at, CAP + 1)
-
-
-@triton.jit
-def _decays(rdt, dt, A, in_ring):
-    """The ring weights ``w [heads, J] = exp(A (G_t - G_j)) dt_j`` (0 past ``c``) and ``Gamma =
-    exp(A G_t)`` (``G`` the cumulative ``dt``) from the ring's ``dt`` ``[heads, J]`` and the token's."""
-    total = tl.sum(rdt, axis=1) + dt
-    w = tl.where(in_ring[None, :], tl.exp(A[:, None] * (total[:, None] - tl.cumsum(rdt, axis=1))) * rdt, 0.0)
-    return w, tl.exp(A * total), total
-
-
-@triton.jit
-def _flush_lines_kernel(
-    ring_dt_ptr, committed_ptr, flush_at_ptr, dt_ptr, A_ptr, dt_bias_ptr, idx_ptr, coef_ptr, info_ptr, count_ptr,
-    pad_slot_id, dt_min, dt_max, s_rdt_slot, s_rdt_head, s_dt_row,
-    GROUPS: tl.constexpr, HEADS_PER_GROUP: tl.constexpr, CAP: tl.constexpr, BLOCK_HG: tl.constexpr,
-    BLOCK_J: tl.constexpr, HAS_DT_BIAS: tl.constexpr, DT_SOFTPLUS: tl.constexpr, HAS_CLAMP: tl.constexpr,
-    HAS_INDICES: tl.constexpr, ZERO_COUNT: tl.constexpr, s_rdt_j: tl.constexpr = 1,
-):
-    # LaunchConfig.flush_early's first launch, one program per (batch row, group): a flush row's
-    # lines (w_j, Gamma, dt_t), as _ring_kernel writes them, every row's (c, flush) flags, and the
-    # warp-specialised flush's item counter zeroed. A non-flush row loads its cursors alone.
-    row, g, slot, live, c, is_flush = _program_row(idx_ptr, committed_ptr, flush_at_ptr, count_ptr, pad_slot_id,
-                                                   HAS_INDICES, CAP, ZERO_COUNT)
-    offs_hg = tl.arange(0, BLOCK_HG)
-    offs_j = tl.arange(0, BLOCK_J)
-    heads_flush = offs_hg < tl.where(is_flush, HEADS_PER_GROUP, 0)
-    heads = g * HEADS_PER_GROUP + tl.where(heads_flush, offs_hg, 0)
-    in_ring = offs_j < c
-    rdt = tl.load(ring_dt_ptr + slot * s_rdt_slot + heads[:, None] * s_rdt_head + offs_j[None, :] * s_rdt_j,
-                  mask=heads_flush[:, None] & in_ring[None, :], other=0.0)
-    dt = tl.load(dt_ptr + row * s_dt_row + heads, mask=heads_flush, other=0.0).to(tl.float32)
-    dt = _softplus_clamp(dt, heads, HAS_DT_BIAS, dt_bias_ptr, DT_SOFTPLUS, HAS_CLAMP, dt_min, dt_max)
-    A = tl.load(A_ptr + heads, mask=heads_flush, other=0.0).to(tl.float32)
-    w, gamma, _ = _decays(rdt, dt, A, in_ring)
-    line = coef_ptr + (row * GROUPS * HEADS_PER_GROUP + heads) * (CAP + 2)
-    tl.store(line[:, None] + offs_j[None, :], w, mask=heads_flush[:, None] & (offs_j < CAP)[None, :])
-    tl.store(line + CAP, gamma, mask=heads_flush)
-    tl.store(line + CAP + 1, dt, mask=heads_flush)
-    if g == 0:
-        tl.store(info_ptr + 2 * row, c)
-        tl.store(info_ptr + 2 * row + 1, tl.where(is_flush, 1, 0))
-
-
-@triton.jit
 def _ring_kernel(
     ring_dt_ptr, ring_B_ptr, committed_ptr, flush_at_ptr,
     dt_ptr, A_ptr, B_ptr, C_ptr, dt_bias_ptr, idx_ptr, coef_ptr, info_ptr,
@@ -123,15 +64,20 @@ def _ring_kernel(
     P: tl.constexpr = 1, BLOCK_P: tl.constexpr = 1, RING_X: tl.constexpr = False,
     count_ptr=None, ZERO_COUNT: tl.constexpr = False,
     terms_ptr=None, scores_ptr=None, COMPACT: tl.constexpr = False, DT_SECTOR: tl.constexpr = False,
-    s_rdt_j: tl.constexpr = 1, NONFLUSH_ONLY: tl.constexpr = False,
+    s_rdt_j: tl.constexpr = 1,
 ):
     # RING_X: this launch also writes the token's ring x entry (LaunchConfig.ring_x_in_ring), so
     # that the stream launch, which reads the checkpoint, stores only y. ZERO_COUNT: it zeroes the
     # warp-specialised flush launch's item counter (flush_ws_order "counter" or "auto"), which runs after it.
-    # NONFLUSH_ONLY (LaunchConfig.flush_early): _flush_lines_kernel writes the flush rows' lines
-    # and every row's flags; this launch the rest.
-    row, g, slot, live, c, is_flush = _program_row(idx_ptr, committed_ptr, flush_at_ptr, count_ptr, pad_slot_id,
-                                                   HAS_INDICES, CAP, ZERO_COUNT)
+    row = tl.program_id(0).to(tl.int64)
+    g = tl.program_id(1)
+    if ZERO_COUNT:
+        if (row == 0) & (g == 0):
+            tl.store(count_ptr, 0)
+    slot, live = _slot_of(idx_ptr, row, pad_slot_id, HAS_INDICES)
+    c = tl.where(live, tl.load(committed_ptr + slot), 0)
+    flush_at = tl.load(flush_at_ptr + slot)
+    is_flush = c + 1 >= tl.where(live, flush_at, CAP + 1)
     fits = tl.where(live, c < CAP, False)
     offs_hg = tl.arange(0, BLOCK_HG)
     offs_n = tl.arange(0, BLOCK_N)
@@ -148,30 +94,22 @@ def _ring_kernel(
                  mask=(offs_j < tl.where(is_flush, 0, c))[:, None] & mask_n[None, :], other=0.0).to(tl.float32)
     B_raw = tl.load(B_ptr + row * s_B_row + g * s_B_group + offs_n, mask=mask_n, other=0.0)
     Cv = tl.load(C_ptr + row * s_C_row + g * s_C_group + offs_n, mask=mask_n, other=0.0).to(tl.float32)
-    rdt_to = c  # a flush row's ring dt: for its lines, and with DT_SECTOR for its sector store
-    if NONFLUSH_ONLY:
-        if not DT_SECTOR:
-            rdt_to = tl.where(is_flush, 0, c)
     rdt = tl.load(ring_dt_ptr + slot * s_rdt_slot + heads[:, None] * s_rdt_head + offs_j[None, :] * s_rdt_j,
-                  mask=mask_hg[:, None] & (offs_j < rdt_to)[None, :], other=0.0)
+                  mask=mask_hg[:, None] & in_ring[None, :], other=0.0)
     dt = tl.load(dt_ptr + row * s_dt_row + heads, mask=mask_hg, other=0.0).to(tl.float32)
     dt = _softplus_clamp(dt, heads, HAS_DT_BIAS, dt_bias_ptr, DT_SOFTPLUS, HAS_CLAMP, dt_min, dt_max)
     A = tl.load(A_ptr + heads, mask=mask_hg, other=0.0).to(tl.float32)
     score = tl.sum(rB * Cv[None, :], axis=1)  # [J]: B_j . C_t, shared by the group's heads
     score_now = tl.sum(B_raw.to(tl.float32) * Cv, axis=0)
-    w, gamma, total = _decays(rdt, dt, A, in_ring)
+    total = tl.sum(rdt, axis=1) + dt  # [heads]
+    w = tl.where(in_ring[None, :], tl.exp(A[:, None] * (total[:, None] - tl.cumsum(rdt, axis=1))) * rdt, 0.0)
+    gamma = tl.exp(A * total)
     line = coef_ptr + (row * GROUPS * HEADS_PER_GROUP + heads) * LINE
-    lines_here = mask_hg  # [heads]: the lines this launch writes
-    if NONFLUSH_ONLY:
-        lines_here = offs_hg < tl.where(is_flush, 0, HEADS_PER_GROUP)
     if COMPACT:
         # Lines for flush rows only (the flush launches read them). A non-flush row gets the
         # group's scores and per head (G_t, Gamma, dt_t B_t . C_t, A), 16 bytes: its stream
         # programs form the weights from the ring's dt themselves (LaunchConfig.compact_coef).
-        n_flush_heads = tl.where(is_flush, HEADS_PER_GROUP, 0)
-        if NONFLUSH_ONLY:
-            n_flush_heads = n_flush_heads * 0
-        heads_flush = offs_hg < n_flush_heads
+        heads_flush = offs_hg < tl.where(is_flush, HEADS_PER_GROUP, 0)
         tl.store(line[:, None] + offs_j[None, :], w, mask=heads_flush[:, None] & (offs_j < CAP)[None, :])
         tl.store(line + CAP, gamma, mask=heads_flush)
         tl.store(line + CAP + 1, dt, mask=heads_flush)
@@ -184,9 +122,9 @@ def _ring_kernel(
                  mask=(offs_hg < tl.where(is_flush, 0, HEADS_PER_GROUP))[:, None] & (col < 4)[None, :])
     else:
         lead = tl.where(is_flush, w, w * score[None, :])
-        tl.store(line[:, None] + offs_j[None, :], lead, mask=lines_here[:, None] & (offs_j < CAP)[None, :])
-        tl.store(line + CAP, gamma, mask=lines_here)
-        tl.store(line + CAP + 1, tl.where(is_flush, dt, dt * score_now), mask=lines_here)
+        tl.store(line[:, None] + offs_j[None, :], lead, mask=mask_hg[:, None] & (offs_j < CAP)[None, :])
+        tl.store(line + CAP, gamma, mask=mask_hg)
+        tl.store(line + CAP + 1, tl.where(is_flush, dt, dt * score_now), mask=mask_hg)
     # The token's ring entry (entry c is not read by this step).
     if DT_SECTOR:
         # The 8 fp32 entries around c (one 32-byte sector where a head's ring starts on one): those
@@ -209,8 +147,7 @@ def _ring_kernel(
         xv = tl.load(x_ptr + row * s_x_row + heads[:, None] * s_x_head + offs_p[None, :], mask=mask_x, other=0.0)
         tl.store(ring_x_ptr + slot * s_rx_slot + heads[:, None] * s_rx_head + c * s_rx_j + offs_p[None, :], xv,
                  mask=mask_x)
-    if not NONFLUSH_ONLY:
-        if g == 0:
-            tl.store(info_ptr + 2 * row, c)
-            tl.store(info_ptr + 2 * row + 1, tl.where(is_flush, 1, 0))
+    if g == 0:
+        tl.store(info_ptr + 2 * row, c)
+        tl.store(info_ptr + 2 * row + 1, tl.where(is_flush, 1, 0))
 

@@ -10,8 +10,8 @@
 #          alone; MAMBA2_BENCH_ARGS="--ring-dt-layout entries" for that state), paper (the paper's public
 #          Mamba-2 and GDN kernels beside ours; PAPER_ROOT: a checkout of its repository inside
 #          the working tree, untracked), options-tests / options-nonflush / parts / options-flush /
-#          options-stream-tiles (the Mamba-2 step options and probes not yet run: their GPU tests,
-#          each option against the default, the step's parts); default: tests formats bench builder
+#          options-stream-tiles (the Mamba-2 step options and probes: their GPU tests, each option
+#          against the default, the step's parts); default: tests formats bench builder
 #   limits (seconds) and extra benchmark arguments come from the environment:
 #   GPU_TESTS_LIMIT GPU_TESTS_WORKERS GPU_TESTS_ARGS FORMATS_LIMIT BUILDER_LIMIT BENCH_LIMIT
 #   MAMBA2_BENCH_ARGS GDN_BENCH_ARGS KDA_BENCH_ARGS PAPER_ROOT
@@ -106,9 +106,10 @@ for what in "$@"; do
                      "ring_dt_layout=heads" "flush_ws_max_stages=3, flush_ws_taper=2" \
                      --json "$OUT/variants_flush.json" ;;
     # The stream launch's 8-row checkpoint tiles (twice the programs, 16-byte y stores) three times
-    # beside the default's 16 rows. On an H100 (forty-sixth run, three pairs) the non-flush step
-    # took 0.9 / 1.9 / 2.5 us less at Nemotron-H 256 / Nemotron-3-Nano 256 / Nemotron-H 512, the
-    # flush step the same; 48 registers gained nothing and 40 lost 51 us. ~30 s.
+    # beside the default's 16 rows. On two H100s (forty-sixth run, three pairs each) the non-flush
+    # step took 0.8-0.9 / 1.9-2.0 / 2.5-2.7 us less at Nemotron-H 256 / Nemotron-3-Nano 256 /
+    # Nemotron-H 512, the flush step the same; 48 registers gained nothing and 40 lost 51 us.
+    # Not yet timed on an H200. ~30 s.
     options-stream-tiles) step variants_stream_tiles "${BENCH_LIMIT:-200}" python3 benchmarks/bench_mamba2_decode.py \
                             --variants --variant-rounds 20 --budget-s 180 --variant-batches 256 512 \
                             --derive "block_p=8" "" "block_p=8" "" "block_p=8" "" \

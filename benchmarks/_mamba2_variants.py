@@ -97,6 +97,11 @@ def short(cfg) -> str:
             + (f" walk{cfg.stream_tiles}" if cfg.stream_tiles > 1 else "") + (" dt-sector" if cfg.ring_dt_sector else ""))
 
 
+def _registers(cfg) -> str:
+    """The stream (or one-launch) kernel's register cap in a label, where one is set."""
+    return f" r{cfg.max_registers}" if cfg.max_registers else ""
+
+
 def _ring_warps(cfg) -> str:
     return f" rw{cfg.ring_warps}" if cfg.ring_warps != 4 else ""
 
@@ -104,7 +109,7 @@ def _ring_warps(cfg) -> str:
 def _short(cfg) -> str:
     if cfg.kernel == "staged" and cfg.flush_launch and cfg.flush_impl == "cuda_ws":
         # The warp-specialised CUDA flush reads none of the other flush fields.
-        return (f"staged bp{cfg.block_p} w{cfg.num_warps}" + (f" r{cfg.max_registers}" if cfg.max_registers else "")
+        return (f"staged bp{cfg.block_p} w{cfg.num_warps}" + _registers(cfg)
                 + " +flush cuda_ws"
                 + (f" s{cfg.flush_ws_stages}" if cfg.flush_ws_stages else "")
                 + (f" smax{cfg.flush_ws_max_stages}" if cfg.flush_ws_max_stages else "") + (" side" if cfg.flush_stream else "")
@@ -113,12 +118,12 @@ def _short(cfg) -> str:
                 + _ring_warps(cfg))
     if cfg.kernel == "staged" and cfg.flush_launch and cfg.flush_impl == "cuda":
         # The CUDA flush launch reads only its own fields and flush_heads.
-        return (f"staged bp{cfg.block_p} w{cfg.num_warps}" + (f" r{cfg.max_registers}" if cfg.max_registers else "")
+        return (f"staged bp{cfg.block_p} w{cfg.num_warps}" + _registers(cfg)
                 + f" +flush cuda h{cfg.flush_heads} b{cfg.flush_cuda_blocks}"
                 + (f" rows{cfg.flush_cuda_rows}" if cfg.flush_cuda_rows else "") + (" side" if cfg.flush_stream else "")
                 + _ring_warps(cfg))
     if cfg.kernel == "staged":
-        return f"staged bp{cfg.block_p} w{cfg.num_warps} {cfg.fold}" + (f" r{cfg.max_registers}" if cfg.max_registers else "") + (
+        return f"staged bp{cfg.block_p} w{cfg.num_warps} {cfg.fold}" + _registers(cfg) + (
             _ring_warps(cfg)) + (" rows" if cfg.rows_fastest else "") + (
             " pf" if cfg.ring_prefetch else "") + (
             (f" +flush bp{cfg.flush_block_p} w{cfg.flush_warps} " +
@@ -130,9 +135,9 @@ def _short(cfg) -> str:
              (f" l2 {cfg.flush_l2_prefetch}" + (f"+{cfg.flush_l2_ahead}" if cfg.flush_l2_ahead != 1 else "")
               if cfg.flush_l2_prefetch != "none" else "")) if cfg.flush_launch else "")
     if cfg.kernel == "write_through":
-        return f"write-through bp{cfg.block_p} w{cfg.num_warps}" + (f" r{cfg.max_registers}" if cfg.max_registers else "")
+        return f"write-through bp{cfg.block_p} w{cfg.num_warps}" + _registers(cfg)
     if cfg.kernel == "v3":
-        return f"v3 bp{cfg.block_p} w{cfg.num_warps}" + (f" r{cfg.max_registers}" if cfg.max_registers else "") + (
+        return f"v3 bp{cfg.block_p} w{cfg.num_warps}" + _registers(cfg) + (
             " cur" if cfg.cursor_kernel else "") + (" rows" if cfg.rows_fastest else "")
     parts = [f"v4 bp{cfg.block_p} p{cfg.p_split} w{cfg.num_warps}", cfg.fold,
              f"regs a{cfg.ahead}" if cfg.pipeline == "regs" else f"{cfg.pipeline} s{cfg.num_stages}"]

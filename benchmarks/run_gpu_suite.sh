@@ -108,8 +108,9 @@ for what in "$@"; do
     # The stream launch's 8-row checkpoint tiles (twice the programs, 16-byte y stores) three times
     # beside the default's 16 rows. On two H100s (forty-sixth run, three pairs each) the non-flush
     # step took 0.8-0.9 / 1.9-2.0 / 2.5-2.7 us less at Nemotron-H 256 / Nemotron-3-Nano 256 /
-    # Nemotron-H 512, the flush step the same; 48 registers gained nothing and 40 lost 51 us.
-    # Not yet timed on an H200. ~30 s.
+    # Nemotron-H 512, the flush step the same; 48 registers gained nothing and 40 lost 51 us. A
+    # third H100 (forty-seventh run) read 1.0-1.5 / 1.8-2.6 us less at Nemotron-H 256 / 512. Not
+    # yet timed on an H200. ~30 s.
     options-stream-tiles) step variants_stream_tiles "${BENCH_LIMIT:-200}" python3 benchmarks/bench_mamba2_decode.py \
                             --variants --variant-rounds 20 --budget-s 180 --variant-batches 256 512 \
                             --derive "block_p=8" "" "block_p=8" "" "block_p=8" "" \

@@ -93,10 +93,11 @@ for what in "$@"; do
       done ;;
     # The flush step at 128-160 (1.11-1.12x on an H200): each batch's default (the counter's takes
     # 2 items, its last ones one at a time, under the 3-stage cap: chunks of 2 the default there
-    # since the forty-sixth run, 1.5-3.2 us shorter on an H100) three times beside takes of 4 (the
-    # forty-fifth run's default) and the stream launch's 8-row tiles. --derive replaces fields of
-    # the batch-256 default, which caps no stages (the warp-specialised flush reads no other field
-    # that differs at 128-160); "ring_dt_layout=heads" alone is each batch's own default. ~40 s.
+    # since the forty-sixth run: 1.5-3.2 us shorter on an H100, tied within 1 us on an H200 in the
+    # forty-eighth run) three times beside takes of 4 (the forty-fifth run's default) and the
+    # stream launch's 8-row tiles. --derive replaces fields of the batch-256 default, which caps no
+    # stages (the warp-specialised flush reads no other field that differs at 128-160);
+    # "ring_dt_layout=heads" alone is each batch's own default. ~40 s.
     options-flush) step variants_flush "${BENCH_LIMIT:-200}" python3 benchmarks/bench_mamba2_decode.py \
                      --variants --variant-rounds 20 --budget-s 170 --variant-batches 128 160 \
                      --derive "ring_dt_layout=heads" "flush_ws_max_stages=3, flush_ws_taper=2" \
@@ -109,8 +110,9 @@ for what in "$@"; do
     # beside the default's 16 rows. On two H100s (forty-sixth run, three pairs each) the non-flush
     # step took 0.8-0.9 / 1.9-2.0 / 2.5-2.7 us less at Nemotron-H 256 / Nemotron-3-Nano 256 /
     # Nemotron-H 512, the flush step the same; 48 registers gained nothing and 40 lost 51 us. A
-    # third H100 (forty-seventh run) read 1.0-1.5 / 1.8-2.6 us less at Nemotron-H 256 / 512. Not
-    # yet timed on an H200. ~30 s.
+    # third H100 (forty-seventh run) read 1.0-1.5 / 1.8-2.6 us less at Nemotron-H 256 / 512. On an
+    # H200 (forty-eighth run) they lost: non-flush +1.1-1.8 us at 256 and +5.3-6.1 at 512, the
+    # staggered step +5-36 us; the default keeps 16 rows. ~30 s.
     options-stream-tiles) step variants_stream_tiles "${BENCH_LIMIT:-200}" python3 benchmarks/bench_mamba2_decode.py \
                             --variants --variant-rounds 20 --budget-s 180 --variant-batches 256 512 \
                             --derive "block_p=8" "" "block_p=8" "" "block_p=8" "" \

@@ -3,13 +3,17 @@ between them, and the device-to-device copy bandwidth that results are reported 
 
 Decode steps are a few microseconds to a few hundred; launching them from Python would time
 the launch, so each step is captured once in a CUDA graph and its replays are timed with
-device events. Between replays a write over a buffer larger than L2 evicts the state, so a
+device events. Between replays a pass over a buffer larger than L2 evicts the state, so a
 small batch is timed from HBM as it is in a model (where the other layers evict it) rather
-than from the 60 MB L2 of an H200.
+than from the 60 MB L2 of an H200. The pass zeroes the buffer by default (``L2Flusher``'s
+``"write"`` mode, every table so far); that leaves the L2 full of dirty lines, which the timed
+replay then writes back among its own traffic. The ``"read"`` mode sums the buffer instead and
+leaves clean lines (``benchmarks/probe_l2_flush.py`` compares the two).
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 from typing import Callable, Sequence
 
@@ -18,6 +22,7 @@ import triton
 import triton.language as tl
 
 __all__ = [
+    "L2_FLUSH_MODES",
     "L2Flusher",
     "SameSizeCopy",
     "capture_graph",
@@ -36,16 +41,36 @@ __all__ = [
 ]
 
 
-class L2Flusher:
-    """Evicts L2 by zeroing a buffer of ``factor`` times its size."""
+#: How :class:`L2Flusher` evicts the L2: ``"write"`` zeroes a buffer of ``factor`` times its
+#: size (the benchmarks' form, as ``triton.testing.do_bench`` flushes), which leaves up to an L2 of
+#: dirty lines that the timed replay after it writes back among its own traffic; ``"read"`` sums
+#: the buffer, so the lines left behind are clean and cost the next kernel nothing to evict, as a
+#: model's weight reads leave them (``benchmarks/probe_l2_flush.py`` times what each costs a read,
+#: an in-place update and a copy).
+L2_FLUSH_MODES = ("write", "read")
+#: The mode an :class:`L2Flusher` takes when none is given (environment ``REPLAYSSM_L2_FLUSH``).
+L2_FLUSH_ENV = "REPLAYSSM_L2_FLUSH"
 
-    def __init__(self, device: torch.device | str | None = None, factor: int = 4) -> None:
+
+class L2Flusher:
+    """Evicts L2 by a pass over a buffer of ``factor`` times its size (``mode``: one of
+    :data:`L2_FLUSH_MODES`; None takes ``$REPLAYSSM_L2_FLUSH``, else ``"write"``)."""
+
+    def __init__(self, device: torch.device | str | None = None, factor: int = 4, mode: str | None = None) -> None:
+        mode = mode or os.environ.get(L2_FLUSH_ENV) or "write"
+        if mode not in L2_FLUSH_MODES:
+            raise ValueError(f"mode: expected one of {L2_FLUSH_MODES} (or ${L2_FLUSH_ENV}), got {mode!r}")
         device = torch.device(device or "cuda")
         l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 64 << 20) or (64 << 20)
-        self.buffer = torch.empty(factor * l2 // 4, dtype=torch.int32, device=device)
+        self.mode = mode
+        self.buffer = torch.zeros(factor * l2 // 4, dtype=torch.int32, device=device)
 
     def __call__(self) -> None:
-        self.buffer.zero_()
+        if self.mode == "write":
+            self.buffer.zero_()
+        else:
+            # A reduction reads every line once and writes a few bytes of partial sums.
+            self.buffer.sum()
 
 
 #: Replays of a baseline's graph run and discarded before it is timed: the first baseline timing

@@ -40,7 +40,7 @@ from _cli import check_output, positive_int, require_cuda  # noqa: E402
 from _mamba2_variants import (LAYOUT_KEY, VARIANT_BATCHES, VARIANTS, parse_variant, precompile,  # noqa: E402
                               run_variants)
 from _spread import spread, spread_lines  # noqa: E402
-from _timing import (WARMUP_ROUNDS, L2Flusher, SameSizeCopy, capture_graph, copy_bandwidths_gbps,  # noqa: E402
+from _timing import (WARMUP_ROUNDS, L2_FLUSH_MODES, L2Flusher, SameSizeCopy, capture_graph, copy_bandwidths_gbps,  # noqa: E402
                      device_info, graph_floor_us, graphs_for, time_steps, time_warmed)
 
 from trtllm_replayssm.config import ReplaySSMConfig  # noqa: E402
@@ -302,6 +302,10 @@ def main(argv=None):
                    help="time each (dims, batch) this many times in turn, standard and ReplaySSM steps side by "
                         "side, and print the spread of the ratios (the machines of a pool differ by ~1%%)")
     p.add_argument("--no-l2-flush", action="store_true")
+    p.add_argument("--l2-flush", default=None, choices=list(L2_FLUSH_MODES),
+                   help="how the L2 is flushed before each timed replay (default $REPLAYSSM_L2_FLUSH, else "
+                        "write): write zeroes a buffer 4x the L2 (every table so far; it leaves dirty lines "
+                        "that the timed replay writes back), read sums it (clean lines)")
     p.add_argument("--dt-dtype", default="activation", choices=["activation", "float32"],
                    help="dt's dtype: the activations' (as a model's in_proj gives it; the default from the "
                         "thirty-fifth run) or float32 (earlier tables), on which the standard step ran 2.7%% "
@@ -333,6 +337,8 @@ def main(argv=None):
         p.error("--derive: only with --variants (it replaces the variants of that run)")
     if args.repeats < 1:
         p.error(f"--repeats: expected >= 1, got {args.repeats}")
+    if args.no_l2_flush and args.l2_flush:
+        p.error("--l2-flush: not with --no-l2-flush")
     if (args.inputs != "unit" or args.dt_dtype != "activation") and (args.variants or args.sweep or args.tune):
         p.error("--inputs / --dt-dtype: the plain run only (--variants / --sweep / --tune time the unit inputs "
                 "with dt in the activations' dtype)")
@@ -348,17 +354,18 @@ def main(argv=None):
     dtype = getattr(torch, args.dtype)
     if args.variants and args.compile_workers > 0:
         precompile(dtype, args.compile_workers)
-    flush = None if args.no_l2_flush else L2Flusher()
+    flush = None if args.no_l2_flush else L2Flusher(mode=args.l2_flush)
     info = device_info()
     copies = copy_bandwidths_gbps()
     copy_gbps = max(copies.values())
     floor = graph_floor_us(flush, args.rounds)
     print(f"# {info}  copy bandwidth (read + write): " + ", ".join(f"{k} {v:.0f} GB/s" for k, v in copies.items())
           + f"; graph floor {floor:.1f} us (a one-kernel graph's replay, timed as the steps are: in every row)"
-          + f"; inputs {args.inputs}, dt {args.dt_dtype}, ring_dt {args.ring_dt_layout}",
+          + f"; inputs {args.inputs}, dt {args.dt_dtype}, ring_dt {args.ring_dt_layout}"
+          + f"; L2 flush {flush.mode if flush else 'none'}",
           flush=True)
     result = {"device": info, "copy_gbps": copy_gbps, "copies_gbps": copies, "graph_floor_us": floor, "window": WINDOW,
-              "state_dtype": "float32", "activation": args.dtype, "l2_flush": flush is not None,
+              "state_dtype": "float32", "activation": args.dtype, "l2_flush": flush.mode if flush else None,
               "inputs": args.inputs, "dt_dtype": args.dt_dtype, LAYOUT_KEY: args.ring_dt_layout}
     if args.variants:
         run_variants(dtype, flush, args.variant_rounds, copy_gbps, result, args.json, args.budget_s, start,

@@ -11,7 +11,8 @@
 #          Mamba-2 and GDN kernels beside ours; PAPER_ROOT: a checkout of its repository inside
 #          the working tree, untracked), options-tests / options-nonflush / parts / options-flush /
 #          options-stream-tiles (the Mamba-2 step options and probes: their GPU tests, each option
-#          against the default, the step's parts); default: tests formats bench builder
+#          against the default, the step's parts), l2-flush (what each L2 flush form leaves to the
+#          timed replay; the Mamba-2 target batches under both); default: tests formats bench builder
 #   limits (seconds) and extra benchmark arguments come from the environment:
 #   GPU_TESTS_LIMIT GPU_TESTS_WORKERS GPU_TESTS_ARGS FORMATS_LIMIT BUILDER_LIMIT BENCH_LIMIT
 #   MAMBA2_BENCH_ARGS GDN_BENCH_ARGS KDA_BENCH_ARGS PAPER_ROOT
@@ -117,8 +118,17 @@ for what in "$@"; do
                             --variants --variant-rounds 20 --budget-s 180 --variant-batches 256 512 \
                             --derive "block_p=8" "" "block_p=8" "" "block_p=8" "" \
                             --json "$OUT/variants_stream_tiles.json" ;;
+    # The L2 flush before each timed replay: what the form that zeroes a buffer (the default, every
+    # table so far) leaves to the replay, against one that reads it; then the Mamba-2 target
+    # batches under each, in one process each. ~3 min.
+    l2-flush)
+      step probe_l2_flush "${BENCH_LIMIT:-120}" python3 benchmarks/probe_l2_flush.py --json "$OUT/probe_l2_flush.json"
+      for mode in write read; do
+        step "bench_mamba2_flush_$mode" "${BENCH_LIMIT:-150}" python3 benchmarks/bench_mamba2_decode.py \
+          --l2-flush "$mode" --dims nemotron_h --batches 256 128 512 --repeats 2 --json "$OUT/mamba2_flush_$mode.json"
+      done ;;
     *) echo "unknown step $what (expected tests, formats, builder, bench, bench-mamba2, paper, options-tests," \
-            "options-nonflush, parts, options-flush, options-stream-tiles)"; exit 2 ;;
+            "options-nonflush, parts, options-flush, options-stream-tiles, l2-flush)"; exit 2 ;;
   esac
 done
 exit $status

@@ -26,7 +26,7 @@ import torch
 
 from .. import registry  # noqa: F401  (registers torch.ops.replayssm.*)
 from .._slots import check_pad_slot_id
-from .reference import _check_flag, _check_inputs, _check_ring_dtypes, _shape_error, _state_dims
+from .reference import _check_flag, _check_inputs, _check_ring_dtypes, _shape_error, _ssm_state_dims, _state_dims
 from .state import Mamba2ReplayState, ring_dt_layout_of
 
 from .reference import mamba2_replay_materialize  # plain torch on any device: no kernel needed
@@ -124,14 +124,7 @@ def mamba2_standard_step(
     Returns:
         ``y``: ``[batch, heads, head_dim]`` in ``x.dtype``.
     """
-    if not isinstance(ssm_state, torch.Tensor) or ssm_state.dim() != 4:
-        raise _shape_error("ssm_state", "[slots, heads, head_dim, d_state]", ssm_state)
-    if not ssm_state.dtype.is_floating_point:
-        raise ValueError(f"ssm_state: expected a floating-point tensor, got {ssm_state.dtype}")
-    _, heads, head_dim, d_state = ssm_state.shape
-    groups = B.shape[1] if isinstance(B, torch.Tensor) and B.dim() == 3 else -1
-    if groups < 1 or heads % groups != 0:
-        raise _shape_error("B", f"[batch, groups, d_state={d_state}] with groups dividing heads={heads}", B)
+    _, heads, head_dim, d_state, groups = _ssm_state_dims(ssm_state, B)
     dt_min, dt_max = _clamp(dt_min, "dt_min"), _clamp(dt_max, "dt_max")
     _check_flag(dt_softplus, "dt_softplus")
     pad_slot_id = check_pad_slot_id(pad_slot_id)

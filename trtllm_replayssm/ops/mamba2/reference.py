@@ -110,6 +110,20 @@ def _check_inputs(x, dt, A, B, C, D, z, dt_bias, dt_min, dt_max, *, heads, head_
     return lead[0], (lead[1] if with_t else 1)
 
 
+def _ssm_state_dims(ssm_state, B) -> tuple[int, int, int, int, int]:
+    """The standard step's ``(slots, heads, head_dim, d_state, groups)``, from ``ssm_state``
+    ``[slots, heads, head_dim, d_state]`` and the groups of ``B`` ``[batch, groups, d_state]``."""
+    if not isinstance(ssm_state, torch.Tensor) or ssm_state.dim() != 4:
+        raise _shape_error("ssm_state", "[slots, heads, head_dim, d_state]", ssm_state)
+    if not ssm_state.dtype.is_floating_point:
+        raise ValueError(f"ssm_state: expected a floating-point tensor, got {ssm_state.dtype}")
+    slots, heads, head_dim, d_state = ssm_state.shape
+    groups = B.shape[1] if isinstance(B, torch.Tensor) and B.dim() == 3 else -1
+    if groups < 1 or heads % groups != 0:
+        raise _shape_error("B", f"[batch, groups, d_state={d_state}] with groups dividing heads={heads}", B)
+    return slots, heads, head_dim, d_state, groups
+
+
 def _check_flag(value, name: str) -> None:
     if not isinstance(value, bool):
         raise ValueError(f"{name}: expected a bool, got {value!r}")
@@ -235,14 +249,7 @@ def mamba2_standard_step(
     Returns:
         ``y``: ``[batch, heads, head_dim]`` in ``x.dtype``.
     """
-    if not isinstance(ssm_state, torch.Tensor) or ssm_state.dim() != 4:
-        raise _shape_error("ssm_state", "[slots, heads, head_dim, d_state]", ssm_state)
-    if not ssm_state.dtype.is_floating_point:
-        raise ValueError(f"ssm_state: expected a floating-point tensor, got {ssm_state.dtype}")
-    slots, heads, head_dim, d_state = ssm_state.shape
-    groups = B.shape[1] if isinstance(B, torch.Tensor) and B.dim() == 3 else -1
-    if groups < 1 or heads % groups != 0:
-        raise _shape_error("B", f"[batch, groups, d_state={d_state}] with groups dividing heads={heads}", B)
+    slots, heads, head_dim, d_state, groups = _ssm_state_dims(ssm_state, B)
     batch, _ = _check_inputs(
         x, dt, A, B, C, D, z, dt_bias, dt_min, dt_max,
         heads=heads, head_dim=head_dim, d_state=d_state, groups=groups, with_t=False,

@@ -55,7 +55,7 @@ from _delta_layer import (DTYPES, Cursors, Layer, default_with, fla_fn, replay_f
 from _delta_variants import derive_variants, run_variants  # noqa: E402
 from _derive import label, parse_fields, parse_fields_of  # noqa: E402
 from _spread import spread, spread_lines  # noqa: E402
-from _timing import (L2Flusher, SameSizeCopy, capture_graph, copy_bandwidth_gbps, device_info,  # noqa: E402
+from _timing import (L2_FLUSH_MODES, L2Flusher, SameSizeCopy, capture_graph, copy_bandwidth_gbps, device_info,  # noqa: E402
                      graph_floor_us, graphs_for, time_steps, time_warmed)
 
 from trtllm_replayssm.ops.gdn import decode  # noqa: E402
@@ -199,6 +199,9 @@ def main(kind="gdn", argv=None):
     p.add_argument("--sweep", type=int, nargs="*", default=[1, 256], help="batches to sweep BV at")
     p.add_argument("--warmup-only", action="store_true", help="compile every variant and exit")
     p.add_argument("--json", help="write the rows and the machine description here")
+    p.add_argument("--l2-flush", default=None, choices=list(L2_FLUSH_MODES),
+                   help="how the L2 is flushed before each timed replay (default $REPLAYSSM_L2_FLUSH, else "
+                        "write): write zeroes a buffer 4x the L2 (every table so far), read sums it")
     p.add_argument("--variants", nargs="*", metavar="NAME",
                    help="check and time the replay kernel variants (all, or these names of VARIANTS) at "
                         "--batches (default 1 128 256), --rounds (default 10)")
@@ -276,10 +279,10 @@ def main(kind="gdn", argv=None):
         return
     info = device_info()
     copy_bw = copy_bandwidth_gbps()
-    flusher = L2Flusher()
+    flusher = L2Flusher(mode=args.l2_flush)
     floor = graph_floor_us(flusher, args.rounds)
     print(f"{info}  copy bandwidth {copy_bw:.0f} GB/s; graph floor {floor:.1f} us (a one-kernel graph's replay, "
-          "timed as the steps are: in every row)")
+          f"timed as the steps are: in every row); L2 flush {flusher.mode}")
     same_copy = SameSizeCopy(flusher, args.rounds)
     rows = []
     for batch in args.batches:
@@ -289,7 +292,7 @@ def main(kind="gdn", argv=None):
             rows += with_ratios(timed, repeat)
     print_table(rows, kind)
     out = {"kind": kind, "dims": args.dims, "dtype": args.dtype, "window": args.window, "device": info,
-           "copy_GBps": copy_bw, "graph_floor_us": floor, "same_size_copy_GBps": {f"{mib} MiB": gbps for mib, gbps in same_copy.cache.items()},
+           "copy_GBps": copy_bw, "graph_floor_us": floor, "l2_flush": flusher.mode, "same_size_copy_GBps": {f"{mib} MiB": gbps for mib, gbps in same_copy.cache.items()},
            "rows": rows}
     if args.repeats > 1:
         out["spread"] = spread(rows, ("batch", "mode"), SPREAD_KEYS)

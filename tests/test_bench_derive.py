@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -104,7 +105,9 @@ def test_default_with_reaches_each_batch(monkeypatch):
     monkeypatch.setattr(bench_gdn_decode, "require_cuda", lambda p: None)  # the GPU work below is stubbed
     monkeypatch.setattr(bench_gdn_decode, "device_info", lambda: {})
     monkeypatch.setattr(bench_gdn_decode, "copy_bandwidth_gbps", lambda: 1.0)
-    monkeypatch.setattr(bench_gdn_decode, "L2Flusher", lambda: None)
+    modes = []  # the flush mode the CLI asks for
+    monkeypatch.setattr(bench_gdn_decode, "L2Flusher",
+                        lambda mode=None: modes.append(mode) or types.SimpleNamespace(mode=mode or "write"))
     monkeypatch.setattr(bench_gdn_decode, "graph_floor_us", lambda *a: 0.0)
     monkeypatch.setattr(bench_gdn_decode, "SameSizeCopy", lambda *a: type("C", (), {"cache": {}})())
     monkeypatch.setattr(bench_gdn_decode, "print_table", lambda rows, kind: None)
@@ -112,7 +115,9 @@ def test_default_with_reaches_each_batch(monkeypatch):
                         lambda layer, batch, *a: seen.append((batch, a[-3], a[-2], a[-1])) or [
                             {"batch": batch, "mode": "standard", "us": 1.0}])
     bench_gdn_decode.main("gdn", ["--batches", "128", "256", "--default-with", "block_v=32, read_stages=2",
-                                  "stages=3", "--fused", "block_v=64, stages=2", "", "--staged", "read_stages=2"])
+                                  "stages=3", "--fused", "block_v=64, stages=2", "", "--staged", "read_stages=2",
+                                  "--l2-flush", "read"])
+    assert modes == ["read"]
     want = [{"block_v": 32, "read_stages": 2}, {"stages": 3}]
     fused = [{"block_v": 64, "stages": 2}, {}]
     staged = [{"read_stages": 2}]

@@ -12,7 +12,8 @@
 #          the working tree, untracked), options-tests / options-nonflush / parts / options-flush /
 #          options-stream-tiles (the Mamba-2 step options and probes: their GPU tests, each option
 #          against the default, the step's parts), l2-flush (what each L2 flush form leaves to the
-#          timed replay; the Mamba-2 target batches under both); default: tests formats bench builder
+#          timed replay; the Mamba-2 target batches under both), options-ws-l2 (the flush's L2
+#          prefetch of its next item); default: tests formats bench builder
 #   limits (seconds) and extra benchmark arguments come from the environment:
 #   GPU_TESTS_LIMIT GPU_TESTS_WORKERS GPU_TESTS_ARGS FORMATS_LIMIT BUILDER_LIMIT BENCH_LIMIT
 #   MAMBA2_BENCH_ARGS GDN_BENCH_ARGS KDA_BENCH_ARGS PAPER_ROOT
@@ -118,6 +119,21 @@ for what in "$@"; do
                             --variants --variant-rounds 20 --budget-s 180 --variant-batches 256 512 \
                             --derive "block_p=8" "" "block_p=8" "" "block_p=8" "" \
                             --json "$OUT/variants_stream_tiles.json" ;;
+    # The warp-specialised flush's producer asking the L2 for its next item (flush_ws_l2_ahead, not
+    # yet timed): its GPU cases, then three pairs beside the default at 256 / 512 and, under 128's
+    # stage cap, taper and takes of 2, at 128 ("ring_dt_layout=heads" alone is each batch's own
+    # default; other --derive rows replace fields of the batch-256 default). ~2 min.
+    options-ws-l2)
+      step gpu_tests_ws_l2 "${GPU_TESTS_LIMIT:-240}" python3 -m pytest -q -m gpu -n 8 -p no:cacheprovider \
+        tests/test_mamba2_flush_cuda.py -k l2_ahead
+      step variants_ws_l2 "${BENCH_LIMIT:-300}" python3 benchmarks/bench_mamba2_decode.py \
+        --variants --variant-rounds 20 --budget-s 280 --variant-batches 256 512 128 \
+        --derive "ring_dt_layout=heads" "flush_ws_l2_ahead=true" \
+        "flush_ws_l2_ahead=true, flush_ws_max_stages=3, flush_ws_taper=2, flush_ws_chunk=2" \
+        "ring_dt_layout=heads" "flush_ws_l2_ahead=true" \
+        "flush_ws_l2_ahead=true, flush_ws_max_stages=3, flush_ws_taper=2, flush_ws_chunk=2" \
+        "ring_dt_layout=heads" "flush_ws_l2_ahead=true" \
+        --json "$OUT/variants_ws_l2.json" ;;
     # The L2 flush before each timed replay: what the form that zeroes a buffer (the default, every
     # table so far) leaves to the replay, against one that reads it; then the Mamba-2 target
     # batches under each, in one process each. ~3 min.
@@ -128,7 +144,7 @@ for what in "$@"; do
           --l2-flush "$mode" --dims nemotron_h --batches 256 128 512 --repeats 2 --json "$OUT/mamba2_flush_$mode.json"
       done ;;
     *) echo "unknown step $what (expected tests, formats, builder, bench, bench-mamba2, paper, options-tests," \
-            "options-nonflush, parts, options-flush, options-stream-tiles, l2-flush)"; exit 2 ;;
+            "options-nonflush, parts, options-flush, options-stream-tiles, options-ws-l2, l2-flush)"; exit 2 ;;
   esac
 done
 exit $status

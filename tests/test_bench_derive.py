@@ -208,6 +208,8 @@ def test_mamba2_variant_label_names_the_cuda_flush():
         "auto4 ring-x-in-ring dt-sector")
     # the counter's last items one at a time
     assert "side auto4t2 ring-x-in-ring" in variants.short(dataclasses.replace(base, flush_ws_taper=2))
+    # the producer's L2 prefetch of its next item
+    assert "side auto4 l2a ring-x-in-ring" in variants.short(dataclasses.replace(base, flush_ws_l2_ahead=True))
 
 
 def test_mamba2_derive_takes_the_ring_dt_layout():

@@ -158,6 +158,16 @@ def test_flush_ws_taper_needs_the_counter():
             decode.LaunchConfig(**ws, flush_ws_order="auto", flush_ws_taper=bad)
 
 
+def test_flush_ws_l2_ahead_needs_the_ws_flush():
+    ws = dict(kernel="staged", flush_launch=True, flush_impl="cuda_ws")
+    assert decode.LaunchConfig(**ws, flush_ws_l2_ahead=True).flush_ws_l2_ahead
+    assert not decode.launch_config("replay", 64, 128, 256).flush_ws_l2_ahead  # an option, not yet timed
+    with pytest.raises(ValueError, match="flush_ws_l2_ahead: expected a bool, got 1"):
+        decode.LaunchConfig(**ws, flush_ws_l2_ahead=1)
+    with pytest.raises(ValueError, match="flush_ws_l2_ahead: needs flush_impl='cuda_ws', got 'cuda'"):
+        decode.LaunchConfig(**dict(ws, flush_impl="cuda"), flush_ws_l2_ahead=True)
+
+
 @pytest.mark.parametrize("hpg,asked,want", [(16, 8, 8), (12, 8, 6), (12, 4, 4), (6, 4, 3), (2, 4, 2), (7, 4, 1),
                                                (1, 1, 1)])
 def test_flush_heads_per_program(hpg, asked, want):

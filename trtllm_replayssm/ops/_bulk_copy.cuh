@@ -37,3 +37,9 @@ __device__ __forceinline__ void bulk_load(void* dst, const void* src, unsigned b
                  "l"(src), "r"(bytes), "r"(smem_addr(bar))
                  : "memory");
 }
+
+// Ask the L2 for `bytes` (a multiple of 16, from a 16-byte boundary) without a destination: the
+// bulk load that later copies them into shared memory then finds them in the L2.
+__device__ __forceinline__ void bulk_prefetch_l2(const void* src, unsigned bytes) {
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
+}

@@ -365,7 +365,7 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
             flush_rows_ws(checkpoint, ring_x, ring_B, coef, info, x, B, C, D_ if flags["HAS_D"] else None,
                           z_ if flags["HAS_Z"] else None, idx_ if flags["HAS_INDICES"] else None, y, batch,
                           flush_strides, capacity, cfg.flush_ws_stages, counter, cfg.flush_ws_chunk,
-                          cfg.flush_ws_order, cfg.flush_ws_max_stages, cfg.flush_ws_taper)
+                          cfg.flush_ws_order, cfg.flush_ws_max_stages, cfg.flush_ws_taper, cfg.flush_ws_l2_ahead)
             return
         if cuda_flush:
             flush_rows_cuda(checkpoint, ring_x, ring_B, coef, info, x, B, C, D_ if flags["HAS_D"] else None,

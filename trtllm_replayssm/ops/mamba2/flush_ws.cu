@@ -207,6 +207,16 @@ mamba2_flush_ws(MAMBA2_FLUSH_PARAMS, int* __restrict__ item_counter) {
 #endif
                 bulk_load(st + OFF_COEF, coef + first, window, &full[s]);
             };
+            // L2_AHEAD: the tile and ring x of the item the producer loads next asked of the L2 while
+            // every stage is still busy, so that its bulk load, issued when a stage frees, waits for
+            // an L2 hit rather than DRAM (a stage's worth of reads more in flight per SM, without its
+            // shared memory: five stages leave the stream launch too little beside the block).
+            auto ask_l2 = [&](int it) {
+                int k, h;
+                const float* tile = tile_of_item(it, k, h);
+                bulk_prefetch_l2(tile, OFF_RB);
+                bulk_prefetch_l2(ring_x + slots[k] * s_rx_slot + h * s_rx_head, OFF_XT - OFF_RX);
+            };
             // Once every consumer warp's rows of sequence number i are back in its stage, the folded
             // tile goes out by one bulk store.
             auto send_out = [&](int i, float* tile) {
@@ -238,6 +248,7 @@ mamba2_flush_ws(MAMBA2_FLUSH_PARAMS, int* __restrict__ item_counter) {
             }
             bool ended = next < STAGES;
             if (ended) finish(next);
+            if (L2_AHEAD && it < items) ask_l2(it);
             for (int i = 0; i < next; ++i) {
                 int k, h;
                 send_out(i, tile_of_item(stage_item[i % STAGES], k, h));
@@ -246,6 +257,7 @@ mamba2_flush_ws(MAMBA2_FLUSH_PARAMS, int* __restrict__ item_counter) {
                     load(next, it);
                     ++next;
                     advance();
+                    if (L2_AHEAD && it < items) ask_l2(it);
                 } else if (!ended) {
                     finish(next);
                     ended = true;
@@ -254,6 +266,7 @@ mamba2_flush_ws(MAMBA2_FLUSH_PARAMS, int* __restrict__ item_counter) {
 #else
             int next = 0;
             for (; next < mine && next < STAGES; ++next) load(next);
+            if (L2_AHEAD && next < mine) ask_l2(blockIdx.x + next * gridDim.x);
             for (int i = 0; i < mine; ++i) {
                 int k, h;
                 send_out(i, tile_of(i, k, h));
@@ -261,6 +274,7 @@ mamba2_flush_ws(MAMBA2_FLUSH_PARAMS, int* __restrict__ item_counter) {
                     asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
                     load(next);
                     ++next;
+                    if (L2_AHEAD && next < mine) ask_l2(blockIdx.x + next * gridDim.x);
                 }
             }
 #endif

@@ -9,6 +9,9 @@ times the same graphs after each flush, the two modes taking turns:
 
 - ``floor``: a one-word kernel (the graph floor of every table; it evicts nothing);
 - ``read``: a read of ``--gib`` GiB, one fp32 sum kept per 16 KB (the non-flush step's traffic);
+- ``read+y``: the same read storing one bf16 sum per 512 bytes read (the non-flush step's ``y``
+  among its checkpoint reads: stores of 1/256 of the bytes read cost it ~10 us under the write
+  flush, thirty-sixth and thirty-seventh runs);
 - ``rmw``: the same bytes scaled in place (a read and a write of every line: the standard step's);
 - ``copy``: the same bytes copied into a second buffer.
 
@@ -34,6 +37,7 @@ from _timing import (L2_FLUSH_MODES, L2Flusher, _triton_copy, capture_graph, dev
                      warmed_median)
 
 BLOCK = 4096  # fp32 per program: 16 KB
+ROW = 128  # fp32 a row sum covers in ``read+y`` (a checkpoint row at d_state 128)
 
 
 @triton.jit
@@ -43,6 +47,14 @@ def _read_kernel(src, out, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     total = tl.sum(tl.load(src + offs, mask=offs < n, other=0.0), axis=0)
     tl.store(out + tl.program_id(0), total, mask=total == 1.0e30)
+
+
+@triton.jit
+def _row_sums_kernel(src, out, ROWS: tl.constexpr, COLS: tl.constexpr):
+    """``out[r] = sum(src[r, :])`` in bf16 over ``ROWS`` rows of ``COLS`` fp32 a program."""
+    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
+    tile = tl.load(src + rows[:, None] * COLS + tl.arange(0, COLS)[None, :])
+    tl.store(out + rows, tl.sum(tile, axis=1).to(tl.bfloat16))
 
 
 @triton.jit
@@ -59,10 +71,12 @@ def kernels(nbytes: int, device: str = "cuda") -> dict:
     dst = torch.zeros_like(src)
     grid = (triton.cdiv(n, BLOCK),)
     out = torch.zeros(grid[0], dtype=torch.float32, device=device)
+    sums = torch.zeros(n // ROW, dtype=torch.bfloat16, device=device)
     word = torch.zeros(1, dtype=torch.float32, device=device)
     return {
         "floor": lambda: _scale_kernel[(1,)](word, 1, 1.0, BLOCK=16),
         "read": lambda: _read_kernel[grid](src, out, n, BLOCK=BLOCK, num_warps=8),
+        "read+y": lambda: _row_sums_kernel[(n // BLOCK,)](src, sums, ROWS=BLOCK // ROW, COLS=ROW, num_warps=8),
         "rmw": lambda: _scale_kernel[grid](src, n, 1.0, BLOCK=BLOCK, num_warps=8),
         "copy": lambda: _triton_copy(src, dst),
     }

@@ -65,3 +65,12 @@ def test_scale_kernel_rewrites_in_place():
     buf = torch.arange(20, dtype=torch.float32)
     probe._scale_kernel[(2,)](buf, 19, 2.0, BLOCK=16)
     assert buf.tolist() == [2.0 * i for i in range(19)] + [19.0]
+
+
+def test_row_sums_kernel_stores_each_rows_sum():
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("runs under TRITON_INTERPRET=1 (as CI runs the kernel tests)")
+    src = torch.arange(4 * 8, dtype=torch.float32).reshape(4, 8)
+    out = torch.zeros(4, dtype=torch.bfloat16)
+    probe._row_sums_kernel[(2,)](src, out, ROWS=2, COLS=8)
+    assert out.tolist() == src.sum(dim=1).to(torch.bfloat16).tolist()

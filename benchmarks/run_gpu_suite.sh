@@ -119,20 +119,20 @@ for what in "$@"; do
                             --variants --variant-rounds 20 --budget-s 180 --variant-batches 256 512 \
                             --derive "block_p=8" "" "block_p=8" "" "block_p=8" "" \
                             --json "$OUT/variants_stream_tiles.json" ;;
-    # The warp-specialised flush's producer asking the L2 for its next item (flush_ws_l2_ahead, not
-    # yet timed): its GPU cases, then three pairs beside the default at 256 / 512 and, under 128's
-    # stage cap, taper and takes of 2, at 128 ("ring_dt_layout=heads" alone is each batch's own
-    # default; other --derive rows replace fields of the batch-256 default). ~2 min.
+    # The warp-specialised flush's producer asking the L2 for its next items (flush_ws_l2_ahead 1 /
+    # 2, not yet timed): its GPU cases, then each beside the default twice at 256 / 512, and at 128
+    # under that batch's stage cap, taper and takes of 2 ("ring_dt_layout=heads" alone is each
+    # batch's own default; other --derive rows replace fields of the batch-256 default). ~3 min.
     options-ws-l2)
       step gpu_tests_ws_l2 "${GPU_TESTS_LIMIT:-240}" python3 -m pytest -q -m gpu -n 8 -p no:cacheprovider \
         tests/test_mamba2_flush_cuda.py -k l2_ahead
-      step variants_ws_l2 "${BENCH_LIMIT:-300}" python3 benchmarks/bench_mamba2_decode.py \
-        --variants --variant-rounds 20 --budget-s 280 --variant-batches 256 512 128 \
-        --derive "ring_dt_layout=heads" "flush_ws_l2_ahead=true" \
-        "flush_ws_l2_ahead=true, flush_ws_max_stages=3, flush_ws_taper=2, flush_ws_chunk=2" \
-        "ring_dt_layout=heads" "flush_ws_l2_ahead=true" \
-        "flush_ws_l2_ahead=true, flush_ws_max_stages=3, flush_ws_taper=2, flush_ws_chunk=2" \
-        "ring_dt_layout=heads" "flush_ws_l2_ahead=true" \
+      capped="flush_ws_max_stages=3, flush_ws_taper=2, flush_ws_chunk=2"
+      step variants_ws_l2 "${BENCH_LIMIT:-330}" python3 benchmarks/bench_mamba2_decode.py \
+        --variants --variant-rounds 20 --budget-s 310 --variant-batches 256 512 128 \
+        --derive "ring_dt_layout=heads" "flush_ws_l2_ahead=1" "flush_ws_l2_ahead=2" \
+        "flush_ws_l2_ahead=1, $capped" "flush_ws_l2_ahead=2, $capped" \
+        "ring_dt_layout=heads" "flush_ws_l2_ahead=1" "flush_ws_l2_ahead=2" \
+        "flush_ws_l2_ahead=1, $capped" "flush_ws_l2_ahead=2, $capped" \
         --json "$OUT/variants_ws_l2.json" ;;
     # The L2 flush before each timed replay: what the form that zeroes a buffer (the default, every
     # table so far) leaves to the replay, against one that reads it; then the Mamba-2 target

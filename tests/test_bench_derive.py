@@ -209,7 +209,7 @@ def test_mamba2_variant_label_names_the_cuda_flush():
     # the counter's last items one at a time
     assert "side auto4t2 ring-x-in-ring" in variants.short(dataclasses.replace(base, flush_ws_taper=2))
     # the producer's L2 prefetch of its next item
-    assert "side auto4 l2a ring-x-in-ring" in variants.short(dataclasses.replace(base, flush_ws_l2_ahead=True))
+    assert "side auto4 l2a2 ring-x-in-ring" in variants.short(dataclasses.replace(base, flush_ws_l2_ahead=2))
 
 
 def test_mamba2_derive_takes_the_ring_dt_layout():

@@ -125,7 +125,11 @@ def test_ws_shared_memory_and_stages():
                       "auto", 4, -1)
     assert d["L2_AHEAD"] == 0
     assert fc.ws_defines(128, 8, 64, 128, 16, torch.bfloat16, torch.bfloat16, torch.float32, None, False, False, None, 4,
-                         "auto", 4, 0, True)["L2_AHEAD"] == 1
+                         "auto", 4, 0, 2)["L2_AHEAD"] == 2
+    for bad in (3, True):
+        with pytest.raises(ValueError, match="l2_ahead: expected 0, 1 or 2, got"):
+            fc.ws_defines(128, 8, 64, 128, 16, torch.bfloat16, torch.bfloat16, torch.float32, None, False, False, None,
+                          4, "auto", 4, 0, bad)
 
 
 def test_ws_stages_taken():
@@ -309,8 +313,9 @@ def test_defaults_assemble_without_spills(sm, tmp_path):
 @pytest.mark.skipif(not HAVE_PTXAS, reason="Triton's ptxas is not installed")
 @pytest.mark.parametrize("sm", [90, 100, 103])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-@pytest.mark.parametrize("order,taper,ahead", [(order, 0, False) for order in WS_ORDERS]
-                         + [("counter", 2, False), ("auto", 2, False), ("stride", 0, True), ("auto", 2, True)])
+@pytest.mark.parametrize("order,taper,ahead", [(order, 0, 0) for order in WS_ORDERS]
+                         + [("counter", 2, 0), ("auto", 2, 0), ("stride", 0, 1), ("stride", 0, 2),
+                            ("auto", 2, 1), ("auto", 2, 2)])
 def test_ws_kernel_assembles_without_spills(sm, dtype, order, taper, ahead, tmp_path):
     # One 544-thread block per SM: within 120 registers a thread, no spill, at the dims it serves.
     # (The last case without z and D: HAS_Z / HAS_D 0.) With L2_AHEAD the producer asks the L2 for
@@ -323,7 +328,7 @@ def test_ws_kernel_assembles_without_spills(sm, dtype, order, taper, ahead, tmp_
                              gated, gated, torch.int32, stages, order, 4, taper, ahead)
         ptx = _nvrtc.compile_ptx(fc.source(fc.WS_FILE), "flush_ws.cu", sm, tuple((k, str(v)) for k, v in defs.items()))
         assert "cp.async.bulk.shared::cluster.global" in ptx and "mbarrier.try_wait" in ptx
-        assert ("cp.async.bulk.prefetch.L2.global" in ptx) == ahead, order
+        assert ("cp.async.bulk.prefetch.L2.global" in ptx) == bool(ahead), order
         # The counter order takes items by atomics on the counter; the stride order touches none.
         assert ("atom.global.add.u32" in ptx) == (order != "stride"), order
         regs, spills, log = assemble(ptx, sm, tmp_path / f"flush_ws_{sm}_{head_dim}_{gated}.ptx")
@@ -349,10 +354,13 @@ def test_ws_kernel_assembles_without_spills(sm, dtype, order, taper, ahead, tmp_
                                     dict(flush_impl="cuda_ws", ring_x_in_ring=True, flush_ws_order="auto",
                                          flush_ws_taper=2, flush_ws_chunk=2, flush_ws_max_stages=3),
                                     dict(flush_impl="cuda_ws", ring_x_in_ring=True, flush_ws_order="auto",
-                                         flush_ws_l2_ahead=True)],
+                                         flush_ws_l2_ahead=1),
+                                    dict(flush_impl="cuda_ws", ring_x_in_ring=True, flush_ws_order="auto",
+                                         flush_ws_taper=2, flush_ws_chunk=2, flush_ws_l2_ahead=2)],
                          ids=["default", "rows8-heads2", "ws", "ws2", "ws-ring-x", "ws-counter", "ws-compact",
                               "ws-auto", "ws-walk8", "ws-compact-walk64", "ws-auto-dt-sector",
-                              "ws-auto-taper2", "ws-auto-taper2-chunk2", "ws-auto-l2_ahead"])
+                              "ws-auto-taper2", "ws-auto-taper2-chunk2", "ws-auto-l2_ahead1",
+                              "ws-auto-taper2-chunk2-l2_ahead2"])
 @pytest.mark.parametrize("batch", [1, 3, 64])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize("dims", [(8, 64, 128, 2), (8, 80, 128, 8), (4, 128, 64, 1), (6, 256, 128, 3)])
@@ -370,9 +378,10 @@ def test_cuda_flush_steps_gpu(dims, dtype, batch, params):
     ("cuda_ws", "auto", dict(ring_x_in_ring=True, ring_dt_sector=True)),
     ("cuda_ws", "auto", dict(ring_x_in_ring=True, flush_ws_taper=2)),
     ("cuda_ws", "auto", dict(ring_x_in_ring=True, flush_ws_taper=2, flush_ws_chunk=2, flush_ws_max_stages=3)),
-    ("cuda_ws", "auto", dict(ring_x_in_ring=True, flush_ws_l2_ahead=True))],
+    ("cuda_ws", "auto", dict(ring_x_in_ring=True, flush_ws_l2_ahead=1)),
+    ("cuda_ws", "auto", dict(ring_x_in_ring=True, flush_ws_l2_ahead=2))],
     ids=["cuda", "ws", "ws-ring-x", "ws-counter", "ws-compact", "ws-auto-compact-walk32", "ws-auto-dt-sector",
-         "ws-auto-taper2", "ws-auto-taper2-chunk2", "ws-auto-l2_ahead"])
+         "ws-auto-taper2", "ws-auto-taper2-chunk2", "ws-auto-l2_ahead1", "ws-auto-l2_ahead2"])
 def test_cuda_flush_nemotron_dims_four_windows_gpu(impl, order, options):
     # The accuracy target: the fp32 checkpoint within 1e-5 of float64 over 4 windows at L=16.
     run = kernel_replay(decode.LaunchConfig(**dict(CUDA_FLUSH, flush_persistent=4, flush_list_items="heads",
@@ -513,18 +522,24 @@ def test_ws_taper_folds_every_item_once_gpu(chunk, taper):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("order", ["stride", "counter"])
-def test_ws_l2_ahead_changes_no_bit_gpu(order):
+@pytest.mark.parametrize("order,chunk,taper", [("stride", 4, 0), ("counter", 4, 0), ("counter", 2, 2), ("counter", 1, 0)])
+@pytest.mark.parametrize("ahead", [1, 2])
+def test_ws_l2_ahead_changes_no_bit_gpu(order, chunk, taper, ahead):
     # The producer's L2 prefetches move no data into the stages: the folded tiles and y are the
-    # same bits with and without them (36 of 40 rows flush, 64 heads: every block walks many items).
+    # same bits with and without them (36 of 40 rows flush, 64 heads: every block walks many items,
+    # across takes of 1, 2 and 4 and the taper's single items).
     ck, args, strides, folded = _ws_flush_operands(40, 64, 8, 36, 12)
-    kw = {} if order == "stride" else dict(order=order)
-    plain = _ws_flush(ck, args, strides, **kw, counter=None if order == "stride" else torch.zeros(
-        1, dtype=torch.int32, device="cuda"))
-    ahead = _ws_flush(ck, args, strides, **kw, l2_ahead=True, counter=None if order == "stride" else torch.zeros(
-        1, dtype=torch.int32, device="cuda"))
+
+    def run(l2_ahead):
+        if order == "stride":
+            return _ws_flush(ck, args, strides, l2_ahead=l2_ahead)
+        counter = torch.zeros(1, dtype=torch.int32, device="cuda")
+        return _ws_flush(ck, args, strides, counter=counter, order=order, chunk=chunk, taper=taper,
+                         l2_ahead=l2_ahead)
+
+    plain, asked = run(0), run(ahead)
     assert not torch.equal(plain[0][folded], ck[folded])
-    assert torch.equal(ahead[0], plain[0]) and torch.equal(ahead[1], plain[1])
+    assert torch.equal(asked[0], plain[0]) and torch.equal(asked[1], plain[1])
 
 
 @pytest.mark.gpu

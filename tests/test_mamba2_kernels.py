@@ -160,12 +160,13 @@ def test_flush_ws_taper_needs_the_counter():
 
 def test_flush_ws_l2_ahead_needs_the_ws_flush():
     ws = dict(kernel="staged", flush_launch=True, flush_impl="cuda_ws")
-    assert decode.LaunchConfig(**ws, flush_ws_l2_ahead=True).flush_ws_l2_ahead
-    assert not decode.launch_config("replay", 64, 128, 256).flush_ws_l2_ahead  # an option, not yet timed
-    with pytest.raises(ValueError, match="flush_ws_l2_ahead: expected a bool, got 1"):
-        decode.LaunchConfig(**ws, flush_ws_l2_ahead=1)
+    assert decode.LaunchConfig(**ws, flush_ws_l2_ahead=2).flush_ws_l2_ahead == 2
+    assert decode.launch_config("replay", 64, 128, 256).flush_ws_l2_ahead == 0  # an option, not yet timed
+    for bad in (True, 3, -1, 1.0):
+        with pytest.raises(ValueError, match=r"flush_ws_l2_ahead: expected 0, 1 or 2, got"):
+            decode.LaunchConfig(**ws, flush_ws_l2_ahead=bad)
     with pytest.raises(ValueError, match="flush_ws_l2_ahead: needs flush_impl='cuda_ws', got 'cuda'"):
-        decode.LaunchConfig(**dict(ws, flush_impl="cuda"), flush_ws_l2_ahead=True)
+        decode.LaunchConfig(**dict(ws, flush_impl="cuda"), flush_ws_l2_ahead=1)
 
 
 @pytest.mark.parametrize("hpg,asked,want", [(16, 8, 8), (12, 8, 6), (12, 4, 4), (6, 4, 3), (2, 4, 2), (7, 4, 1),

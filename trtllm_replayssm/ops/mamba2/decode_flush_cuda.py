@@ -302,18 +302,20 @@ def ws_unsupported(checkpoint: torch.Tensor, ring_x: torch.Tensor, ring_B: torch
 
 def ws_defines(heads: int, groups: int, head_dim: int, d_state: int, capacity: int, x_dtype, bc_dtype, ring_dtype,
                d_dtype, has_d: bool, has_z: bool, idx_dtype, stages: int, order: str = "stride",
-               chunk: int = 4, taper: int = 0, l2_ahead: bool = False) -> dict:
+               chunk: int = 4, taper: int = 0, l2_ahead: int = 0) -> dict:
     """The ``-D`` values ``flush_ws.cu`` is compiled with; ``order``: how a block takes its items
     (:data:`WS_ORDERS`; ``ORDER`` is its index), ``chunk``: consecutive items per take from the counter,
     ``taper``: > 0, one item a take once fewer than ``taper`` chunks a block remain
-    (``LaunchConfig.flush_ws_taper``), ``l2_ahead``: the producer asks the L2 for the item it loads
-    next (``LaunchConfig.flush_ws_l2_ahead``)."""
+    (``LaunchConfig.flush_ws_taper``), ``l2_ahead``: 0, or the producer asks the L2 for each item
+    this many loads before its own (1 or 2; ``LaunchConfig.flush_ws_l2_ahead``)."""
     if order not in WS_ORDERS:
         raise ValueError(f"order: expected one of {WS_ORDERS}, got {order!r}")
     if chunk < 1:
         raise ValueError(f"chunk: expected >= 1, got {chunk}")
     if taper < 0:
         raise ValueError(f"taper: expected >= 0, got {taper}")
+    if type(l2_ahead) is not int or l2_ahead not in (0, 1, 2):
+        raise ValueError(f"l2_ahead: expected 0, 1 or 2, got {l2_ahead!r}")
     for name, dt in (("x", x_dtype), ("B", bc_dtype), ("ring", ring_dtype)):
         if dt not in _KINDS:
             raise ValueError(f"{name}: expected one of {tuple(_KINDS)}, got {dt}")
@@ -322,12 +324,12 @@ def ws_defines(heads: int, groups: int, head_dim: int, d_state: int, capacity: i
                 BC_KIND=_KINDS[bc_dtype], RING_KIND=_KINDS[ring_dtype],
                 D_KIND=_KINDS.get(d_dtype, 0) if has_d else 0, HAS_D=int(has_d), HAS_Z=int(has_z),
                 HAS_INDICES=int(idx_dtype is not None), IDX_64=int(idx_dtype == torch.int64),
-                ORDER=WS_ORDERS.index(order), CHUNK=chunk, TAPER=taper, L2_AHEAD=int(bool(l2_ahead)))
+                ORDER=WS_ORDERS.index(order), CHUNK=chunk, TAPER=taper, L2_AHEAD=l2_ahead)
 
 
 def flush_rows_ws(checkpoint, ring_x, ring_B, coef, info, x, B, C, D, z, idx, y, batch, strides, capacity,
                   stages: int = 0, counter: torch.Tensor | None = None, chunk: int = 4, order: str | None = None,
-                  max_stages: int = 0, taper: int = 0, l2_ahead: bool = False):
+                  max_stages: int = 0, taper: int = 0, l2_ahead: int = 0):
     """Launch ``mamba2_flush_ws`` on the current stream: the arguments of :func:`flush_rows_cuda`
     (its ``strides``: the staged step's 16 flush strides), for a step :func:`ws_unsupported`
     accepts. ``coef`` must start on a 16-byte boundary with 12 readable bytes past its end (its
@@ -341,8 +343,9 @@ def flush_rows_ws(checkpoint, ring_x, ring_B, coef, info, x, B, C, D, z, idx, y,
     the counter's order in a step where at least half of the ``batch`` rows flush, else the
     stride's; it needs the counter. ``taper`` (``LaunchConfig.flush_ws_taper``): with the counter, one
     item a take once fewer than ``taper`` chunks a block remain (0: ``chunk`` to the end).
-    ``l2_ahead`` (``LaunchConfig.flush_ws_l2_ahead``): the producer asks the L2 for the checkpoint
-    tile and ring ``x`` of the item it loads next, while its stages are all busy."""
+    ``l2_ahead`` (``LaunchConfig.flush_ws_l2_ahead``): 0, or the producer asks the L2 for an
+    item's checkpoint tile and ring ``x`` this many loads (1 or 2) before its own, while its stages
+    are all busy."""
     order = order or ("stride" if counter is None else "counter")
     if order not in WS_ORDERS:
         raise ValueError(f"order: expected one of {WS_ORDERS}, got {order!r}")

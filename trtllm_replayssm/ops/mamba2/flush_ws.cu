@@ -207,10 +207,11 @@ mamba2_flush_ws(MAMBA2_FLUSH_PARAMS, int* __restrict__ item_counter) {
 #endif
                 bulk_load(st + OFF_COEF, coef + first, window, &full[s]);
             };
-            // L2_AHEAD: the tile and ring x of the item the producer loads next asked of the L2 while
-            // every stage is still busy, so that its bulk load, issued when a stage frees, waits for
-            // an L2 hit rather than DRAM (a stage's worth of reads more in flight per SM, without its
-            // shared memory: five stages leave the stream launch too little beside the block).
+            // L2_AHEAD (1 or 2): the tile and ring x of the item the producer loads next (and of the
+            // one after it) asked of the L2 while every stage is still busy, so that its bulk load,
+            // issued when a stage frees, waits for an L2 hit rather than DRAM (an item's reads more
+            // in flight per SM, without its shared memory: five stages leave the stream launch too
+            // little beside the block). Each item is asked for once, L2_AHEAD loads before its own.
             auto ask_l2 = [&](int it) {
                 int k, h;
                 const float* tile = tile_of_item(it, k, h);
@@ -248,7 +249,13 @@ mamba2_flush_ws(MAMBA2_FLUSH_PARAMS, int* __restrict__ item_counter) {
             }
             bool ended = next < STAGES;
             if (ended) finish(next);
-            if (L2_AHEAD && it < items) ask_l2(it);
+            // The item after `it`: the next in its take, else the first of the take after (asked
+            // of the counter when this one started), or items where there is none.
+            auto after_it = [&]() { return it + 1 < chunk_end ? it + 1 : min(pending, items); };
+            if (L2_AHEAD && it < items) {
+                ask_l2(it);
+                if (L2_AHEAD == 2 && after_it() < items) ask_l2(after_it());
+            }
             for (int i = 0; i < next; ++i) {
                 int k, h;
                 send_out(i, tile_of_item(stage_item[i % STAGES], k, h));
@@ -257,7 +264,10 @@ mamba2_flush_ws(MAMBA2_FLUSH_PARAMS, int* __restrict__ item_counter) {
                     load(next, it);
                     ++next;
                     advance();
-                    if (L2_AHEAD && it < items) ask_l2(it);
+                    if (L2_AHEAD && it < items) {
+                        const int ahead = L2_AHEAD == 2 ? after_it() : it;
+                        if (ahead < items) ask_l2(ahead);
+                    }
                 } else if (!ended) {
                     finish(next);
                     ended = true;
@@ -266,7 +276,7 @@ mamba2_flush_ws(MAMBA2_FLUSH_PARAMS, int* __restrict__ item_counter) {
 #else
             int next = 0;
             for (; next < mine && next < STAGES; ++next) load(next);
-            if (L2_AHEAD && next < mine) ask_l2(blockIdx.x + next * gridDim.x);
+            for (int d = 0; d < L2_AHEAD && next + d < mine; ++d) ask_l2(blockIdx.x + (next + d) * gridDim.x);
             for (int i = 0; i < mine; ++i) {
                 int k, h;
                 send_out(i, tile_of(i, k, h));
@@ -274,7 +284,7 @@ mamba2_flush_ws(MAMBA2_FLUSH_PARAMS, int* __restrict__ item_counter) {
                     asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory");
                     load(next);
                     ++next;
-                    if (L2_AHEAD && next < mine) ask_l2(blockIdx.x + next * gridDim.x);
+                    if (L2_AHEAD && next + L2_AHEAD - 1 < mine) ask_l2(blockIdx.x + (next + L2_AHEAD - 1) * gridDim.x);
                 }
             }
 #endif

@@ -139,13 +139,13 @@ class LaunchConfig:
     # against 277.8 (amortized and staggered steps within 0.3 us; taper 1: 296.9 / 366.5).
     # launch_config's default where it caps the stages.
     flush_ws_taper: int = 0
-    # "cuda_ws": the producer asks the L2 for the checkpoint tile and ring x of the item it loads
-    # next (cp.async.bulk.prefetch.L2), while every stage is busy, so that the bulk load issued when
-    # a stage frees finds them there: a stage's worth of reads more in flight per SM without its
-    # shared memory (a fifth stage shortened the all-flush step by ~5 us but cost the non-flush
-    # step 23 us, thirty-fourth run). The Triton flush launch gained 12 us from its L2 prefetch
-    # (flush_l2_prefetch, seventeenth run). An option; not yet timed.
-    flush_ws_l2_ahead: bool = False
+    # "cuda_ws": 0, or the producer asks the L2 for each item's checkpoint tile and ring x this many
+    # loads (1 or 2) before its own (cp.async.bulk.prefetch.L2), while every stage is busy, so that
+    # the bulk load issued when a stage frees finds them there: reads more in flight per SM without
+    # their shared memory (a fifth stage shortened the all-flush step by ~5 us but cost the
+    # non-flush step 23 us, thirty-fourth run). The Triton flush launch gained 12 us from its L2
+    # prefetch (flush_l2_prefetch, seventeenth run). An option; not yet timed.
+    flush_ws_l2_ahead: int = 0
 
     def __post_init__(self):
         if self.kernel not in KERNELS:
@@ -193,8 +193,8 @@ class LaunchConfig:
         if isinstance(self.flush_ws_taper, bool) or not isinstance(self.flush_ws_taper, int) or not (
                 0 <= self.flush_ws_taper <= 16):
             raise ValueError(f"LaunchConfig.flush_ws_taper: expected an int in [0, 16], got {self.flush_ws_taper!r}")
-        if not isinstance(self.flush_ws_l2_ahead, bool):
-            raise ValueError(f"LaunchConfig.flush_ws_l2_ahead: expected a bool, got {self.flush_ws_l2_ahead!r}")
+        if type(self.flush_ws_l2_ahead) is not int or self.flush_ws_l2_ahead not in (0, 1, 2):
+            raise ValueError(f"LaunchConfig.flush_ws_l2_ahead: expected 0, 1 or 2, got {self.flush_ws_l2_ahead!r}")
         if self.flush_ws_l2_ahead and self.flush_impl != "cuda_ws":
             raise ValueError(f"LaunchConfig.flush_ws_l2_ahead: needs flush_impl='cuda_ws', got {self.flush_impl!r}")
         if self.flush_ws_taper and self.flush_ws_order == "stride":

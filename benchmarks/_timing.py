@@ -25,6 +25,7 @@ __all__ = [
     "L2_FLUSH_MODES",
     "L2Flusher",
     "SameSizeCopy",
+    "add_l2_flush_argument",
     "capture_graph",
     "copy_bandwidth_gbps",
     "copy_bandwidths_gbps",
@@ -50,6 +51,14 @@ __all__ = [
 L2_FLUSH_MODES = ("write", "read")
 #: The mode an :class:`L2Flusher` takes when none is given (environment ``REPLAYSSM_L2_FLUSH``).
 L2_FLUSH_ENV = "REPLAYSSM_L2_FLUSH"
+
+
+def add_l2_flush_argument(parser) -> None:
+    """The benchmarks' ``--l2-flush`` option: the mode of their :class:`L2Flusher`."""
+    parser.add_argument("--l2-flush", default=None, choices=list(L2_FLUSH_MODES),
+                        help="how the L2 is flushed before each timed replay (default $REPLAYSSM_L2_FLUSH, else "
+                             "write): write zeroes a buffer 4x the L2 (every table so far; it leaves dirty lines "
+                             "that the timed replay writes back), read sums it (clean lines)")
 
 
 class L2Flusher:

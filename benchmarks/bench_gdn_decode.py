@@ -55,7 +55,7 @@ from _delta_layer import (DTYPES, Cursors, Layer, default_with, fla_fn, replay_f
 from _delta_variants import derive_variants, run_variants  # noqa: E402
 from _derive import label, parse_fields, parse_fields_of  # noqa: E402
 from _spread import spread, spread_lines  # noqa: E402
-from _timing import (L2_FLUSH_MODES, L2Flusher, SameSizeCopy, capture_graph, copy_bandwidth_gbps, device_info,  # noqa: E402
+from _timing import (L2Flusher, SameSizeCopy, add_l2_flush_argument, capture_graph, copy_bandwidth_gbps, device_info,  # noqa: E402
                      graph_floor_us, graphs_for, time_steps, time_warmed)
 
 from trtllm_replayssm.ops.gdn import decode  # noqa: E402
@@ -199,9 +199,7 @@ def main(kind="gdn", argv=None):
     p.add_argument("--sweep", type=int, nargs="*", default=[1, 256], help="batches to sweep BV at")
     p.add_argument("--warmup-only", action="store_true", help="compile every variant and exit")
     p.add_argument("--json", help="write the rows and the machine description here")
-    p.add_argument("--l2-flush", default=None, choices=list(L2_FLUSH_MODES),
-                   help="how the L2 is flushed before each timed replay (default $REPLAYSSM_L2_FLUSH, else "
-                        "write): write zeroes a buffer 4x the L2 (every table so far), read sums it")
+    add_l2_flush_argument(p)
     p.add_argument("--variants", nargs="*", metavar="NAME",
                    help="check and time the replay kernel variants (all, or these names of VARIANTS) at "
                         "--batches (default 1 128 256), --rounds (default 10)")

@@ -40,8 +40,8 @@ from _cli import check_output, positive_int, require_cuda  # noqa: E402
 from _mamba2_variants import (LAYOUT_KEY, VARIANT_BATCHES, VARIANTS, parse_variant, precompile,  # noqa: E402
                               run_variants)
 from _spread import spread, spread_lines  # noqa: E402
-from _timing import (WARMUP_ROUNDS, L2_FLUSH_MODES, L2Flusher, SameSizeCopy, capture_graph, copy_bandwidths_gbps,  # noqa: E402
-                     device_info, graph_floor_us, graphs_for, time_steps, time_warmed)
+from _timing import (WARMUP_ROUNDS, L2Flusher, SameSizeCopy, add_l2_flush_argument, capture_graph,  # noqa: E402
+                     copy_bandwidths_gbps, device_info, graph_floor_us, graphs_for, time_steps, time_warmed)
 
 from trtllm_replayssm.config import ReplaySSMConfig  # noqa: E402
 from trtllm_replayssm.ops.mamba2 import Mamba2ReplayState, decode  # noqa: E402
@@ -302,10 +302,7 @@ def main(argv=None):
                    help="time each (dims, batch) this many times in turn, standard and ReplaySSM steps side by "
                         "side, and print the spread of the ratios (the machines of a pool differ by ~1%%)")
     p.add_argument("--no-l2-flush", action="store_true")
-    p.add_argument("--l2-flush", default=None, choices=list(L2_FLUSH_MODES),
-                   help="how the L2 is flushed before each timed replay (default $REPLAYSSM_L2_FLUSH, else "
-                        "write): write zeroes a buffer 4x the L2 (every table so far; it leaves dirty lines "
-                        "that the timed replay writes back), read sums it (clean lines)")
+    add_l2_flush_argument(p)
     p.add_argument("--dt-dtype", default="activation", choices=["activation", "float32"],
                    help="dt's dtype: the activations' (as a model's in_proj gives it; the default from the "
                         "thirty-fifth run) or float32 (earlier tables), on which the standard step ran 2.7%% "

@@ -184,32 +184,37 @@ def test_mamba2_variant_label_names_the_cuda_flush():
     import _mamba2_variants as variants
 
     base = mamba2_decode.launch_config("replay", 64, 128, 256)
-    cuda = dataclasses.replace(base, flush_impl="cuda", flush_cuda_rows=2)
+    cuda = dataclasses.replace(base, flush_impl="cuda", flush_cuda_rows=2, flush_ws_l2_ahead=0)
     assert "+flush cuda h16 b4 rows2 side" in variants.short(cuda)
-    # the default from batch 256 (its items from a counter in chunks of 4 when half the rows
-    # flush), whose ring launch also stores the token's ring x
-    assert variants.short(base).endswith("+flush cuda_ws side auto4 ring-x-in-ring")
-    assert variants.short(dataclasses.replace(base, ring_x_in_ring=False)).endswith("+flush cuda_ws side auto4")
-    assert variants.short(dataclasses.replace(base, flush_ws_order="stride")).endswith(
-        "+flush cuda_ws side ring-x-in-ring")
-    assert "s4 side" in variants.short(dataclasses.replace(base, flush_ws_stages=4))
+    # the default from batch 192 (its items from a counter in chunks of 2, tapered, when half the
+    # rows flush, at most 4 stages, the next item asked of the L2), whose ring launch also stores
+    # the token's ring x
+    assert variants.short(base).endswith("+flush cuda_ws smax4 side auto2t2 l2a1 ring-x-in-ring")
+    assert variants.short(dataclasses.replace(base, ring_x_in_ring=False)).endswith(
+        "+flush cuda_ws smax4 side auto2t2 l2a1")
+    assert variants.short(dataclasses.replace(base, flush_ws_order="stride", flush_ws_taper=0)).endswith(
+        "+flush cuda_ws smax4 side l2a1 ring-x-in-ring")
+    unasked = dataclasses.replace(base, flush_ws_l2_ahead=0, flush_ws_max_stages=0, flush_ws_taper=0, flush_ws_chunk=4)
+    assert variants.short(unasked).endswith("+flush cuda_ws side auto4 ring-x-in-ring")
+    assert "s4 side" in variants.short(dataclasses.replace(unasked, flush_ws_stages=4))
     # the stream launch's register cap, in both CUDA flush forms' labels
     assert variants.short(dataclasses.replace(base, max_registers=48)).startswith("staged bp16 w2 r48 +flush cuda_ws")
     assert variants.short(dataclasses.replace(cuda, max_registers=40)).startswith("staged bp16 w2 r40 +flush cuda h16")
     assert " r" not in variants.short(base).partition("+flush")[0]
-    # below batch 192 the default caps the stages instead (at most 3)
-    assert "cuda_ws smax3 side auto2t2" in variants.short(mamba2_decode.launch_config("replay", 64, 128, 128))
-    assert "cuda" not in variants.short(dataclasses.replace(base, flush_impl="triton"))
+    # below batch 192 the default caps the stages at 3
+    assert "cuda_ws smax3 side auto2t2 l2a1" in variants.short(mamba2_decode.launch_config("replay", 64, 128, 128))
+    triton = dataclasses.replace(base, flush_impl="triton", flush_ws_l2_ahead=0)
+    assert "cuda" not in variants.short(triton)
     # the ring launch's warps, in every flush form's label
-    assert variants.short(dataclasses.replace(base, ring_warps=8)).endswith("side auto4 rw8 ring-x-in-ring")
-    assert " rw2 " in variants.short(dataclasses.replace(base, flush_impl="triton", ring_warps=2))
+    assert variants.short(dataclasses.replace(base, ring_warps=8)).endswith("side auto2t2 l2a1 rw8 ring-x-in-ring")
+    assert " rw2 " in variants.short(dataclasses.replace(triton, ring_warps=2))
     # the token's dt entry stored as its whole sector
     assert variants.short(dataclasses.replace(base, ring_dt_sector=True)).endswith(
-        "auto4 ring-x-in-ring dt-sector")
+        "auto2t2 l2a1 ring-x-in-ring dt-sector")
     # the counter's last items one at a time
-    assert "side auto4t2 ring-x-in-ring" in variants.short(dataclasses.replace(base, flush_ws_taper=2))
+    assert "side auto4t2 ring-x-in-ring" in variants.short(dataclasses.replace(unasked, flush_ws_taper=2))
     # the producer's L2 prefetch of its next item
-    assert "side auto4 l2a2 ring-x-in-ring" in variants.short(dataclasses.replace(base, flush_ws_l2_ahead=2))
+    assert "side auto4 l2a2 ring-x-in-ring" in variants.short(dataclasses.replace(unasked, flush_ws_l2_ahead=2))
 
 
 def test_mamba2_derive_takes_the_ring_dt_layout():

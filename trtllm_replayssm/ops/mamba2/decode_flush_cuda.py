@@ -345,7 +345,7 @@ def flush_rows_ws(checkpoint, ring_x, ring_B, coef, info, x, B, C, D, z, idx, y,
     item a take once fewer than ``taper`` chunks a block remain (0: ``chunk`` to the end).
     ``l2_ahead`` (``LaunchConfig.flush_ws_l2_ahead``): 0, or the producer asks the L2 for an
     item's checkpoint tile and ring ``x`` this many loads (1 or 2) before its own, while its stages
-    are all busy."""
+    are all busy; with ``"auto"``, only in the steps that take the counter's order."""
     order = order or ("stride" if counter is None else "counter")
     if order not in WS_ORDERS:
         raise ValueError(f"order: expected one of {WS_ORDERS}, got {order!r}")

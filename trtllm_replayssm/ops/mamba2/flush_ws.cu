@@ -252,7 +252,12 @@ mamba2_flush_ws(MAMBA2_FLUSH_PARAMS, int* __restrict__ item_counter) {
             // The item after `it`: the next in its take, else the first of the take after (asked
             // of the counter when this one started), or items where there is none.
             auto after_it = [&]() { return it + 1 < chunk_end ? it + 1 : min(pending, items); };
-            if (L2_AHEAD && it < items) {
+            // Only in a counted (in-phase) step: in a staggered one the flush runs beside the stream
+            // launch, which keeps the memory system busy, and the forms asking ahead in every step
+            // read the staggered step 0.4-1.2 us longer at Nemotron-H 384-512 on an H100
+            // (benchmarks/NOTES_mamba2.md, fiftieth run).
+            const bool ask_ahead = L2_AHEAD && counted;
+            if (ask_ahead && it < items) {
                 ask_l2(it);
                 if (L2_AHEAD == 2 && after_it() < items) ask_l2(after_it());
             }
@@ -264,7 +269,7 @@ mamba2_flush_ws(MAMBA2_FLUSH_PARAMS, int* __restrict__ item_counter) {
                     load(next, it);
                     ++next;
                     advance();
-                    if (L2_AHEAD && it < items) {
+                    if (ask_ahead && it < items) {
                         const int ahead = L2_AHEAD == 2 ? after_it() : it;
                         if (ahead < items) ask_l2(ahead);
                     }

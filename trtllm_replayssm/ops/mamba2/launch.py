@@ -137,14 +137,17 @@ class LaunchConfig:
     # (forty-fifth run, three pairs in one call), taper 2 under the cap: Nemotron-H 128 292.9-293.5
     # against 295.5-296.2 us, 160 362.5-363.0 against 364.4-365.8, Nemotron-3-Nano 128 274.0-275.0
     # against 277.8 (amortized and staggered steps within 0.3 us; taper 1: 296.9 / 366.5).
-    # launch_config's default where it caps the stages.
+    # launch_config's default wherever the warp-specialised flush serves (with the L2 prefetch below).
     flush_ws_taper: int = 0
     # "cuda_ws": 0, or the producer asks the L2 for each item's checkpoint tile and ring x this many
     # loads (1 or 2) before its own (cp.async.bulk.prefetch.L2), while every stage is busy, so that
     # the bulk load issued when a stage frees finds them there: reads more in flight per SM without
     # their shared memory (a fifth stage shortened the all-flush step by ~5 us but cost the
     # non-flush step 23 us, thirty-fourth run). The Triton flush launch gained 12 us from its L2
-    # prefetch (flush_l2_prefetch, seventeenth run). An option; not yet timed.
+    # prefetch (flush_l2_prefetch, seventeenth run). With the order "auto" it asks only in the
+    # steps that take their items from the counter (in-phase ones). 1 is launch_config's default
+    # wherever the warp-specialised flush serves (fiftieth run, figures there); 2 lengthened the
+    # all-flush step by 30-160 us on an H100.
     flush_ws_l2_ahead: int = 0
 
     def __post_init__(self):
@@ -367,9 +370,26 @@ def launch_config(kind: str, head_dim: int, d_state: int, batch: int) -> LaunchC
         # 365.9 against 369.1 (one pair), non-flush, amortized and staggered steps within 0.3 us. On
         # an H200 chunks of 2 read 562.2-564.3 against 564.7-567.2 us for chunks of 4 at Nemotron-H
         # 256 (thirty-ninth run, uncapped), but 1115.0-1122.4 against 1112.5-1116.4 at 512, so the
-        # uncapped launches keep 4.
+        # uncapped launches keep 4 without the L2 prefetch below.
+        # In an in-phase step the producer asks the L2 for the item it loads next, one load ahead
+        # (flush_ws_l2_ahead=1; a staggered step does not ask: the kernel asks only when it takes
+        # its items from the counter), and from batch 192 the counter's takes are 2 items with
+        # the last ones taken one at a time, at most 4 stages. On an H100 (fiftieth run,
+        # `--variants`, 30 rounds, two or four timings each in one call), default then -> this,
+        # flush / amortized us: Nemotron-H 192 579.9-580.5 / 311.4-311.6 -> 568.9-569.3 / 310.7;
+        # 256 768.1-770.9 / 409.0-409.2 -> 754.1-755.9 / 408.0-408.2; 384 1147.2-1148.4 /
+        # 604.4-604.8 -> 1128.0-1129.0 / 603.4-603.6; 512 1525.7-1525.9 / 799.9-800.3 ->
+        # 1500.5-1500.6 / 798.4-798.5; Nemotron-3-Nano 256 730.7 / 386.0 -> 716.0-716.4 /
+        # 385.0-385.1; non-flush steps within 0.4 us. The capped form at 128 (a first H100):
+        # 381.8-382.2 -> 378.9-379.1, amortized and staggered steps within 0.3 us. Two items ahead
+        # lengthened the flush step by 30-160 us. Asked in every step, the staggered step read
+        # 0.4-1.2 us longer at 384-512, hence in-phase steps only; with that, default then ->
+        # this in one call, flush / amortized / staggered us: Nemotron-H 256 756.2-757.7 / 405.1 /
+        # 404.4-404.7 -> 745.0-746.9 / 404.1-404.7 / 404.4-404.8; 512 1498.4-1500.9 / 790.9-791.0
+        # / 790.5-790.6 -> 1479.7-1481.6 / 789.4-790.1 / 790.3-790.6; 128 382.1-382.6 / 212.2 /
+        # 212.1-212.4 -> 378.8-380.5 / 211.8-212.2 / 212.2-212.4. Not yet timed on an H200.
         ws = batch >= 128 and d_state == 128
-        capped = ws and batch < 192  # the warp-specialised flush's 3-stage cap, and with it the taper
+        capped = ws and batch < 192  # the warp-specialised flush's 3-stage cap
         # The token's ring x entry stored by the ring launch (ring_x_in_ring): the stream launch,
         # a read of the checkpoint, then writes only y. Stores among a long stream of reads cost
         # more than their bytes (benchmarks/probe_memory_rates.py: the 1/128 of y stores took 244
@@ -388,8 +408,8 @@ def launch_config(kind: str, head_dim: int, d_state: int, batch: int) -> LaunchC
                             flush_l2_prefetch="lines" if large else "none",
                             flush_persistent=4 if listed else 0, flush_list_items="heads" if listed else "tiles",
                             flush_impl="cuda_ws" if ws else "triton", flush_ws_order="auto" if ws else "stride",
-                            flush_ws_max_stages=3 if capped else 0, flush_ws_taper=2 if capped else 0,
-                            flush_ws_chunk=2 if capped else 4)
+                            flush_ws_max_stages=3 if capped else 4 if ws else 0, flush_ws_taper=2 if ws else 0,
+                            flush_ws_chunk=2 if ws else 4, flush_ws_l2_ahead=1 if ws else 0)
     if batch < 128:
         # One program per head streaming 32-row tiles with the next one in flight, capped at 128
         # registers, rows first in the grid, cursors moved by a second launch, rolled FMA fold

@@ -13,7 +13,8 @@
 #          options-stream-tiles (the Mamba-2 step options and probes: their GPU tests, each option
 #          against the default, the step's parts), l2-flush (what each L2 flush form leaves to the
 #          timed replay; the Mamba-2 target batches under both), options-ws-l2 (the flush's L2
-#          prefetch of its next item); default: tests formats bench builder
+#          prefetch of its next item), ws-l2-default (the flush default with that prefetch against
+#          the one before it); default: tests formats bench builder
 #   limits (seconds) and extra benchmark arguments come from the environment:
 #   GPU_TESTS_LIMIT GPU_TESTS_WORKERS GPU_TESTS_ARGS FORMATS_LIMIT BUILDER_LIMIT BENCH_LIMIT
 #   MAMBA2_BENCH_ARGS GDN_BENCH_ARGS KDA_BENCH_ARGS PAPER_ROOT
@@ -137,6 +138,16 @@ for what in "$@"; do
         "ring_dt_layout=heads" "flush_ws_l2_ahead=1" "flush_ws_l2_ahead=2" \
         "flush_ws_l2_ahead=1, $capped" "flush_ws_l2_ahead=2, $capped" \
         --json "$OUT/variants_ws_l2.json" ;;
+    # The fiftieth run's flush default (the L2 prefetch of the next item in in-phase steps; from
+    # batch 192 takes of 2, the taper, at most 4 stages) against the one before it, three timings
+    # each in turn, 30 rounds. ~2 min on an H100.
+    ws-l2-default)
+      old="flush_ws_l2_ahead=0, flush_ws_max_stages=0, flush_ws_taper=0, flush_ws_chunk=4"
+      old128="flush_ws_l2_ahead=0, flush_ws_max_stages=3, flush_ws_taper=2, flush_ws_chunk=2"
+      step variants_ws_l2_default "${BENCH_LIMIT:-240}" python3 benchmarks/bench_mamba2_decode.py \
+        --variants --variant-rounds 30 --budget-s 220 --variant-batches 256 512 192 128 \
+        --derive "ring_dt_layout=heads" "$old" "$old128" "ring_dt_layout=heads" "$old" "$old128" \
+        "ring_dt_layout=heads" "$old" --json "$OUT/variants_ws_l2_default.json" ;;
     # The L2 flush before each timed replay: what the form that zeroes a buffer (the default, every
     # table so far) leaves to the replay, against one that reads it; then the Mamba-2 target
     # batches under each, in one process each. ~3 min.
@@ -147,7 +158,7 @@ for what in "$@"; do
           --l2-flush "$mode" --dims nemotron_h --batches 256 128 512 --repeats 2 --json "$OUT/mamba2_flush_$mode.json"
       done ;;
     *) echo "unknown step $what (expected tests, formats, builder, bench, bench-mamba2, paper, options-tests," \
-            "options-nonflush, parts, options-flush, options-stream-tiles, options-ws-l2, l2-flush)"; exit 2 ;;
+            "options-nonflush, parts, options-flush, options-stream-tiles, options-ws-l2, ws-l2-default, l2-flush)"; exit 2 ;;
   esac
 done
 exit $status

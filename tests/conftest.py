@@ -29,3 +29,17 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip_gpu)
+
+
+@pytest.fixture
+def usage_error(capsys):
+    """``usage_error(call)``: runs ``call()``, which must stop as a usage error (``SystemExit``
+    with code 2, as argparse's ``error`` exits), and returns what it wrote to stderr."""
+
+    def run(call) -> str:
+        with pytest.raises(SystemExit) as stop:
+            call()
+        assert stop.value.code == 2
+        return capsys.readouterr().err
+
+    return run

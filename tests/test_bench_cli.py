@@ -16,21 +16,14 @@ import bench_mamba2_decode  # noqa: E402
 import probe_mamba2_configs  # noqa: E402
 
 
-def _usage_error(capsys, call) -> str:
-    with pytest.raises(SystemExit) as stop:
-        call()
-    assert stop.value.code == 2
-    return capsys.readouterr().err
-
-
 @pytest.mark.parametrize("argv,message", [
     (["--batches", "0", "256"], "argument --batches: expected an int >= 1, got 0"),
     (["--rounds", "-1"], "argument --rounds: expected an int >= 1, got -1"),
     (["--variant-batches", "x"], "argument --variant-batches: expected an int >= 1, got 'x'"),
     (["--json", "/nonexistent-dir/x.json"], "--json: '/nonexistent-dir' is not a directory"),
 ])
-def test_mamba2_bench_options(capsys, argv, message):
-    assert message in _usage_error(capsys, lambda: bench_mamba2_decode.main(argv))
+def test_mamba2_bench_options(usage_error, argv, message):
+    assert message in usage_error(lambda: bench_mamba2_decode.main(argv))
 
 
 @pytest.mark.parametrize("argv,message", [
@@ -38,12 +31,12 @@ def test_mamba2_bench_options(capsys, argv, message):
     (["--window", "0"], "argument --window: expected an int >= 1, got 0"),
     (["--json", "/nonexistent-dir/x.json"], "--json: '/nonexistent-dir' is not a directory"),
 ])
-def test_delta_bench_options(capsys, argv, message):
-    assert message in _usage_error(capsys, lambda: bench_gdn_decode.main("gdn", argv))
+def test_delta_bench_options(usage_error, argv, message):
+    assert message in usage_error(lambda: bench_gdn_decode.main("gdn", argv))
 
 
-def test_json_that_is_a_directory(capsys, tmp_path):
-    assert "is a directory" in _usage_error(capsys, lambda: probe_mamba2_configs.main(["--json", str(tmp_path)]))
+def test_json_that_is_a_directory(usage_error, tmp_path):
+    assert "is a directory" in usage_error(lambda: probe_mamba2_configs.main(["--json", str(tmp_path)]))
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message of a machine without CUDA")
@@ -52,5 +45,5 @@ def test_json_that_is_a_directory(capsys, tmp_path):
                                   lambda: bench_gdn_decode.main("kda", ["--batches", "1"]),
                                   lambda: probe_mamba2_configs.main([])],
                          ids=["mamba2", "gdn", "kda", "configs"])
-def test_without_cuda_the_benchmarks_say_so(capsys, main):
-    assert "needs a CUDA GPU" in _usage_error(capsys, main)
+def test_without_cuda_the_benchmarks_say_so(usage_error, main):
+    assert "needs a CUDA GPU" in usage_error(main)

@@ -57,20 +57,16 @@ def test_gdn_derive_appends_a_named_variant(monkeypatch):
         _delta_variants.derive_variants(["default: ring_token_first=true"])
 
 
-def test_derive_without_variants_is_an_error(capsys):
+def test_derive_without_variants_is_an_error(usage_error):
     """``--derive`` only feeds a ``--variants`` run; alone it is refused before anything runs."""
     import bench_mamba2_decode
 
     spec = "staged flush raw_qk list x4 BV=32 4 warps fold u dot side stream: ring_warps=1"
-    with pytest.raises(SystemExit):
-        bench_gdn_decode.main("gdn", ["--derive", spec])
-    assert "--derive: only with --variants" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        bench_mamba2_decode.main(["--derive", "ring_warps=1"])
-    assert "--derive: only with --variants" in capsys.readouterr().err
+    assert "--derive: only with --variants" in usage_error(lambda: bench_gdn_decode.main("gdn", ["--derive", spec]))
+    assert "--derive: only with --variants" in usage_error(lambda: bench_mamba2_decode.main(["--derive", "ring_warps=1"]))
 
 
-def test_default_with_replaces_fields_of_the_ops_default(capsys):
+def test_default_with_replaces_fields_of_the_ops_default(usage_error):
     """``bench_gdn_decode.py --default-with``: the ops' default launch at each batch with fields
     replaced, none where that batch's default is another kind of launch or lacks the fields."""
     import _delta_layer
@@ -90,10 +86,8 @@ def test_default_with_replaces_fields_of_the_ops_default(capsys):
     assert _delta_layer.default_with(GDN, 256, False, {"read_stages": 3}) is None  # one-launch: no such field
     assert _delta_layer.default_with(GDN, 256, False, {"stages": 2}) == FusedVariant(block_v=64, stages=2,
                                                                                        flush_stages=0)
-    with pytest.raises(SystemExit):
-        bench_gdn_decode.main("kda", ["--default-with", "bogus=1"])
-    assert "--default-with: 'bogus=1' is not 'field=value, ...' of StagedVariant or of FusedVariant" in (
-        capsys.readouterr().err)
+    assert "--default-with: 'bogus=1' is not 'field=value, ...' of StagedVariant or of FusedVariant" in usage_error(
+        lambda: bench_gdn_decode.main("kda", ["--default-with", "bogus=1"]))
 
 
 def test_default_with_reaches_each_batch(monkeypatch):
@@ -130,11 +124,9 @@ def test_default_with_reaches_each_batch(monkeypatch):
                          "expected"),
     ("kda", "stages=2", "--fused: Gated DeltaNet only"),
 ])
-def test_fused_rows_reject_bad_fields(kind, spec, error, capsys):
+def test_fused_rows_reject_bad_fields(kind, spec, error, usage_error):
     """``--fused``: fields of ``FusedVariant`` only, Gated DeltaNet only, checked before anything runs."""
-    with pytest.raises(SystemExit):
-        bench_gdn_decode.main(kind, ["--fused", spec])
-    assert error in capsys.readouterr().err
+    assert error in usage_error(lambda: bench_gdn_decode.main(kind, ["--fused", spec]))
 
 
 def test_parse_fields_of_picks_the_class_with_every_key():
@@ -153,12 +145,10 @@ def test_parse_fields_of_picks_the_class_with_every_key():
     ("gdn", "read_stages=-1", "--staged: 'read_stages=-1' is not 'field=value, ...' of StagedVariant"),
     ("kda", "read_stages=2", "--staged: Gated DeltaNet only"),
 ])
-def test_staged_rows_reject_bad_fields(kind, spec, error, capsys):
+def test_staged_rows_reject_bad_fields(kind, spec, error, usage_error):
     """``--staged``: fields of ``StagedVariant`` that its default accepts, Gated DeltaNet only,
     checked before anything runs."""
-    with pytest.raises(SystemExit):
-        bench_gdn_decode.main(kind, ["--staged", spec])
-    assert error in capsys.readouterr().err
+    assert error in usage_error(lambda: bench_gdn_decode.main(kind, ["--staged", spec]))
 
 
 def test_staged_with_is_the_staged_default_where_the_one_launch_step_serves():

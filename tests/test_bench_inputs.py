@@ -49,7 +49,5 @@ def test_unknown_kind_is_refused():
 
 
 @pytest.mark.parametrize("argv", [["--variants", "--inputs", "model"], ["--sweep", "--dt-dtype", "float32"]])
-def test_inputs_options_are_the_plain_runs_only(argv, capsys):
-    with pytest.raises(SystemExit):
-        bench.main(argv)
-    assert "--inputs / --dt-dtype: the plain run only" in capsys.readouterr().err
+def test_inputs_options_are_the_plain_runs_only(argv, usage_error):
+    assert "--inputs / --dt-dtype: the plain run only" in usage_error(lambda: bench.main(argv))

@@ -27,11 +27,8 @@ from ncu_flush_step import main  # noqa: E402
     (["--kind", "gdn", "--launch", "flush_impl=cuda_ws"], "--launch: the Mamba-2 replay step only"),
     (["--standard", "--launch", "flush_impl=cuda_ws"], "--launch: the Mamba-2 replay step only"),
 ])
-def test_bad_arguments_are_named(argv, message, capsys):
-    with pytest.raises(SystemExit) as err:
-        main(argv)
-    assert err.value.code == 2
-    assert message in capsys.readouterr().err
+def test_bad_arguments_are_named(argv, message, usage_error):
+    assert message in usage_error(lambda: main(argv))
 
 
 def test_staged_fields_replace_the_default():
@@ -85,15 +82,12 @@ def test_probe_flags_kernel_skips_padded_rows():
     (["--committed", "-1"], "--committed: expected a ring length from 0 to 14"),
     (["--committed", "3", "--stages", "3"], "--committed: the non-flush parts only"),
 ])
-def test_probe_parts_rejects_committed(argv, message, capsys):
+def test_probe_parts_rejects_committed(argv, message, usage_error):
     # Checked before any GPU is asked for: a ring length the non-flush step cannot have (15 would
     # flush every row), or all-flush parts beside it.
     from probe_flush_step_parts import main
 
-    with pytest.raises(SystemExit) as err:
-        main(argv)
-    assert err.value.code == 2
-    assert message in capsys.readouterr().err
+    assert message in usage_error(lambda: main(argv))
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="interpreter test of the replays; the probe itself runs on CUDA")

@@ -17,17 +17,13 @@ import probe_flush_grid_exits as probe  # noqa: E402
     (["--warps", "3"], "--warps: expected a power of two up to 32, got 3"),
     (["--committed", "15"], "--committed: expected a non-flush ring length in [0, 14], got 15"),
 ])
-def test_bad_arguments_refused(argv, message, capsys):
-    with pytest.raises(SystemExit):
-        probe.main(argv)
-    assert message in capsys.readouterr().err
+def test_bad_arguments_refused(argv, message, usage_error):
+    assert message in usage_error(lambda: probe.main(argv))
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU refusal")
-def test_needs_a_gpu(capsys):
-    with pytest.raises(SystemExit):
-        probe.main([])
-    assert "needs a CUDA GPU" in capsys.readouterr().err
+def test_needs_a_gpu(usage_error):
+    assert "needs a CUDA GPU" in usage_error(lambda: probe.main([]))
 
 
 def test_exit_blocks_count_only_flushing_rows():

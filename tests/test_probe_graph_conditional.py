@@ -36,17 +36,13 @@ def test_unavailable_without_a_device():
 
 @pytest.mark.parametrize("argv,match", [(["--mib", "0"], "--mib / --rounds"), (["--rounds", "0"], "--mib / --rounds"),
                                         (["--priority", "middle"], "invalid choice")])
-def test_refuses_bad_arguments(argv, match, capsys):
-    with pytest.raises(SystemExit):
-        probe.main(argv)
-    assert match in capsys.readouterr().err
+def test_refuses_bad_arguments(argv, match, usage_error):
+    assert match in usage_error(lambda: probe.main(argv))
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU build's answer")
-def test_refuses_to_run_without_a_gpu(capsys):
-    with pytest.raises(SystemExit):
-        probe.main([])
-    assert "needs a CUDA GPU" in capsys.readouterr().err
+def test_refuses_to_run_without_a_gpu(usage_error):
+    assert "needs a CUDA GPU" in usage_error(lambda: probe.main([]))
 
 
 @pytest.mark.skipif(_nvrtc.find_nvrtc() is None, reason="no NVRTC library (nvidia-cuda-nvrtc wheel)")

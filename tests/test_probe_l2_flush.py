@@ -16,17 +16,13 @@ from _timing import L2_FLUSH_ENV, L2Flusher  # noqa: E402
     (["--gib", "0"], "argument --gib: expected an int >= 1, got 0"),
     (["--repeats", "0"], "argument --repeats: expected an int >= 1, got 0"),
 ])
-def test_bad_arguments_refused(argv, message, capsys):
-    with pytest.raises(SystemExit):
-        probe.main(argv)
-    assert message in capsys.readouterr().err
+def test_bad_arguments_refused(argv, message, usage_error):
+    assert message in usage_error(lambda: probe.main(argv))
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU refusal")
-def test_needs_a_gpu(capsys):
-    with pytest.raises(SystemExit):
-        probe.main([])
-    assert "needs a CUDA GPU" in capsys.readouterr().err
+def test_needs_a_gpu(usage_error):
+    assert "needs a CUDA GPU" in usage_error(lambda: probe.main([]))
 
 
 def test_flush_mode_refused_before_any_allocation(monkeypatch):
@@ -38,12 +34,11 @@ def test_flush_mode_refused_before_any_allocation(monkeypatch):
         L2Flusher(device="cpu")
 
 
-def test_bench_refuses_a_flush_mode_without_a_flush(capsys):
+def test_bench_refuses_a_flush_mode_without_a_flush(usage_error):
     import bench_mamba2_decode as bench
 
-    with pytest.raises(SystemExit):
-        bench.main(["--no-l2-flush", "--l2-flush", "read"])
-    assert "--l2-flush: not with --no-l2-flush" in capsys.readouterr().err
+    assert "--l2-flush: not with --no-l2-flush" in usage_error(
+        lambda: bench.main(["--no-l2-flush", "--l2-flush", "read"]))
 
 
 def test_read_kernel_loads_every_block_and_stores_none():

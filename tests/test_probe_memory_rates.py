@@ -52,10 +52,8 @@ def test_source_carries_the_named_load(load):
     (["--every", "0"], "--every must be positive"),
     (["--kinds", "scan"], "invalid choice"),
 ])
-def test_bad_arguments_name_the_option(argv, match, capsys):
-    with pytest.raises(SystemExit):
-        probe.main(argv)
-    assert match in capsys.readouterr().err
+def test_bad_arguments_name_the_option(argv, match, usage_error):
+    assert match in usage_error(lambda: probe.main(argv))
 
 
 @pytest.mark.skipif(_nvrtc.find_nvrtc() is None, reason="no NVRTC library here (the nvidia-cuda-nvrtc wheel)")

@@ -22,7 +22,5 @@ def test_kept_buffers_one_per_shape_and_dtype():
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU refusal")
-def test_needs_a_gpu(capsys):
-    with pytest.raises(SystemExit) as stop:
-        probe.main(["--kind", "kda"])
-    assert stop.value.code == 2 and "needs a CUDA GPU" in capsys.readouterr().err
+def test_needs_a_gpu(usage_error):
+    assert "needs a CUDA GPU" in usage_error(lambda: probe.main(["--kind", "kda"]))

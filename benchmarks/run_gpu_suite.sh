@@ -139,8 +139,9 @@ for what in "$@"; do
         "flush_ws_l2_ahead=1, $capped" "flush_ws_l2_ahead=2, $capped" \
         --json "$OUT/variants_ws_l2.json" ;;
     # The fiftieth run's flush default (the L2 prefetch of the next item in in-phase steps; from
-    # batch 192 takes of 2, the taper, at most 4 stages) against the one before it, three timings
-    # each in turn, 30 rounds. ~2 min on an H100.
+    # batch 192 takes of 2, the taper, at most 4 stages) against the one before it, in turn, 30
+    # rounds: the default four times, the old uncapped form three times and the old capped form
+    # (batch 128's old default) twice. 41 s on an H100 (fifty-first run).
     ws-l2-default)
       old="flush_ws_l2_ahead=0, flush_ws_max_stages=0, flush_ws_taper=0, flush_ws_chunk=4"
       old128="flush_ws_l2_ahead=0, flush_ws_max_stages=3, flush_ws_taper=2, flush_ws_chunk=2"

@@ -27,7 +27,10 @@ what the flush kernel's wave of blocks that find no item costs it: ``step``, ``f
 ``ring>stream`` (no flush kernel), ``ring>ws|stream`` (the step's own schedule, replayed),
 ``ring>stream|ws`` (the same branches, the stream launch's node made first; ``ws0``: the flush
 kernel on a side stream of the default priority), ``ring>stream>ws``
-(the empty wave after the stream launch, on one stream), ``standard``. The all-flush parts
+(the empty wave after the stream launch, on one stream), ``standard``, and what the ring launch
+costs the stream launch after it: ``stream`` (alone, on the recorded scratch), ``ringD>stream``
+(the ring launch's lines stored into a spare buffer, so the lines the stream launch reads are
+clean), ``ringX>stream`` (no token ``x`` entry stored). The all-flush parts
 include ``ring>stream|ws`` and ``ring>stream|ws0`` too. Both modes also replay the step's
 schedule (``ring>ws|stream``) with the ring launch storing the token's ``dt`` as its whole sector
 (``ringS>ws|stream``, ``LaunchConfig.ring_dt_sector``) or into a copy of the ring's ``dt`` laid
@@ -180,13 +183,25 @@ def nonflush_parts(args, step, fills, ring, stream, ws, side_by_side, standard) 
     }
     for form, ring_form in ring_dt_forms(ring).items():
         parts[f"ring{form}>ws|stream"] = lambda r=ring_form: (fills(), r(), side_by_side(ws.replay, stream.replay))
+    # What the ring launch costs the stream launch after it: none (the recorded scratch), its
+    # lines written elsewhere (D: the stream launch reads the recorded ones, clean, so none of the
+    # lines it reads is dirty), no token x entry stored (X).
+    spare_lines = torch.empty_like(ring.call[1][10])
+    parts.update({
+        "stream": lambda: (fills(), stream.replay()),
+        "ringD>stream": lambda: (fills(), ring.replay(coef_ptr=spare_lines), stream.replay()),
+        "ringX>stream": lambda: (fills(), ring.replay(RING_X=False), stream.replay()),
+        "ringXE>stream": lambda: (fills(), ring.replay(X_EARLY=True), stream.replay()),
+        "ringXE>ws|stream": lambda: (fills(), ring.replay(X_EARLY=True), side_by_side(ws.replay, stream.replay)),
+    })
     med, floor, flusher, graphs = time_parts(
         parts, args.rounds, f"batch {args.batch}, Nemotron-H dims, non-flush at ring length {args.committed}")
     for name in ("step", "ring>stream", "ring>ws|stream", "ring>stream|ws", "ring>stream|ws0", "ring>stream>ws",
-                 "ringS>ws|stream", "ringE>ws|stream"):
+                 "ringS>ws|stream", "ringE>ws|stream", "stream", "ringD>stream", "ringX>stream", "ringXE>stream",
+                 "ringXE>ws|stream"):
         us = med[name] - med["fills"] + floor
         print(f"  {name} - fills + floor: {us:.1f} us = {us / med['standard']:.4f}x standard")
-    print_timelines(graphs, ("step", "ring>stream"), args.timeline, flusher)
+    print_timelines(graphs, ("step", "ring>stream", "ringX>stream", "ringXE>stream"), args.timeline, flusher)
 
 
 def main(argv=None) -> None:

@@ -191,17 +191,14 @@ def nonflush_parts(args, step, fills, ring, stream, ws, side_by_side, standard) 
         "stream": lambda: (fills(), stream.replay()),
         "ringD>stream": lambda: (fills(), ring.replay(coef_ptr=spare_lines), stream.replay()),
         "ringX>stream": lambda: (fills(), ring.replay(RING_X=False), stream.replay()),
-        "ringXE>stream": lambda: (fills(), ring.replay(X_EARLY=True), stream.replay()),
-        "ringXE>ws|stream": lambda: (fills(), ring.replay(X_EARLY=True), side_by_side(ws.replay, stream.replay)),
     })
     med, floor, flusher, graphs = time_parts(
         parts, args.rounds, f"batch {args.batch}, Nemotron-H dims, non-flush at ring length {args.committed}")
     for name in ("step", "ring>stream", "ring>ws|stream", "ring>stream|ws", "ring>stream|ws0", "ring>stream>ws",
-                 "ringS>ws|stream", "ringE>ws|stream", "stream", "ringD>stream", "ringX>stream", "ringXE>stream",
-                 "ringXE>ws|stream"):
+                 "ringS>ws|stream", "ringE>ws|stream", "stream", "ringD>stream", "ringX>stream"):
         us = med[name] - med["fills"] + floor
         print(f"  {name} - fills + floor: {us:.1f} us = {us / med['standard']:.4f}x standard")
-    print_timelines(graphs, ("step", "ring>stream", "ringX>stream", "ringXE>stream"), args.timeline, flusher)
+    print_timelines(graphs, ("step", "ring>stream", "stream", "ringX>stream"), args.timeline, flusher)
 
 
 def main(argv=None) -> None:

@@ -64,11 +64,8 @@ def _ring_kernel(
     P: tl.constexpr = 1, BLOCK_P: tl.constexpr = 1, RING_X: tl.constexpr = False,
     count_ptr=None, ZERO_COUNT: tl.constexpr = False,
     terms_ptr=None, scores_ptr=None, COMPACT: tl.constexpr = False, DT_SECTOR: tl.constexpr = False,
-    s_rdt_j: tl.constexpr = 1, X_EARLY: tl.constexpr = False,
+    s_rdt_j: tl.constexpr = 1,
 ):
-    # X_EARLY: the token's x loaded first, before the cursors. Loaded where it is stored, its load
-    # follows the lines' and ring entries' stores, above which the compiler may not move it (they
-    # might alias x), so its latency ends every program (probe_flush_step_parts.py, ringXE).
     # RING_X: this launch also writes the token's ring x entry (LaunchConfig.ring_x_in_ring), so
     # that the stream launch, which reads the checkpoint, stores only y. ZERO_COUNT: it zeroes the
     # warp-specialised flush launch's item counter (flush_ws_order "counter" or "auto"), which runs after it.
@@ -77,11 +74,6 @@ def _ring_kernel(
     if ZERO_COUNT:
         if (row == 0) & (g == 0):
             tl.store(count_ptr, 0)
-    if RING_X and X_EARLY:
-        hx = g * HEADS_PER_GROUP + tl.arange(0, BLOCK_HG)
-        px = tl.arange(0, BLOCK_P)
-        x_early = tl.load(x_ptr + row * s_x_row + hx[:, None] * s_x_head + px[None, :],
-                          mask=(hx < (g + 1) * HEADS_PER_GROUP)[:, None] & (px < P)[None, :], other=0.0)
     slot, live = _slot_of(idx_ptr, row, pad_slot_id, HAS_INDICES)
     c = tl.where(live, tl.load(committed_ptr + slot), 0)
     flush_at = tl.load(flush_at_ptr + slot)
@@ -152,10 +144,7 @@ def _ring_kernel(
         # Not for a flush row: its flush folds the token from x, and the entry is never read.
         offs_p = tl.arange(0, BLOCK_P)
         mask_x = mask_hg[:, None] & (offs_p < tl.where(fits & (is_flush == 0), P, 0))[None, :]
-        if X_EARLY:
-            xv = x_early
-        else:
-            xv = tl.load(x_ptr + row * s_x_row + heads[:, None] * s_x_head + offs_p[None, :], mask=mask_x, other=0.0)
+        xv = tl.load(x_ptr + row * s_x_row + heads[:, None] * s_x_head + offs_p[None, :], mask=mask_x, other=0.0)
         tl.store(ring_x_ptr + slot * s_rx_slot + heads[:, None] * s_rx_head + c * s_rx_j + offs_p[None, :], xv,
                  mask=mask_x)
     if g == 0:

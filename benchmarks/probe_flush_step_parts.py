@@ -117,6 +117,18 @@ def ring_dt_forms(ring: Recorder) -> dict:
     return {"S": lambda: ring.replay(DT_SECTOR=True), "E": into_entry_major}
 
 
+def ring_store_forms(ring: Recorder) -> dict:
+    """Replays of the recorded ring launch that leave out some of its stores: ``D`` stores its
+    lines into a spare buffer (``.lines``), so those the stream launch reads stay as recorded and
+    none of them is dirty; ``X`` stores no token ``x`` entry."""
+    spare = torch.empty_like(ring.call[1][ring.real.arg_names.index("coef_ptr")])
+
+    def into_spare():
+        ring.replay(coef_ptr=spare)
+    into_spare.lines = spare
+    return {"D": into_spare, "X": lambda: ring.replay(RING_X=False)}
+
+
 def time_parts(parts: dict, rounds: int, title: str) -> tuple[dict, float, L2Flusher, dict]:
     """Capture each part as a graph and time them in rotated rounds; print and return the medians
     (us), the graph floor, the flusher and the graphs."""
@@ -183,15 +195,11 @@ def nonflush_parts(args, step, fills, ring, stream, ws, side_by_side, standard) 
     }
     for form, ring_form in ring_dt_forms(ring).items():
         parts[f"ring{form}>ws|stream"] = lambda r=ring_form: (fills(), r(), side_by_side(ws.replay, stream.replay))
-    # What the ring launch costs the stream launch after it: none (the recorded scratch), its
-    # lines written elsewhere (D: the stream launch reads the recorded ones, clean, so none of the
-    # lines it reads is dirty), no token x entry stored (X).
-    spare_lines = torch.empty_like(ring.call[1][10])
-    parts.update({
-        "stream": lambda: (fills(), stream.replay()),
-        "ringD>stream": lambda: (fills(), ring.replay(coef_ptr=spare_lines), stream.replay()),
-        "ringX>stream": lambda: (fills(), ring.replay(RING_X=False), stream.replay()),
-    })
+    # What the ring launch costs the stream launch after it: the stream launch alone (on the
+    # recorded scratch), after the ring launch's D and X forms.
+    parts["stream"] = lambda: (fills(), stream.replay())
+    for form, ring_form in ring_store_forms(ring).items():
+        parts[f"ring{form}>stream"] = lambda r=ring_form: (fills(), r(), stream.replay())
     med, floor, flusher, graphs = time_parts(
         parts, args.rounds, f"batch {args.batch}, Nemotron-H dims, non-flush at ring length {args.committed}")
     for name in ("step", "ring>stream", "ring>ws|stream", "ring>stream|ws", "ring>stream|ws0", "ring>stream>ws",

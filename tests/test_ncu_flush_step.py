@@ -121,3 +121,36 @@ def test_probe_ring_dt_forms_store_the_token_dt(monkeypatch):
     forms["S"]()
     assert torch.equal(st.ring_dt[:, :, :6], written[:, :, :6])
     assert torch.all(st.ring_dt[:, :, 6:8] == 0) and torch.all(st.ring_dt[:, :, 8:] == 7.0)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="interpreter test of the replays; the probe itself runs on CUDA")
+def test_probe_ring_store_forms_leave_out_their_stores(monkeypatch):
+    # probe_flush_step_parts' replays of a recorded ring launch that stores the token's x entry
+    # (ring_x_in_ring): D writes the lines into a spare buffer and leaves the recorded ones as they
+    # are; X writes the lines but no x entry.
+    from mamba2_kernel_harness import allocate, make_inputs, make_params
+    from probe_flush_step_parts import Recorder, ring_store_forms
+    from trtllm_replayssm.ops.mamba2 import decode, decode_staged
+
+    gen = torch.Generator().manual_seed(1)
+    st, _ = allocate(3, 4, 32, 16, 2, 16, torch.float32, "cpu", gen)
+    A, D, dt_bias = make_params(4, "cpu", gen)
+    x, dt, B, C, z = make_inputs(3, 4, 32, 16, 2, torch.float32, "cpu", gen)
+    st.committed.fill_(5)
+    ring = Recorder(decode_staged._ring_kernel, True)
+    monkeypatch.setattr(decode_staged, "_ring_kernel", ring)
+    decode.replay_step(st.checkpoint, st.ring_x, st.ring_dt, st.ring_B, st.committed, st.flush_at, st.window,
+                       x, dt, A, B, C, D, z, dt_bias, True, None, None, None, -1,
+                       config=decode.LaunchConfig(kernel="staged", block_p=16, num_warps=2, fold="tf32x3",
+                                                  flush_launch=True, ring_x_in_ring=True))
+    lines = ring.call[1][ring.real.arg_names.index("coef_ptr")]
+    recorded, entry = lines.clone(), st.ring_x[:, :, 5].clone()
+    assert torch.equal(entry, x) and torch.isfinite(recorded).all()
+    forms = ring_store_forms(ring)
+    lines.fill_(-1.0)
+    st.committed.fill_(5)  # the step moved the cursors; the ring launch reads them
+    forms["D"]()
+    assert torch.all(lines == -1.0) and torch.equal(forms["D"].lines, recorded)
+    st.ring_x[:, :, 5] = 7.0
+    forms["X"]()
+    assert torch.equal(lines, recorded) and torch.all(st.ring_x[:, :, 5] == 7.0)

@@ -90,25 +90,37 @@ def test_probe_parts_rejects_committed(argv, message, usage_error):
     assert message in usage_error(lambda: main(argv))
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="interpreter test of the replays; the probe itself runs on CUDA")
-def test_probe_ring_dt_forms_store_the_token_dt(monkeypatch):
-    # probe_flush_step_parts' replays of a recorded ring launch: as a whole sector (S) and into an
-    # entries-outermost copy of the ring's dt (E), each storing the same token dt at entry c.
+def _recorded_ring_launch(monkeypatch, seed, config, ring_dt_uniform=False):
+    """One staged step on the CPU (3 slots, 4 heads x 32 x 16, 2 groups, fp32, every slot at ring
+    length 5) with its ring launch recorded by probe_flush_step_parts' ``Recorder``; returns
+    ``(state, recorder, x)``, the cursors as the step left them."""
     from mamba2_kernel_harness import allocate, make_inputs, make_params
-    from probe_flush_step_parts import Recorder, ring_dt_forms
+    from probe_flush_step_parts import Recorder
     from trtllm_replayssm.ops.mamba2 import decode, decode_staged
 
-    gen = torch.Generator().manual_seed(0)
+    gen = torch.Generator().manual_seed(seed)
     st, _ = allocate(3, 4, 32, 16, 2, 16, torch.float32, "cpu", gen)
     A, D, dt_bias = make_params(4, "cpu", gen)
     x, dt, B, C, z = make_inputs(3, 4, 32, 16, 2, torch.float32, "cpu", gen)
-    st.ring_dt.uniform_(0, 0.1, generator=gen)
+    if ring_dt_uniform:
+        st.ring_dt.uniform_(0, 0.1, generator=gen)
     st.committed.fill_(5)
     ring = Recorder(decode_staged._ring_kernel, True)
     monkeypatch.setattr(decode_staged, "_ring_kernel", ring)
     decode.replay_step(st.checkpoint, st.ring_x, st.ring_dt, st.ring_B, st.committed, st.flush_at, st.window,
-                       x, dt, A, B, C, D, z, dt_bias, True, None, None, None, -1,
-                       config=decode.LaunchConfig(kernel="staged", block_p=16, num_warps=2))
+                       x, dt, A, B, C, D, z, dt_bias, True, None, None, None, -1, config=config)
+    return st, ring, x
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="interpreter test of the replays; the probe itself runs on CUDA")
+def test_probe_ring_dt_forms_store_the_token_dt(monkeypatch):
+    # probe_flush_step_parts' replays of a recorded ring launch: as a whole sector (S) and into an
+    # entries-outermost copy of the ring's dt (E), each storing the same token dt at entry c.
+    from probe_flush_step_parts import ring_dt_forms
+    from trtllm_replayssm.ops.mamba2 import decode
+
+    st, ring, _ = _recorded_ring_launch(monkeypatch, 0, decode.LaunchConfig(kernel="staged", block_p=16, num_warps=2),
+                                        ring_dt_uniform=True)
     written = st.ring_dt.clone()
     forms = ring_dt_forms(ring)
     entry_major = forms["E"].ring_dt
@@ -128,21 +140,11 @@ def test_probe_ring_store_forms_leave_out_their_stores(monkeypatch):
     # probe_flush_step_parts' replays of a recorded ring launch that stores the token's x entry
     # (ring_x_in_ring): D writes the lines into a spare buffer and leaves the recorded ones as they
     # are; X writes the lines but no x entry.
-    from mamba2_kernel_harness import allocate, make_inputs, make_params
-    from probe_flush_step_parts import Recorder, ring_store_forms
-    from trtllm_replayssm.ops.mamba2 import decode, decode_staged
+    from probe_flush_step_parts import ring_store_forms
+    from trtllm_replayssm.ops.mamba2 import decode
 
-    gen = torch.Generator().manual_seed(1)
-    st, _ = allocate(3, 4, 32, 16, 2, 16, torch.float32, "cpu", gen)
-    A, D, dt_bias = make_params(4, "cpu", gen)
-    x, dt, B, C, z = make_inputs(3, 4, 32, 16, 2, torch.float32, "cpu", gen)
-    st.committed.fill_(5)
-    ring = Recorder(decode_staged._ring_kernel, True)
-    monkeypatch.setattr(decode_staged, "_ring_kernel", ring)
-    decode.replay_step(st.checkpoint, st.ring_x, st.ring_dt, st.ring_B, st.committed, st.flush_at, st.window,
-                       x, dt, A, B, C, D, z, dt_bias, True, None, None, None, -1,
-                       config=decode.LaunchConfig(kernel="staged", block_p=16, num_warps=2, fold="tf32x3",
-                                                  flush_launch=True, ring_x_in_ring=True))
+    st, ring, x = _recorded_ring_launch(monkeypatch, 1, decode.LaunchConfig(
+        kernel="staged", block_p=16, num_warps=2, fold="tf32x3", flush_launch=True, ring_x_in_ring=True))
     lines = ring.call[1][ring.real.arg_names.index("coef_ptr")]
     recorded, entry = lines.clone(), st.ring_x[:, :, 5].clone()
     assert torch.equal(entry, x) and torch.isfinite(recorded).all()

@@ -5,8 +5,6 @@ by side over many steps) and the CUDA-graph check."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import torch
 
 from trtllm_replayssm.config import ReplaySSMConfig
@@ -177,26 +175,3 @@ def switching_replay(first, then, after):
         calls[0] += 1
         return kernel_replay(first if calls[0] <= after else then)(*args)
     return run
-
-
-def same_bits(dims, base, changed, device="cuda", batch=64, dtype=torch.bfloat16, window=8, steps=26):
-    """The launch ``base`` (a ``LaunchConfig`` or its fields) and ``base`` with ``changed``,
-    ``steps`` steps at ``window``, staggered: outputs and state bit for bit equal (and each within
-    ``check_replay``'s tolerances of float64)."""
-    def recorded(cfg, ys):
-        launch = kernel_replay(cfg)
-
-        def run(*args):
-            ys.append(launch(*args).clone())
-            return ys[-1]
-        return run
-
-    base = base if isinstance(base, decode.LaunchConfig) else decode.LaunchConfig(**base)
-    ys_plain, ys_changed = [], []
-    plain, _ = check_replay(dims, dtype, batch, window, steps, device, stagger=True, run=recorded(base, ys_plain))
-    other, _ = check_replay(dims, dtype, batch, window, steps, device, stagger=True,
-                            run=recorded(dataclasses.replace(base, **changed), ys_changed))
-    assert len(ys_plain) == len(ys_changed) == steps
-    assert all(torch.equal(a, b) for a, b in zip(ys_plain, ys_changed))
-    for name, t in plain.tensors().items():
-        assert torch.equal(t, getattr(other, name)), name

@@ -102,12 +102,17 @@ class Recorder:
         else:
             self.real(*args, **kwargs)
 
+    def arg(self, name: str):
+        """The recorded call's argument ``name`` (a Triton kernel's), passed by position or keyword."""
+        _, args, kwargs = self.call
+        return {**dict(zip(self.real.arg_names, args)), **kwargs}[name]
+
 
 def ring_dt_forms(ring: Recorder) -> dict:
     """Replays of the recorded ring launch that store the token's dt differently: ``S`` as its
     whole sector (``LaunchConfig.ring_dt_sector``), ``E`` into a copy of the ring's dt laid out
     entries outermost (a group's heads' entry in 64 contiguous bytes)."""
-    ring_dt = ring.call[1][0]
+    ring_dt = ring.arg("ring_dt_ptr")
     entry_major = ring_dt.permute(0, 2, 1).contiguous().permute(0, 2, 1)
 
     def into_entry_major():
@@ -121,7 +126,7 @@ def ring_store_forms(ring: Recorder) -> dict:
     """Replays of the recorded ring launch that leave out some of its stores: ``D`` stores its
     lines into a spare buffer (``.lines``), so those the stream launch reads stay as recorded and
     none of them is dirty; ``X`` stores no token ``x`` entry."""
-    spare = torch.empty_like(ring.call[1][ring.real.arg_names.index("coef_ptr")])
+    spare = torch.empty_like(ring.arg("coef_ptr"))
 
     def into_spare():
         ring.replay(coef_ptr=spare)
@@ -246,8 +251,7 @@ def main(argv=None) -> None:
             ring.real, stream.real, ws.real)
     if ws.call is None:
         raise SystemExit(f"batch {args.batch}: the default step does not take the warp-specialised flush")
-    st_args = stream.call[1]
-    committed, flush_at, idx = st_args[5], st_args[6], st_args[12]
+    committed, flush_at, idx = (stream.arg(name) for name in ("committed_ptr", "flush_at_ptr", "idx_ptr"))
     early_info = torch.empty(args.batch, 2, dtype=torch.int32, device="cuda")
     device = torch.device("cuda")
 

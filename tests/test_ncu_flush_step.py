@@ -145,7 +145,7 @@ def test_probe_ring_store_forms_leave_out_their_stores(monkeypatch):
 
     st, ring, x = _recorded_ring_launch(monkeypatch, 1, decode.LaunchConfig(
         kernel="staged", block_p=16, num_warps=2, fold="tf32x3", flush_launch=True, ring_x_in_ring=True))
-    lines = ring.call[1][ring.real.arg_names.index("coef_ptr")]
+    lines = ring.arg("coef_ptr")
     recorded, entry = lines.clone(), st.ring_x[:, :, 5].clone()
     assert torch.equal(entry, x) and torch.isfinite(recorded).all()
     forms = ring_store_forms(ring)

@@ -173,12 +173,14 @@ def test_staged_with_is_the_staged_default_where_the_one_launch_step_serves():
 def test_mamba2_variant_label_names_the_cuda_flush():
     import _mamba2_variants as variants
 
-    base = mamba2_decode.launch_config("replay", 64, 128, 256)
-    cuda = dataclasses.replace(base, flush_impl="cuda", flush_cuda_rows=2, flush_ws_l2_ahead=0)
-    assert "+flush cuda h16 b4 rows2 side" in variants.short(cuda)
+    default = mamba2_decode.launch_config("replay", 64, 128, 256)
     # the default from batch 192 (its items from a counter in chunks of 2, tapered, when half the
-    # rows flush, at most 4 stages, the next item asked of the L2), whose ring launch also stores
-    # the token's ring x
+    # rows flush, at most 4 stages), whose ring launch also stores the token's ring x
+    assert variants.short(default).endswith("+flush cuda_ws smax4 side auto2t2 ring-x-in-ring")
+    cuda = dataclasses.replace(default, flush_impl="cuda", flush_cuda_rows=2)
+    assert "+flush cuda h16 b4 rows2 side" in variants.short(cuda)
+    # the same with the next item asked of the L2
+    base = dataclasses.replace(default, flush_ws_l2_ahead=1)
     assert variants.short(base).endswith("+flush cuda_ws smax4 side auto2t2 l2a1 ring-x-in-ring")
     assert variants.short(dataclasses.replace(base, ring_x_in_ring=False)).endswith(
         "+flush cuda_ws smax4 side auto2t2 l2a1")
@@ -192,7 +194,8 @@ def test_mamba2_variant_label_names_the_cuda_flush():
     assert variants.short(dataclasses.replace(cuda, max_registers=40)).startswith("staged bp16 w2 r40 +flush cuda h16")
     assert " r" not in variants.short(base).partition("+flush")[0]
     # below batch 192 the default caps the stages at 3
-    assert "cuda_ws smax3 side auto2t2 l2a1" in variants.short(mamba2_decode.launch_config("replay", 64, 128, 128))
+    assert variants.short(mamba2_decode.launch_config("replay", 64, 128, 128)).endswith(
+        "cuda_ws smax3 side auto2t2 ring-x-in-ring")
     triton = dataclasses.replace(base, flush_impl="triton", flush_ws_l2_ahead=0)
     assert "cuda" not in variants.short(triton)
     # the ring launch's warps, in every flush form's label

@@ -145,9 +145,9 @@ class LaunchConfig:
     # their shared memory (a fifth stage shortened the all-flush step by ~5 us but cost the
     # non-flush step 23 us, thirty-fourth run). The Triton flush launch gained 12 us from its L2
     # prefetch (flush_l2_prefetch, seventeenth run). With the order "auto" it asks only in the
-    # steps that take their items from the counter (in-phase ones). 1 is launch_config's default
-    # wherever the warp-specialised flush serves (fiftieth run, figures there); 2 lengthened the
-    # all-flush step by 30-160 us on an H100.
+    # steps that take their items from the counter (in-phase ones). 1 shortened the all-flush
+    # step on H100s (fiftieth run) but lengthened it on an H200 (fifty-third run), so
+    # launch_config leaves it at 0 (figures there); 2 lengthened it by 30-160 us on an H100.
     flush_ws_l2_ahead: int = 0
 
     def __post_init__(self):
@@ -387,7 +387,14 @@ def launch_config(kind: str, head_dim: int, d_state: int, batch: int) -> LaunchC
         # this in one call, flush / amortized / staggered us: Nemotron-H 256 756.2-757.7 / 405.1 /
         # 404.4-404.7 -> 745.0-746.9 / 404.1-404.7 / 404.4-404.8; 512 1498.4-1500.9 / 790.9-791.0
         # / 790.5-790.6 -> 1479.7-1481.6 / 789.4-790.1 / 790.3-790.6; 128 382.1-382.6 / 212.2 /
-        # 212.1-212.4 -> 378.8-380.5 / 211.8-212.2 / 212.2-212.4. Not yet timed on an H200.
+        # 212.1-212.4 -> 378.8-380.5 / 211.8-212.2 / 212.2-212.4.
+        # On an H200 (fifty-third run, `--variants`, 30 rounds, two or three timings each in one
+        # call) the prefetch lost at every batch, flush / amortized us, with it -> without it:
+        # Nemotron-H 192 455.5-458.6 / 223.7-224.0 -> 426.9-427.2 / 222.2; 256 602.1-604.0 /
+        # 292.5-293.0 -> 563.8-564.2 / 290.3-290.4; 512 1206.0-1316.0 / 568.1-575.5 ->
+        # 1168.4-1181.1 / 566.4-568.0 (its uncapped takes of 4: 1136.7-1143.1 / 564.3-564.8).
+        # The targets are set on the H200, and B300s have more bandwidth still, so the
+        # prefetch is not asked by default (on H100s that costs the flush step ~13 us at 256).
         ws = batch >= 128 and d_state == 128
         capped = ws and batch < 192  # the warp-specialised flush's 3-stage cap
         # The token's ring x entry stored by the ring launch (ring_x_in_ring): the stream launch,
@@ -409,7 +416,7 @@ def launch_config(kind: str, head_dim: int, d_state: int, batch: int) -> LaunchC
                             flush_persistent=4 if listed else 0, flush_list_items="heads" if listed else "tiles",
                             flush_impl="cuda_ws" if ws else "triton", flush_ws_order="auto" if ws else "stride",
                             flush_ws_max_stages=3 if capped else 4 if ws else 0, flush_ws_taper=2 if ws else 0,
-                            flush_ws_chunk=2 if ws else 4, flush_ws_l2_ahead=1 if ws else 0)
+                            flush_ws_chunk=2 if ws else 4, flush_ws_l2_ahead=0)
     if batch < 128:
         # One program per head streaming 32-row tiles with the next one in flight, capped at 128
         # registers, rows first in the grid, cursors moved by a second launch, rolled FMA fold

@@ -371,11 +371,11 @@ def launch_config(kind: str, head_dim: int, d_state: int, batch: int) -> LaunchC
         # an H200 chunks of 2 read 562.2-564.3 against 564.7-567.2 us for chunks of 4 at Nemotron-H
         # 256 (thirty-ninth run, uncapped), but 1115.0-1122.4 against 1112.5-1116.4 at 512, so the
         # uncapped launches keep 4 without the L2 prefetch below.
-        # In an in-phase step the producer asks the L2 for the item it loads next, one load ahead
-        # (flush_ws_l2_ahead=1; a staggered step does not ask: the kernel asks only when it takes
-        # its items from the counter), and from batch 192 the counter's takes are 2 items with
-        # the last ones taken one at a time, at most 4 stages. On an H100 (fiftieth run,
-        # `--variants`, 30 rounds, two or four timings each in one call), default then -> this,
+        # From batch 192 the counter's takes are 2 items with the last ones taken one at a time,
+        # at most 4 stages. They came in with the producer asking the L2 for the item it loads
+        # next in in-phase steps (flush_ws_l2_ahead=1), no longer the default (below). On an H100
+        # (fiftieth run, `--variants`, 30 rounds, two or four timings each in one call), default
+        # then -> those four with the prefetch,
         # flush / amortized us: Nemotron-H 192 579.9-580.5 / 311.4-311.6 -> 568.9-569.3 / 310.7;
         # 256 768.1-770.9 / 409.0-409.2 -> 754.1-755.9 / 408.0-408.2; 384 1147.2-1148.4 /
         # 604.4-604.8 -> 1128.0-1129.0 / 603.4-603.6; 512 1525.7-1525.9 / 799.9-800.3 ->
@@ -393,8 +393,9 @@ def launch_config(kind: str, head_dim: int, d_state: int, batch: int) -> LaunchC
         # Nemotron-H 192 455.5-458.6 / 223.7-224.0 -> 426.9-427.2 / 222.2; 256 602.1-604.0 /
         # 292.5-293.0 -> 563.8-564.2 / 290.3-290.4; 512 1206.0-1316.0 / 568.1-575.5 ->
         # 1168.4-1181.1 / 566.4-568.0 (its uncapped takes of 4: 1136.7-1143.1 / 564.3-564.8).
-        # The targets are set on the H200, and B300s have more bandwidth still, so the
-        # prefetch is not asked by default (on H100s that costs the flush step ~13 us at 256).
+        # The H200 is where these defaults are measured against their targets, and B300s have
+        # more bandwidth still, so the prefetch is not asked by default (on H100s that costs the
+        # flush step ~13 us at 256, ~0.8 us of the amortized step).
         ws = batch >= 128 and d_state == 128
         capped = ws and batch < 192  # the warp-specialised flush's 3-stage cap
         # The token's ring x entry stored by the ring launch (ring_x_in_ring): the stream launch,

@@ -235,14 +235,17 @@ def test_launch_config_default_kernels_by_batch():
     assert [c.ring_x_in_ring for c in configs] == [False] * 6 + [True] * 4
     # the warp-specialised flush from batch 128 at d_state 128, its order chosen step by step, at
     # most 3 stages below batch 192 and 4 from there (caps: fewer where fewer fit), never an exact
-    # count; the counter's takes 2 items, its last items one at a time (taper 2); the producer does
-    # not ask the L2 for its next item (that lost on an H200)
+    # count; below batch 512 the counter's takes 2 items, its last items one at a time (taper 2),
+    # from 512 takes of 4 untapered; the producer does not ask the L2 for its next item (that lost
+    # on an H200)
     assert [(c.flush_impl, c.flush_ws_order, c.flush_ws_max_stages, c.flush_ws_taper, c.flush_ws_chunk,
              c.flush_ws_l2_ahead) for c in configs[2:]] == (
-        [("triton", "stride", 0, 0, 4, 0)] * 4 + [("cuda_ws", "auto", 3, 2, 2, 0)] + [("cuda_ws", "auto", 4, 2, 2, 0)] * 3)
+        [("triton", "stride", 0, 0, 4, 0)] * 4 + [("cuda_ws", "auto", 3, 2, 2, 0)] + [("cuda_ws", "auto", 4, 2, 2, 0)] * 2
+        + [("cuda_ws", "auto", 4, 0, 4, 0)])
     assert all(c.flush_ws_stages == 0 for c in configs)
     assert [(c.flush_ws_max_stages, c.flush_ws_taper, c.flush_ws_chunk)
-            for c in (decode.launch_config("replay", 64, 128, b) for b in (191, 192))] == [(3, 2, 2), (4, 2, 2)]
+            for c in (decode.launch_config("replay", 64, 128, b) for b in (191, 192, 511, 512))] == [
+        (3, 2, 2), (4, 2, 2), (4, 2, 2), (4, 0, 4)]
     assert (decode.launch_config("replay", 64, 256, 128).flush_ws_taper,
             decode.launch_config("replay", 64, 256, 128).flush_ws_l2_ahead) == (0, 0)
     assert decode.launch_config("replay", 80, 128, 128).flush_impl == "cuda_ws"

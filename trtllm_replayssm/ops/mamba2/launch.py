@@ -395,9 +395,12 @@ def launch_config(kind: str, head_dim: int, d_state: int, batch: int) -> LaunchC
         # 1168.4-1181.1 / 566.4-568.0 (its uncapped takes of 4: 1136.7-1143.1 / 564.3-564.8).
         # The H200 is where these defaults are measured against their targets, and B300s have
         # more bandwidth still, so the prefetch is not asked by default (on H100s that costs the
-        # flush step ~13 us at 256, ~0.8 us of the amortized step).
+        # flush step ~13 us at 256, ~0.8 us of the amortized step). Without it, from batch 512 the
+        # takes of 4 with no taper (the forty-eighth run's default) flush sooner on that H200:
+        # 1136.7-1143.1 against 1168.4-1181.1 us (1.10x against 1.13-1.14x the standard step).
         ws = batch >= 128 and d_state == 128
         capped = ws and batch < 192  # the warp-specialised flush's 3-stage cap
+        tapered = ws and batch < 512  # takes of 2, the last items one at a time
         # The token's ring x entry stored by the ring launch (ring_x_in_ring): the stream launch,
         # a read of the checkpoint, then writes only y. Stores among a long stream of reads cost
         # more than their bytes (benchmarks/probe_memory_rates.py: the 1/128 of y stores took 244
@@ -416,8 +419,8 @@ def launch_config(kind: str, head_dim: int, d_state: int, batch: int) -> LaunchC
                             flush_l2_prefetch="lines" if large else "none",
                             flush_persistent=4 if listed else 0, flush_list_items="heads" if listed else "tiles",
                             flush_impl="cuda_ws" if ws else "triton", flush_ws_order="auto" if ws else "stride",
-                            flush_ws_max_stages=3 if capped else 4 if ws else 0, flush_ws_taper=2 if ws else 0,
-                            flush_ws_chunk=2 if ws else 4, flush_ws_l2_ahead=0)
+                            flush_ws_max_stages=3 if capped else 4 if ws else 0, flush_ws_taper=2 if tapered else 0,
+                            flush_ws_chunk=2 if tapered else 4, flush_ws_l2_ahead=0)
     if batch < 128:
         # One program per head streaming 32-row tiles with the next one in flight, capped at 128
         # registers, rows first in the grid, cursors moved by a second launch, rolled FMA fold

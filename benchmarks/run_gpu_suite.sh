@@ -13,8 +13,8 @@
 #          options-stream-tiles (the Mamba-2 step options and probes: their GPU tests, each option
 #          against the default, the step's parts), l2-flush (what each L2 flush form leaves to the
 #          timed replay; the Mamba-2 target batches under both), options-ws-l2 (the flush's L2
-#          prefetch of its next item), ws-l2-default (the flush default with that prefetch against
-#          the one before it); default: tests formats bench builder
+#          prefetch of its next item), ws-l2-default (the flush default against the forty-eighth
+#          run's); default: tests formats bench builder
 #   limits (seconds) and extra benchmark arguments come from the environment:
 #   GPU_TESTS_LIMIT GPU_TESTS_WORKERS GPU_TESTS_ARGS FORMATS_LIMIT BUILDER_LIMIT BENCH_LIMIT
 #   MAMBA2_BENCH_ARGS GDN_BENCH_ARGS KDA_BENCH_ARGS PAPER_ROOT
@@ -138,10 +138,12 @@ for what in "$@"; do
         "ring_dt_layout=heads" "flush_ws_l2_ahead=1" "flush_ws_l2_ahead=2" \
         "flush_ws_l2_ahead=1, $capped" "flush_ws_l2_ahead=2, $capped" \
         --json "$OUT/variants_ws_l2.json" ;;
-    # The fiftieth run's flush default (the L2 prefetch of the next item in in-phase steps; from
-    # batch 192 takes of 2, the taper, at most 4 stages) against the one before it, in turn, 30
-    # rounds: the default four times, the old uncapped form three times and the old capped form
-    # (batch 128's old default) twice. 41 s on an H100 (fifty-first run).
+    # The flush default against the forty-eighth run's, in turn, 30 rounds: the default four times,
+    # the old uncapped form three times and the old capped form (batch 128's old default) twice.
+    # Written for the fiftieth run's default (the L2 prefetch of the next item in in-phase steps;
+    # from batch 192 takes of 2, the taper, at most 4 stages): 41 s on an H100 (fifty-first run).
+    # On an H200 the prefetch lost (fifty-third run); the default now leaves it out, and from
+    # batch 512 it is the old form again.
     ws-l2-default)
       old="flush_ws_l2_ahead=0, flush_ws_max_stages=0, flush_ws_taper=0, flush_ws_chunk=4"
       old128="flush_ws_l2_ahead=0, flush_ws_max_stages=3, flush_ws_taper=2, flush_ws_chunk=2"

@@ -217,7 +217,8 @@ def compile_one(dims_name, dtype_name, params, batch, device="cuda"):
     heads, head_dim, d_state, groups = dims = bench.DIMS[dims_name]
     dtype = getattr(torch, dtype_name)
     fields, layout = split_variant(params or {})
-    cfg = decode.LaunchConfig(**fields) if fields else decode.launch_config("replay", head_dim, d_state, batch)
+    cfg = decode.LaunchConfig(**fields) if fields else decode.launch_config(
+        "replay", head_dim, d_state, batch, gpu=decode.gpu_name(device))
     state = Mamba2ReplayState.allocate(2, heads, head_dim, d_state, groups, ReplaySSMConfig(window=bench.WINDOW),
                                        activation_dtype=dtype, device=device, ring_dt_layout=layout)
     x, dt, A, B, C, D, z, dt_bias = bench._inputs(2, *dims, dtype, device=device)
@@ -267,7 +268,7 @@ def run_variants(dtype, flush, rounds, copy_gbps, result, json_path, budget_s, s
 
     def evaluate(dims_name, batch, name, cfg, layout):
         dims = bench.DIMS[dims_name]
-        cfg = cfg or decode.launch_config("replay", dims[1], dims[2], batch)
+        cfg = cfg or decode.launch_config("replay", dims[1], dims[2], batch, gpu=decode.gpu_name("cuda"))
         label = (name or short(cfg)) + layout_label(layout)
         rec = {"dims": dims_name, "batch": batch, "variant": label, "config": repr(cfg), LAYOUT_KEY: layout}
         if time.perf_counter() - start > budget_s:

@@ -196,7 +196,8 @@ def record(dims_name, batch, dtype, std_us, phases, mixed, copy_gbps, std_cfg=No
         "amortized_us": amortized_us, "mixed_us": mixed_us,
         "phase_us": phases, "mixed_phase_us": mixed,
         "standard_config": str(std_cfg or decode.launch_config("standard", head_dim, d_state, batch)),
-        "replay_config": str(rep_cfg or decode.launch_config("replay", head_dim, d_state, batch)),
+        "replay_config": str(rep_cfg or decode.launch_config("replay", head_dim, d_state, batch,
+                                                             gpu=decode.gpu_name("cuda"))),
     }
     rec["standard_pct_copy"] = 100 * rec["standard_gbps"] / copy_gbps
     rec["nonflush_pct_copy"] = 100 * rec["nonflush_gbps"] / copy_gbps
@@ -342,7 +343,8 @@ def main(argv=None):
     import time
 
     if args.derive:
-        base = dataclasses.asdict(decode.launch_config("replay", DIMS["nemotron_h"][1], DIMS["nemotron_h"][2], 256))
+        base = dataclasses.asdict(decode.launch_config("replay", DIMS["nemotron_h"][1], DIMS["nemotron_h"][2], 256,
+                                                        gpu=decode.gpu_name("cuda")))
         VARIANTS[:] = [parse_variant(spec, base) for spec in args.derive]
 
     check_output(p, args.json)

@@ -72,7 +72,8 @@ def mamba2_step(batch: int, standard: bool = False, fields: dict | None = None, 
     def standard_step():
         decode.standard_step(st.checkpoint, x, dt, A, B, C, D, z, dt_bias, True, None, None, idx, -1)
 
-    cfg = dataclasses.replace(decode.launch_config("replay", head_dim, d_state, batch), **(fields or {}))
+    default = decode.launch_config("replay", head_dim, d_state, batch, gpu=decode.gpu_name("cuda"))
+    cfg = dataclasses.replace(default, **(fields or {}))
 
     fills = cursor_fills(st.committed, st.flush_at, WINDOW - 1 if committed is None else committed)
 

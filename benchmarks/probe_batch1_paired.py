@@ -50,7 +50,7 @@ def configs(dims, batch, standard_with: str = "", replay_with: str = ""):
     """Each side's ``LaunchConfig``: its default for ``batch`` with the given fields replaced."""
     head_dim, d_state = dims[1], dims[2]
     std = launch_config("standard", head_dim, d_state, batch)
-    rep = launch_config("replay", head_dim, d_state, batch)
+    rep = launch_config("replay", head_dim, d_state, batch, gpu=decode.gpu_name("cuda"))
     return (dataclasses.replace(std, **parse_fields(standard_with, decode.LaunchConfig)),
             dataclasses.replace(rep, **parse_fields(replay_with, decode.LaunchConfig)))
 

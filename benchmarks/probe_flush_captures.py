@@ -36,7 +36,7 @@ def configs_for(specs: list[str], head_dim: int, d_state: int, batch: int) -> li
     """``(label, LaunchConfig)`` per ``--derive`` spec: the default at ``batch`` with the fields replaced."""
     from trtllm_replayssm.ops.mamba2 import decode
 
-    base = decode.launch_config("replay", head_dim, d_state, batch)
+    base = decode.launch_config("replay", head_dim, d_state, batch, gpu=decode.gpu_name("cuda"))
     return [(spec.strip() or "default", dataclasses.replace(base, **parse_fields(spec, decode.LaunchConfig)))
             for spec in specs]
 

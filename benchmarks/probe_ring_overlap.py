@@ -160,7 +160,7 @@ def _main_mamba2(args, bandwidth, flusher):
     print("| batch | step us (% copy) | ring beside stream us (% copy) | difference us |")
     print("|---|---|---|---|")
     for batch in args.batches:
-        cfg = decode.launch_config("replay", dims[1], dims[2], batch)
+        cfg = decode.launch_config("replay", dims[1], dims[2], batch, gpu=decode.gpu_name("cuda"))
         if not (cfg.kernel == "staged" and cfg.flush_launch and cfg.flush_stream):
             print(f"| {batch} | the default here is not the staged step with its flush launch on the side stream | | |")
             continue

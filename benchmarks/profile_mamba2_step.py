@@ -82,7 +82,7 @@ def main(argv=None):
     heads, head_dim, d_state, groups = args.dims
     derived = [parse_fields(spec, decode.LaunchConfig) for spec in args.derive]
     for batch in args.batch:
-        default = decode.launch_config("replay", head_dim, d_state, batch)
+        default = decode.launch_config("replay", head_dim, d_state, batch, gpu=decode.gpu_name("cuda"))
         for fields in [{}] + derived:
             cfg = dataclasses.replace(default, **fields)
             print(f"batch {batch}, dims {tuple(args.dims)}, " + (f"default + {label(fields)}" if fields else "default"))

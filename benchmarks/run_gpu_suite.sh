@@ -14,7 +14,7 @@
 #          against the default, the step's parts), l2-flush (what each L2 flush form leaves to the
 #          timed replay; the Mamba-2 target batches under both), options-ws-l2 (the flush's L2
 #          prefetch of its next item), ws-l2-default (the flush default against the forty-eighth
-#          run's); default: tests formats bench builder
+#          run's), ws-l2-prefetch (the flush default with and without that prefetch); default: tests formats bench builder
 #   limits (seconds) and extra benchmark arguments come from the environment:
 #   GPU_TESTS_LIMIT GPU_TESTS_WORKERS GPU_TESTS_ARGS FORMATS_LIMIT BUILDER_LIMIT BENCH_LIMIT
 #   MAMBA2_BENCH_ARGS GDN_BENCH_ARGS KDA_BENCH_ARGS PAPER_ROOT
@@ -151,6 +151,15 @@ for what in "$@"; do
         --variants --variant-rounds 30 --budget-s 220 --variant-batches 256 512 192 128 \
         --derive "ring_dt_layout=heads" "$old" "$old128" "ring_dt_layout=heads" "$old" "$old128" \
         "ring_dt_layout=heads" "$old" --json "$OUT/variants_ws_l2_default.json" ;;
+    # Today's flush default against the same with the L2 prefetch of the next item, in turn, three
+    # pairs, 30 rounds: on an H100 the prefetch shortened the flush (fiftieth run), on an H200 it
+    # lengthened it (fifty-third); this step times it where a device-dependent default is decided.
+    # At 512 "flush_ws_l2_ahead=1" is the fiftieth run's form there (takes of 2, taper 2).
+    ws-l2-prefetch)
+      step variants_ws_l2_prefetch "${BENCH_LIMIT:-240}" python3 benchmarks/bench_mamba2_decode.py \
+        --variants --variant-rounds 30 --budget-s 220 --variant-batches 256 512 192 \
+        --derive "ring_dt_layout=heads" "flush_ws_l2_ahead=1" "ring_dt_layout=heads" "flush_ws_l2_ahead=1" \
+        "ring_dt_layout=heads" "flush_ws_l2_ahead=1" --json "$OUT/variants_ws_l2_prefetch.json" ;;
     # The L2 flush before each timed replay: what the form that zeroes a buffer (the default, every
     # table so far) leaves to the replay, against one that reads it; then the Mamba-2 target
     # batches under each, in one process each. ~3 min.
@@ -161,7 +170,7 @@ for what in "$@"; do
           --l2-flush "$mode" --dims nemotron_h --batches 256 128 512 --repeats 2 --json "$OUT/mamba2_flush_$mode.json"
       done ;;
     *) echo "unknown step $what (expected tests, formats, builder, bench, bench-mamba2, paper, options-tests," \
-            "options-nonflush, parts, options-flush, options-stream-tiles, options-ws-l2, ws-l2-default, l2-flush)"; exit 2 ;;
+            "options-nonflush, parts, options-flush, options-stream-tiles, options-ws-l2, ws-l2-default, ws-l2-prefetch, l2-flush)"; exit 2 ;;
   esac
 done
 exit $status

@@ -5,6 +5,8 @@ GPU (``gpu`` marker): a grid of dims, activation dtypes, batches, padded rows an
 phase over 3+ windows; CUDA-graph capture and torch.compile.
 """
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -167,6 +169,44 @@ def test_flush_ws_l2_ahead_needs_the_ws_flush():
             decode.LaunchConfig(**ws, flush_ws_l2_ahead=bad)
     with pytest.raises(ValueError, match="flush_ws_l2_ahead: needs flush_impl='cuda_ws', got 'cuda'"):
         decode.LaunchConfig(**dict(ws, flush_impl="cuda"), flush_ws_l2_ahead=1)
+
+
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+@pytest.mark.parametrize("gpu", [None, "NVIDIA H200", "NVIDIA H100 PCIe", "NVIDIA B300"])
+def test_flush_l2_prefetch_left_out_on_other_gpus(gpu):
+    # the H200's default (where the prefetch lost), and that of every GPU not timed
+    for batch in (128, 192, 256, 512):
+        assert decode.launch_config("replay", 64, 128, batch, gpu=gpu) == decode.launch_config("replay", 64, 128, batch)
+    assert decode.launch_config("replay", 64, 128, 256, gpu=gpu).flush_ws_l2_ahead == 0
+
+
+def test_flush_l2_prefetch_on_an_h100():
+    # the fiftieth run's form wherever the warp-specialised flush serves: the prefetch, takes of 2
+    # with taper 2 at every batch (512 included), the same stage caps; nothing else differs
+    for batch in (1, 64, 127, 128, 191, 192, 256, 511, 512, 1024):
+        for dims in ((64, 128), (80, 128), (64, 256)):
+            h200, h100 = (decode.launch_config("replay", *dims, batch, gpu=g) for g in (None, H100))
+            if h200.flush_impl != "cuda_ws":
+                assert h100 == h200
+                continue
+            assert (h100.flush_ws_l2_ahead, h100.flush_ws_taper, h100.flush_ws_chunk) == (1, 2, 2)
+            assert h100.flush_ws_max_stages == h200.flush_ws_max_stages == (3 if batch < 192 else 4)
+            assert dataclasses.replace(h100, flush_ws_l2_ahead=0, flush_ws_taper=h200.flush_ws_taper,
+                                       flush_ws_chunk=h200.flush_ws_chunk) == h200
+    assert decode.launch_config("standard", 64, 128, 256, gpu=H100) == decode.launch_config("standard", 64, 128, 256)
+    with pytest.raises(TypeError, match=r"launch_config: gpu: expected a device name \(str\) or None, got device"):
+        decode.launch_config("replay", 64, 128, 256, gpu=torch.device("cpu"))
+
+
+def test_gpu_name_of_a_tensor_device():
+    assert decode.gpu_name(torch.device("cpu")) is None
+    assert decode.gpu_name("cpu") is None
+    if torch.cuda.is_available():
+        assert decode.gpu_name("cuda") == torch.cuda.get_device_name()
+    else:
+        assert decode.gpu_name("cuda") is None
 
 
 @pytest.mark.parametrize("hpg,asked,want", [(16, 8, 8), (12, 8, 6), (12, 4, 4), (6, 4, 3), (2, 4, 2), (7, 4, 1),

@@ -29,9 +29,10 @@ import triton
 import triton.language as tl
 
 from .._arrivals import arrival_counters, write_through_cursors
-from .launch import DOT_FOLDS, FOLDS, KERNELS, PIPELINES, LaunchConfig, launch_config
+from .launch import DOT_FOLDS, FOLDS, KERNELS, PIPELINES, LaunchConfig, gpu_name, launch_config
 
-__all__ = ["DOT_FOLDS", "FOLDS", "KERNELS", "PIPELINES", "LaunchConfig", "launch_config", "replay_step", "standard_step"]
+__all__ = ["DOT_FOLDS", "FOLDS", "KERNELS", "PIPELINES", "LaunchConfig", "gpu_name", "launch_config", "replay_step",
+           "standard_step"]
 
 
 @triton.jit
@@ -425,7 +426,7 @@ def replay_step(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at, window
     y = torch.empty_like(x) if out is None else out
     if batch == 0:
         return y
-    cfg = config or launch_config("replay", head_dim, d_state, batch)
+    cfg = config or launch_config("replay", head_dim, d_state, batch, gpu=gpu_name(x.device))
     if cfg.kernel == "staged":
         from .decode_staged import replay_step_staged
 

@@ -1,18 +1,27 @@
 """Launch choices of the Mamba-2 decode kernels: :class:`LaunchConfig` (tiles, warps, the
 replay kernel and its flush launch) and :func:`launch_config`, the measured default per
-``(head_dim, d_state, batch)`` (``benchmarks/NOTES_mamba2.md`` has the runs behind each choice).
+``(head_dim, d_state, batch)`` and GPU (``benchmarks/NOTES_mamba2.md`` has the runs behind each
+choice; :func:`gpu_name` names a tensor's GPU as the defaults key it).
 The kernels are in ``decode.py``, ``decode_v4.py`` and ``decode_staged.py``."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
+import torch
 import triton
 
 from .._prefetch import PREFETCH_MODES
 
-__all__ = ["DOT_FOLDS", "FLUSH_IMPLS", "FOLDS", "KERNELS", "PIPELINES", "WS_ORDERS",
-           "LaunchConfig", "launch_config"]
+__all__ = ["DOT_FOLDS", "FLUSH_IMPLS", "FOLDS", "KERNELS", "L2_AHEAD_GPUS", "PIPELINES", "WS_ORDERS",
+           "LaunchConfig", "gpu_name", "launch_config"]
+
+#: GPUs (``torch.cuda.get_device_name``) on which the warp-specialised flush's L2 prefetch of its
+#: next item (``flush_ws_l2_ahead=1``) is the default, with the fiftieth run's takes of 2 and taper
+#: 2 at every batch it serves: the GPUs it was timed faster on. Elsewhere (the H200, and GPUs not
+#: timed) the default leaves it out.
+L2_AHEAD_GPUS = ("NVIDIA H100 80GB HBM3",)
 
 #: Flush fold of the "v4" and "staged" kernels: unrolled rank-1 FMAs, a rolled loop, or an fp32
 #: ``tl.dot`` at this precision; "staged" also has the loop software-pipelined ("pipe").
@@ -146,8 +155,9 @@ class LaunchConfig:
     # non-flush step 23 us, thirty-fourth run). The Triton flush launch gained 12 us from its L2
     # prefetch (flush_l2_prefetch, seventeenth run). With the order "auto" it asks only in the
     # steps that take their items from the counter (in-phase ones). 1 shortened the all-flush
-    # step on H100s (fiftieth run) but lengthened it on an H200 (fifty-third run), so
-    # launch_config leaves it at 0 (figures there); 2 lengthened it by 30-160 us on an H100.
+    # step on H100s (fiftieth and fifty-fourth runs) but lengthened it on an H200 (fifty-third
+    # run), so launch_config asks it on the GPUs of L2_AHEAD_GPUS only (figures there); 2
+    # lengthened it by 30-160 us on an H100.
     flush_ws_l2_ahead: int = 0
 
     def __post_init__(self):
@@ -244,13 +254,32 @@ class LaunchConfig:
             raise ValueError(f"LaunchConfig.block_p: a tl.dot fold needs block_p >= 16, got {self.block_p}")
 
 
-def launch_config(kind: str, head_dim: int, d_state: int, batch: int) -> LaunchConfig:
+@functools.lru_cache(maxsize=None)
+def _cuda_name(index: int) -> str:
+    return torch.cuda.get_device_name(index)
+
+
+def gpu_name(device: torch.device | str) -> str | None:
+    """The name ``launch_config`` keys its per-GPU defaults by: ``torch.cuda.get_device_name`` of
+    a CUDA ``device`` (cached: a host query, so it is safe inside a CUDA-graph capture), else
+    ``None`` (another device, or ``"cuda"`` where no GPU is present)."""
+    device = torch.device(device)
+    if device.type != "cuda" or not torch.cuda.is_available():
+        return None
+    return _cuda_name(torch.cuda.current_device() if device.index is None else device.index)
+
+
+def launch_config(kind: str, head_dim: int, d_state: int, batch: int, gpu: str | None = None) -> LaunchConfig:
     """The default launch configuration for ``kind`` in ``{"standard", "replay"}``.
 
     Chosen from ``benchmarks/bench_mamba2_decode.py --variants`` on an H200 (Nemotron-H dims;
     table and command in ``benchmarks/RESULTS.md``) rather than autotuned at run time, so that
     the first call inside a CUDA-graph capture launches exactly what eager calls launched.
+    ``gpu``: the device's name (:func:`gpu_name`; ``None``: none known), for the one field that
+    differs by GPU (the flush's L2 prefetch, :data:`L2_AHEAD_GPUS`).
     """
+    if gpu is not None and not isinstance(gpu, str):
+        raise TypeError(f"launch_config: gpu: expected a device name (str) or None, got {type(gpu).__name__}")
     block_n = triton.next_power_of_2(d_state)
     if kind == "standard":
         # Small tiles, many programs: the most loads in flight for a pure stream (518 us at
@@ -398,9 +427,16 @@ def launch_config(kind: str, head_dim: int, d_state: int, batch: int) -> LaunchC
         # flush step ~13 us at 256, ~0.8 us of the amortized step). Without it, from batch 512 the
         # takes of 4 with no taper (the forty-eighth run's default) flush sooner on that H200:
         # 1136.7-1143.1 against 1168.4-1181.1 us (1.10x against 1.13-1.14x the standard step).
+        # On the GPUs of L2_AHEAD_GPUS the fiftieth run's form stays: an H100 (fifty-fourth run,
+        # `run_gpu_suite.sh ws-l2-prefetch`, three pairs in one call), today's default -> with the
+        # prefetch, flush / amortized us: Nemotron-H 192 564.6-565.2 / 307.9-308.3 -> 560.7-562.1 /
+        # 307.7-308.1; 256 749.2-751.2 / 404.3-404.7 -> 744.9-746.0 / 404.0-404.4; 512 (takes of 2,
+        # taper 2) 1498.9-1501.2 / 790.7-791.2 -> 1480.3-1480.9 / 789.7-790.0; Nemotron-3-Nano 256
+        # 708.3 / 380.6 -> 706.1-707.9 / 380.3-380.6; non-flush and staggered steps within 0.5 us.
         ws = batch >= 128 and d_state == 128
+        ahead = ws and gpu in L2_AHEAD_GPUS
         capped = ws and batch < 192  # the warp-specialised flush's 3-stage cap
-        tapered = ws and batch < 512  # takes of 2, the last items one at a time
+        tapered = ws and (batch < 512 or ahead)  # takes of 2, the last items one at a time
         # The token's ring x entry stored by the ring launch (ring_x_in_ring): the stream launch,
         # a read of the checkpoint, then writes only y. Stores among a long stream of reads cost
         # more than their bytes (benchmarks/probe_memory_rates.py: the 1/128 of y stores took 244
@@ -420,7 +456,7 @@ def launch_config(kind: str, head_dim: int, d_state: int, batch: int) -> LaunchC
                             flush_persistent=4 if listed else 0, flush_list_items="heads" if listed else "tiles",
                             flush_impl="cuda_ws" if ws else "triton", flush_ws_order="auto" if ws else "stride",
                             flush_ws_max_stages=3 if capped else 4 if ws else 0, flush_ws_taper=2 if tapered else 0,
-                            flush_ws_chunk=2 if tapered else 4, flush_ws_l2_ahead=0)
+                            flush_ws_chunk=2 if tapered else 4, flush_ws_l2_ahead=int(ahead))
     if batch < 128:
         # One program per head streaming 32-row tiles with the next one in flight, capped at 128
         # registers, rows first in the grid, cursors moved by a second launch, rolled FMA fold

@@ -207,8 +207,8 @@ def nonflush_parts(args, step, fills, ring, stream, ws, side_by_side, standard) 
         parts[f"ring{form}>stream"] = lambda r=ring_form: (fills(), r(), stream.replay())
     med, floor, flusher, graphs = time_parts(
         parts, args.rounds, f"batch {args.batch}, Nemotron-H dims, non-flush at ring length {args.committed}")
-    for name in ("step", "ring>stream", "ring>ws|stream", "ring>stream|ws", "ring>stream|ws0", "ring>stream>ws",
-                 "ringS>ws|stream", "ringE>ws|stream", "stream", "ringD>stream", "ringX>stream"):
+    # every part that starts with the fills, in the order built above
+    for name in (n for n in parts if n not in ("fills", "ring", "standard")):
         us = med[name] - med["fills"] + floor
         print(f"  {name} - fills + floor: {us:.1f} us = {us / med['standard']:.4f}x standard")
     print_timelines(graphs, ("step", "ring>stream", "stream", "ringX>stream"), args.timeline, flusher)

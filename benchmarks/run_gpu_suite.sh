@@ -14,7 +14,8 @@
 #          against the default, the step's parts), l2-flush (what each L2 flush form leaves to the
 #          timed replay; the Mamba-2 target batches under both), options-ws-l2 (the flush's L2
 #          prefetch of its next item), ws-l2-default (the flush default against the forty-eighth
-#          run's), ws-l2-prefetch (the flush default with and without that prefetch); default: tests formats bench builder
+#          run's), ws-l2-prefetch (the flush default with and without that prefetch;
+#          ws-l2-prefetch-nano: its flush steps at Nemotron-3-Nano dims); default: tests formats bench builder
 #   limits (seconds) and extra benchmark arguments come from the environment:
 #   GPU_TESTS_LIMIT GPU_TESTS_WORKERS GPU_TESTS_ARGS FORMATS_LIMIT BUILDER_LIMIT BENCH_LIMIT
 #   MAMBA2_BENCH_ARGS GDN_BENCH_ARGS KDA_BENCH_ARGS PAPER_ROOT
@@ -160,6 +161,16 @@ for what in "$@"; do
         --variants --variant-rounds 30 --budget-s 220 --variant-batches 256 512 192 \
         --derive "ring_dt_layout=heads" "flush_ws_l2_ahead=1" "ring_dt_layout=heads" "flush_ws_l2_ahead=1" \
         "ring_dt_layout=heads" "flush_ws_l2_ahead=1" --json "$OUT/variants_ws_l2_prefetch.json" ;;
+    # The same at Nemotron-3-Nano dims (head_dim 80), flush steps only (the prefetch moved no
+    # non-flush step by more than 0.5 us): on the fifty-fourth run's H200 it shortened the flush
+    # there where it lengthened Nemotron-H's. Each batch's default against it, 2 states x 2 graphs
+    # each; at 512 with the takes of 2 and taper 2 it was timed with on the H100s.
+    ws-l2-prefetch-nano)
+      for b in 128 256 512; do
+        extra=$([ $b = 512 ] && echo ", flush_ws_taper=2, flush_ws_chunk=2")
+        step "flush_captures_nano_$b" "${BENCH_LIMIT:-120}" python3 benchmarks/probe_flush_captures.py \
+          --dims 96 80 128 8 --batch $b --derive "" "flush_ws_l2_ahead=1$extra" --allocations 2 --captures 2 --rounds 20
+      done ;;
     # The L2 flush before each timed replay: what the form that zeroes a buffer (the default, every
     # table so far) leaves to the replay, against one that reads it; then the Mamba-2 target
     # batches under each, in one process each. ~3 min.
@@ -170,7 +181,7 @@ for what in "$@"; do
           --l2-flush "$mode" --dims nemotron_h --batches 256 128 512 --repeats 2 --json "$OUT/mamba2_flush_$mode.json"
       done ;;
     *) echo "unknown step $what (expected tests, formats, builder, bench, bench-mamba2, paper, options-tests," \
-            "options-nonflush, parts, options-flush, options-stream-tiles, options-ws-l2, ws-l2-default, ws-l2-prefetch, l2-flush)"; exit 2 ;;
+            "options-nonflush, parts, options-flush, options-stream-tiles, options-ws-l2, ws-l2-default, ws-l2-prefetch, ws-l2-prefetch-nano, l2-flush)"; exit 2 ;;
   esac
 done
 exit $status

@@ -162,14 +162,16 @@ for what in "$@"; do
         --derive "ring_dt_layout=heads" "flush_ws_l2_ahead=1" "ring_dt_layout=heads" "flush_ws_l2_ahead=1" \
         "ring_dt_layout=heads" "flush_ws_l2_ahead=1" --json "$OUT/variants_ws_l2_prefetch.json" ;;
     # The same at Nemotron-3-Nano dims (head_dim 80), flush steps only (the prefetch moved no
-    # non-flush step by more than 0.5 us): on the fifty-fourth run's H200 it shortened the flush
-    # there where it lengthened Nemotron-H's. Each batch's default against it, 2 states x 2 graphs
-    # each; at 512 with the takes of 2 and taper 2 it was timed with on the H100s.
+    # non-flush step by more than 0.5 us): on the H200 it shortened the flush there where it
+    # lengthened Nemotron-H's (fifty-third and fifty-fourth runs). Each batch's form without it
+    # (from 512 takes of 4, untapered) against the form with it (takes of 2, taper 2), whatever
+    # the GPU's default is; 2 states x 2 graphs each.
     ws-l2-prefetch-nano)
       for b in 128 256 512; do
-        extra=$([ $b = 512 ] && echo ", flush_ws_taper=2, flush_ws_chunk=2")
+        without="flush_ws_l2_ahead=0$([ $b = 512 ] && echo ", flush_ws_taper=0, flush_ws_chunk=4")"
         step "flush_captures_nano_$b" "${BENCH_LIMIT:-120}" python3 benchmarks/probe_flush_captures.py \
-          --dims 96 80 128 8 --batch $b --derive "" "flush_ws_l2_ahead=1$extra" --allocations 2 --captures 2 --rounds 20
+          --dims 96 80 128 8 --batch $b --derive "$without" "flush_ws_l2_ahead=1, flush_ws_taper=2, flush_ws_chunk=2" \
+          --allocations 2 --captures 2 --rounds 20
       done ;;
     # The L2 flush before each timed replay: what the form that zeroes a buffer (the default, every
     # table so far) leaves to the replay, against one that reads it; then the Mamba-2 target

@@ -174,28 +174,38 @@ def test_flush_ws_l2_ahead_needs_the_ws_flush():
 H100 = "NVIDIA H100 80GB HBM3"
 
 
-@pytest.mark.parametrize("gpu", [None, "NVIDIA H200", "NVIDIA H100 PCIe", "NVIDIA B300"])
-def test_flush_l2_prefetch_left_out_on_other_gpus(gpu):
-    # the H200's default (where the prefetch lost), and that of every GPU not timed
+H200 = "NVIDIA H200"
+
+
+@pytest.mark.parametrize("gpu,head_dim", [(None, 64), (None, 80), (H200, 64), (H200, 128), (H100, 128),
+                                          ("NVIDIA H100 PCIe", 64), ("NVIDIA B300", 80)])
+def test_flush_l2_prefetch_left_out_where_not_timed_faster(gpu, head_dim):
+    # the H200's default at Nemotron-H's head_dim (where the prefetch lost), and that of every GPU
+    # and head_dim not timed
     for batch in (128, 192, 256, 512):
-        assert decode.launch_config("replay", 64, 128, batch, gpu=gpu) == decode.launch_config("replay", 64, 128, batch)
-    assert decode.launch_config("replay", 64, 128, 256, gpu=gpu).flush_ws_l2_ahead == 0
+        assert (decode.launch_config("replay", head_dim, 128, batch, gpu=gpu)
+                == decode.launch_config("replay", head_dim, 128, batch))
+    assert decode.launch_config("replay", head_dim, 128, 256, gpu=gpu).flush_ws_l2_ahead == 0
 
 
-def test_flush_l2_prefetch_on_an_h100():
+@pytest.mark.parametrize("gpu,head_dims", [(H100, (64, 80)), (H200, (80,))])
+def test_flush_l2_prefetch_where_timed_faster(gpu, head_dims):
     # the fiftieth run's form wherever the warp-specialised flush serves: the prefetch, takes of 2
     # with taper 2 at every batch (512 included), the same stage caps; nothing else differs
     for batch in (1, 64, 127, 128, 191, 192, 256, 511, 512, 1024):
-        for dims in ((64, 128), (80, 128), (64, 256)):
-            h200, h100 = (decode.launch_config("replay", *dims, batch, gpu=g) for g in (None, H100))
-            if h200.flush_impl != "cuda_ws":
-                assert h100 == h200
+        for dims in [(hd, 128) for hd in head_dims] + [(64, 256)]:
+            plain, asked = (decode.launch_config("replay", *dims, batch, gpu=g) for g in (None, gpu))
+            if plain.flush_impl != "cuda_ws":
+                assert asked == plain
                 continue
-            assert (h100.flush_ws_l2_ahead, h100.flush_ws_taper, h100.flush_ws_chunk) == (1, 2, 2)
-            assert h100.flush_ws_max_stages == h200.flush_ws_max_stages == (3 if batch < 192 else 4)
-            assert dataclasses.replace(h100, flush_ws_l2_ahead=0, flush_ws_taper=h200.flush_ws_taper,
-                                       flush_ws_chunk=h200.flush_ws_chunk) == h200
-    assert decode.launch_config("standard", 64, 128, 256, gpu=H100) == decode.launch_config("standard", 64, 128, 256)
+            assert (asked.flush_ws_l2_ahead, asked.flush_ws_taper, asked.flush_ws_chunk) == (1, 2, 2)
+            assert asked.flush_ws_max_stages == plain.flush_ws_max_stages == (3 if batch < 192 else 4)
+            assert dataclasses.replace(asked, flush_ws_l2_ahead=0, flush_ws_taper=plain.flush_ws_taper,
+                                       flush_ws_chunk=plain.flush_ws_chunk) == plain
+    assert decode.launch_config("standard", 80, 128, 256, gpu=gpu) == decode.launch_config("standard", 80, 128, 256)
+
+
+def test_launch_config_refuses_a_gpu_that_is_not_a_name():
     with pytest.raises(TypeError, match=r"launch_config: gpu: expected a device name \(str\) or None, got device"):
         decode.launch_config("replay", 64, 128, 256, gpu=torch.device("cpu"))
 

@@ -17,11 +17,16 @@ from .._prefetch import PREFETCH_MODES
 __all__ = ["DOT_FOLDS", "FLUSH_IMPLS", "FOLDS", "KERNELS", "L2_AHEAD_GPUS", "PIPELINES", "WS_ORDERS",
            "LaunchConfig", "gpu_name", "launch_config"]
 
-#: GPUs (``torch.cuda.get_device_name``) on which the warp-specialised flush's L2 prefetch of its
-#: next item (``flush_ws_l2_ahead=1``) is the default, with the fiftieth run's takes of 2 and taper
-#: 2 at every batch it serves: the GPUs it was timed faster on. Elsewhere (the H200, and GPUs not
+#: Where the warp-specialised flush's L2 prefetch of its next item (``flush_ws_l2_ahead=1``) is the
+#: default, with the fiftieth run's takes of 2 and taper 2 at every batch it serves: GPU name (as
+#: ``torch.cuda.get_device_name`` gives it) -> the head_dims it was timed faster at
+#: (benchmarks/NOTES_mamba2.md, fifty-third and fifty-fourth runs). On an H200 it lost at
+#: Nemotron-H's head_dim 64 and gained at Nemotron-3-Nano's 80. Elsewhere (other head_dims, GPUs not
 #: timed) the default leaves it out.
-L2_AHEAD_GPUS = ("NVIDIA H100 80GB HBM3",)
+L2_AHEAD_GPUS: dict[str, tuple[int, ...]] = {
+    "NVIDIA H100 80GB HBM3": (64, 80),
+    "NVIDIA H200": (80,),
+}
 
 #: Flush fold of the "v4" and "staged" kernels: unrolled rank-1 FMAs, a rolled loop, or an fp32
 #: ``tl.dot`` at this precision; "staged" also has the loop software-pipelined ("pipe").
@@ -156,7 +161,7 @@ class LaunchConfig:
     # prefetch (flush_l2_prefetch, seventeenth run). With the order "auto" it asks only in the
     # steps that take their items from the counter (in-phase ones). 1 shortened the all-flush
     # step on H100s (fiftieth and fifty-fourth runs) but lengthened it on an H200 (fifty-third
-    # run), so launch_config asks it on the GPUs of L2_AHEAD_GPUS only (figures there); 2
+    # run) at Nemotron-H dims, so launch_config asks it where L2_AHEAD_GPUS lists it (figures there); 2
     # lengthened it by 30-160 us on an H100.
     flush_ws_l2_ahead: int = 0
 
@@ -276,7 +281,7 @@ def launch_config(kind: str, head_dim: int, d_state: int, batch: int, gpu: str |
     table and command in ``benchmarks/RESULTS.md``) rather than autotuned at run time, so that
     the first call inside a CUDA-graph capture launches exactly what eager calls launched.
     ``gpu``: the device's name (:func:`gpu_name`; ``None``: none known), for the one field that
-    differs by GPU (the flush's L2 prefetch, :data:`L2_AHEAD_GPUS`).
+    differs by GPU and head_dim (the flush's L2 prefetch, :data:`L2_AHEAD_GPUS`).
     """
     if gpu is not None and not isinstance(gpu, str):
         raise TypeError(f"launch_config: gpu: expected a device name (str) or None, got {type(gpu).__name__}")
@@ -434,7 +439,15 @@ def launch_config(kind: str, head_dim: int, d_state: int, batch: int, gpu: str |
         # taper 2) 1498.9-1501.2 / 790.7-791.2 -> 1480.3-1480.9 / 789.7-790.0; Nemotron-3-Nano 256
         # 708.3 / 380.6 -> 706.1-707.9 / 380.3-380.6; non-flush and staggered steps within 0.5 us.
         ws = batch >= 128 and d_state == 128
-        ahead = ws and gpu in L2_AHEAD_GPUS
+        # On the H200 the prefetch gained at Nemotron-3-Nano dims (head_dim 80), with it -> without
+        # it, flush / amortized us at 256 in four calls: 520.0-520.4 / 272.6-273.0 against
+        # 533.2-535.2 / 273.7-273.8 (fifty-third run, three calls), 521.0-521.3 / 272.4-272.6
+        # against 533.7 / 273.4 (fifty-fourth); the two runs' plain tables (with -> without), 128
+        # 267.8-268.6 / 145.4-145.5 against 274.0-274.4 / 145.3-145.5, 512 (takes of 2, taper 2)
+        # 1033.0-1038.6 / 528.3-529.1 against 1063.6-1063.9 / 530.0-530.2; staggered steps within 0.5
+        # us. Why head_dim 80 and not 64 is not measured: at 80 only 3 stages fit beside the stream
+        # launch on the H200's shared memory, 4 at 64 (but Nemotron-H 128, capped at 3, lost too).
+        ahead = ws and head_dim in L2_AHEAD_GPUS.get(gpu, ())
         capped = ws and batch < 192  # the warp-specialised flush's 3-stage cap
         tapered = ws and (batch < 512 or ahead)  # takes of 2, the last items one at a time
         # The token's ring x entry stored by the ring launch (ring_x_in_ring): the stream launch,

@@ -152,15 +152,19 @@ for what in "$@"; do
         --variants --variant-rounds 30 --budget-s 220 --variant-batches 256 512 192 128 \
         --derive "ring_dt_layout=heads" "$old" "$old128" "ring_dt_layout=heads" "$old" "$old128" \
         "ring_dt_layout=heads" "$old" --json "$OUT/variants_ws_l2_default.json" ;;
-    # Today's flush default against the same with the L2 prefetch of the next item, in turn, three
-    # pairs, 30 rounds: on an H100 the prefetch shortened the flush (fiftieth run), on an H200 it
-    # lengthened it (fifty-third); this step times it where a device-dependent default is decided.
-    # At 512 "flush_ws_l2_ahead=1" is the fiftieth run's form there (takes of 2, taper 2).
+    # The flush with and without the L2 prefetch of its next item, in turn, 30 rounds: on an H100
+    # the prefetch shortened the flush (fiftieth and fifty-fourth runs), on an H200 it lengthened
+    # it at Nemotron-H dims (fifty-third and fifty-fourth); launch_config's default differs by GPU
+    # (L2_AHEAD_GPUS). Rows: the GPU's own default ("ring_dt_layout=heads"), then both forms
+    # explicitly (the batch-256 default's takes of 2 and taper 2, also at 512: the fiftieth run's
+    # form there), three times. The fifty-fourth run's tables took "default" and
+    # "flush_ws_l2_ahead=1" alone, when every GPU's default left the prefetch out.
     ws-l2-prefetch)
       step variants_ws_l2_prefetch "${BENCH_LIMIT:-240}" python3 benchmarks/bench_mamba2_decode.py \
         --variants --variant-rounds 30 --budget-s 220 --variant-batches 256 512 192 \
-        --derive "ring_dt_layout=heads" "flush_ws_l2_ahead=1" "ring_dt_layout=heads" "flush_ws_l2_ahead=1" \
-        "ring_dt_layout=heads" "flush_ws_l2_ahead=1" --json "$OUT/variants_ws_l2_prefetch.json" ;;
+        --derive "ring_dt_layout=heads" "flush_ws_l2_ahead=0" "flush_ws_l2_ahead=1" \
+        "ring_dt_layout=heads" "flush_ws_l2_ahead=0" "flush_ws_l2_ahead=1" \
+        "ring_dt_layout=heads" "flush_ws_l2_ahead=0" "flush_ws_l2_ahead=1" --json "$OUT/variants_ws_l2_prefetch.json" ;;
     # The same at Nemotron-3-Nano dims (head_dim 80), flush steps only (the prefetch moved no
     # non-flush step by more than 0.5 us): on the H200 it shortened the flush there where it
     # lengthened Nemotron-H's (fifty-third and fifty-fourth runs). Each batch's form without it

@@ -1,0 +1,47 @@
+"""The device-launch probe's CPU-side pieces: its nvcc lines, both builds compiled and loaded where
+nvcc is present, and its argument checks (the timing itself needs a GPU)."""
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+import probe_device_launch as probe  # noqa: E402
+
+
+def test_nvcc_lines():
+    rdc = probe.nvcc_command("nvcc", "sm_90", "rdc", Path("a.cu"), Path("a.so"))
+    plain = probe.nvcc_command("nvcc", "sm_100", "plain", Path("a.cu"), Path("b.so"))
+    assert "-rdc=true" in rdc and rdc[-1] == "-lcudadevrt" and "-DNO_DEVICE_LAUNCH" not in rdc
+    assert "-DNO_DEVICE_LAUNCH" in plain and "-rdc=true" not in plain and "-lcudadevrt" not in plain
+    assert "-arch=sm_100" in plain and plain[plain.index("-o") + 1] == "b.so"
+    with pytest.raises(ValueError, match=r"build: expected one of \('rdc', 'plain'\), got 'cdp'"):
+        probe.nvcc_command("nvcc", "sm_90", "cdp", Path("a.cu"), Path("a.so"))
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc")
+def test_both_builds_compile_and_export_their_launchers():
+    # the relocatable build holds the device launcher, the plain one refuses it
+    rdc, plain = (probe.library(build, "sm_90") for build in probe.BUILDS)
+    assert rdc.has_device_launch() == 1 and plain.has_device_launch() == 0
+    for lib in (rdc, plain):
+        assert callable(lib.launch_update) and callable(lib.launch_launcher)
+    # cudaErrorNotSupported (801), before any CUDA call
+    assert plain.launch_launcher(None, None, 0, 1.0, 0, None) == 801
+
+
+@pytest.mark.parametrize("arg", ["--mib", "--rounds"])
+def test_counts_must_be_positive(arg, capsys):
+    with pytest.raises(SystemExit):
+        probe.main([arg, "0"])
+    assert f"argument {arg}: expected an int >= 1, got 0" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU refusal")
+def test_needs_a_gpu(capsys):
+    with pytest.raises(SystemExit):
+        probe.main([])
+    assert "needs a CUDA GPU" in capsys.readouterr().err

@@ -24,8 +24,9 @@ def test_replay_vs_standard_agrees(capsys):
         assert layer in out
 
 
-def test_replay_vs_standard_rejects_bad_window():
+def test_replay_vs_standard_rejects_bad_window(capsys):
     demo = _load("replay_vs_standard")
     with pytest.raises(SystemExit) as err:
         demo.main(["--window", "0"])
     assert err.value.code == 2
+    assert "--window: ReplaySSMConfig.window: expected an int >= 1, got 0" in capsys.readouterr().err

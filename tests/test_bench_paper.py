@@ -41,17 +41,17 @@ def test_kernel_file_loads_alone(tmp_path):
     assert cfg == (None, None, None, None) and constexpr is tl.constexpr and cdiv == 3 and launch == (32, 1, 3, 2)
 
 
-def test_bad_launch_configs_are_named():
-    with pytest.raises(SystemExit):
-        bench_gdn_paper.main(["--paper-configs", "64,1,3"])
+def test_bad_launch_configs_are_named(usage_error):
+    assert "--paper-configs: expected BV,WARPS,STAGES,NK integers, got ['64,1,3']" in usage_error(
+        lambda: bench_gdn_paper.main(["--paper-configs", "64,1,3"]))
 
 
-def test_mamba2_paper_bench_names_bad_configs(tmp_path):
+def test_mamba2_paper_bench_names_bad_configs(tmp_path, usage_error):
     """``bench_mamba2_paper.py`` refuses a malformed launch config before loading anything."""
     import bench_mamba2_paper
 
-    with pytest.raises(SystemExit):
-        bench_mamba2_paper.main(["--paper-root", str(tmp_path), "--output-only-config", "16"])
+    assert "--output-only-config: expected BLOCK_M,WARPS integers, got '16'" in usage_error(
+        lambda: bench_mamba2_paper.main(["--paper-root", str(tmp_path), "--output-only-config", "16"]))
     with pytest.raises(SystemExit, match="--paper-root: expected a checkout"):
         bench_mamba2_paper.main(["--paper-root", str(tmp_path)])
 

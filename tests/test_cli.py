@@ -36,10 +36,9 @@ def test_build_script_exposes_the_options():
     assert "{b300,b200,h200,h100}" in help_text and "{fp32,fp16-sr,bf16-sr,fp8-sr}" in help_text
 
 
-def test_invalid_choice_is_a_usage_error(tmp_path):
-    with pytest.raises(SystemExit) as err:
-        main(["build", "--output", str(tmp_path / "o"), "--ssm-read", "int4"])
-    assert err.value.code == 2
+def test_invalid_choice_is_a_usage_error(tmp_path, usage_error):
+    assert "argument --ssm-read: invalid choice: 'int4'" in usage_error(
+        lambda: main(["build", "--output", str(tmp_path / "o"), "--ssm-read", "int4"]))
     assert not (tmp_path / "o").exists()
 
 

@@ -3,8 +3,6 @@
 import importlib.util
 from pathlib import Path
 
-import pytest
-
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
@@ -24,9 +22,7 @@ def test_replay_vs_standard_agrees(capsys):
         assert layer in out
 
 
-def test_replay_vs_standard_rejects_bad_window(capsys):
+def test_replay_vs_standard_rejects_bad_window(usage_error):
     demo = _load("replay_vs_standard")
-    with pytest.raises(SystemExit) as err:
-        demo.main(["--window", "0"])
-    assert err.value.code == 2
-    assert "--window: ReplaySSMConfig.window: expected an int >= 1, got 0" in capsys.readouterr().err
+    assert "--window: ReplaySSMConfig.window: expected an int >= 1, got 0" in usage_error(
+        lambda: demo.main(["--window", "0"]))

@@ -37,18 +37,7 @@ def test_plot_writes_a_png(tmp_path):
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
 
 
-def _usage_error(call, message):
-    """``call`` stops as argparse does on a usage error (exit 2), saying ``message``."""
-    import contextlib
-    import io
-
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err), pytest.raises(SystemExit) as stop:
-        call()
-    assert stop.value.code == 2 and message in err.getvalue(), err.getvalue()
-
-
-def test_plot_scripts_name_unreadable_inputs(tmp_path):
+def test_plot_scripts_name_unreadable_inputs(tmp_path, usage_error):
     # A missing file, a file that is not JSON, and another benchmark's JSON (rows without the
     # fields the plot reads) are usage errors naming the input, not tracebacks.
     (tmp_path / "text.json").write_text("not json")
@@ -56,18 +45,19 @@ def test_plot_scripts_name_unreadable_inputs(tmp_path):
     for name in ("plot_mamba2", "plot_delta", "plot_paper"):
         out = ["--out", str(tmp_path / "x.png")]
         mod = _plot_script(name)
-        _usage_error(lambda: mod.main([str(tmp_path / "missing.json"), *out]), "json: no such file")
-        _usage_error(lambda: mod.main([str(tmp_path / "text.json"), *out]), "json: not JSON")
-    _usage_error(lambda: _plot_script("plot_paper").main([str(tmp_path / "other.json"), "--out",
-                                                          str(tmp_path / "x.png")]), "json: a row lacks the field")
+        assert "json: no such file" in usage_error(lambda: mod.main([str(tmp_path / "missing.json"), *out]))
+        assert "json: not JSON" in usage_error(lambda: mod.main([str(tmp_path / "text.json"), *out]))
+    paper = _plot_script("plot_paper")
+    assert "json: a row lacks the field" in usage_error(
+        lambda: paper.main([str(tmp_path / "other.json"), "--out", str(tmp_path / "x.png")]))
     assert not (tmp_path / "x.png").exists()
 
 
-def test_plot_rejects_a_file_without_results(tmp_path):
+def test_plot_rejects_a_file_without_results(tmp_path, usage_error):
     src = tmp_path / "variants.json"
     src.write_text(json.dumps({"variants": []}))
-    _usage_error(lambda: _plot_script("plot_mamba2").main([str(src)]),
-                 "json: expected the output of bench_mamba2_decode.py --json")
+    assert "json: expected the output of bench_mamba2_decode.py --json" in usage_error(
+        lambda: _plot_script("plot_mamba2").main([str(src)]))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["variants.json"]
 
 
@@ -100,7 +90,7 @@ def test_delta_plot_merges_files_with_their_own_baselines(tmp_path):
     assert mod.label_of("rowwise", [("ring_warps", "one warp")]) is None
 
 
-def test_delta_plot_rejects_other_files_and_missing_baselines(tmp_path):
+def test_delta_plot_rejects_other_files_and_missing_baselines(tmp_path, usage_error):
     mod = _plot_script("plot_delta")
     src = tmp_path / "mamba2.json"
     src.write_text(json.dumps({"results": []}))
@@ -109,10 +99,10 @@ def test_delta_plot_rejects_other_files_and_missing_baselines(tmp_path):
     data = json.loads(_variants_file(tmp_path / "a.json", (32,), fla_us=1.0).read_text())
     data["rows"] = [r for r in data["rows"] if r["mode"] != "fla"]
     (tmp_path / "nofla.json").write_text(json.dumps(data))
-    _usage_error(lambda: mod.main([str(tmp_path / "nofla.json"), "--out", str(tmp_path / "x.png")]), "--baseline fla")
+    assert "--baseline fla" in usage_error(lambda: mod.main([str(tmp_path / "nofla.json"), "--out", str(tmp_path / "x.png")]))
     # --name matching no kernel is named as such, not blamed on the baseline
-    _usage_error(lambda: mod.main([str(tmp_path / "a.json"), "--out", str(tmp_path / "x.png"), "--name", "zzz", "none"]),
-                 "--name: no row's kernel name contains 'zzz'")
+    assert "--name: no row's kernel name contains 'zzz'" in usage_error(
+        lambda: mod.main([str(tmp_path / "a.json"), "--out", str(tmp_path / "x.png"), "--name", "zzz", "none"]))
     assert not (tmp_path / "x.png").exists()
 
 
@@ -179,7 +169,7 @@ def test_paper_plot_ratios_and_png(tmp_path, baseline, stagger_key):
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
 
 
-def test_paper_plot_rejects_other_files(tmp_path):
+def test_paper_plot_rejects_other_files(tmp_path, usage_error):
     mod = _plot_script("plot_paper")
     (tmp_path / "other.json").write_text(json.dumps({"results": []}))
     with pytest.raises(ValueError, match="'rows' list"):
@@ -187,6 +177,6 @@ def test_paper_plot_rejects_other_files(tmp_path):
     data = json.loads(_paper_file(tmp_path / "a.json", "fla", "staggered").read_text())
     data["rows"] = [r for r in data["rows"] if not (r["mode"] == "fla" and r["batch"] == 128)]
     (tmp_path / "gap.json").write_text(json.dumps(data))
-    _usage_error(lambda: mod.main([str(tmp_path / "gap.json"), "--out", str(tmp_path / "x.png")]),
-                 "batch 128 has no fla step")
+    assert "batch 128 has no fla step" in usage_error(
+        lambda: mod.main([str(tmp_path / "gap.json"), "--out", str(tmp_path / "x.png")]))
     assert not (tmp_path / "x.png").exists()

@@ -34,14 +34,10 @@ def test_both_builds_compile_and_export_their_launchers():
 
 
 @pytest.mark.parametrize("arg", ["--mib", "--rounds"])
-def test_counts_must_be_positive(arg, capsys):
-    with pytest.raises(SystemExit):
-        probe.main([arg, "0"])
-    assert f"argument {arg}: expected an int >= 1, got 0" in capsys.readouterr().err
+def test_counts_must_be_positive(arg, usage_error):
+    assert f"argument {arg}: expected an int >= 1, got 0" in usage_error(lambda: probe.main([arg, "0"]))
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU refusal")
-def test_needs_a_gpu(capsys):
-    with pytest.raises(SystemExit):
-        probe.main([])
-    assert "needs a CUDA GPU" in capsys.readouterr().err
+def test_needs_a_gpu(usage_error):
+    assert "needs a CUDA GPU" in usage_error(lambda: probe.main([]))

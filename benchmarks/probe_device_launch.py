@@ -44,6 +44,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _cli import positive_int  # noqa: E402
 from _timing import L2Flusher, capture_graph, device_info, graph_floor_us, median, time_replays  # noqa: E402
 
+from trtllm_replayssm.ops._side_stream import fork, join  # noqa: E402
+
 SOURCE = Path(__file__).resolve().parent / "device_launch.cu"
 BUILDS = ("rdc", "plain")
 
@@ -99,16 +101,15 @@ def forms(libs: dict, flag: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> d
         _check(libs["plain"].launch_update(None, y.data_ptr(), y.numel() // 4, 1.0,
                                            torch.cuda.current_stream().cuda_stream), "rmw")
 
-    side = torch.cuda.Stream(priority=torch.cuda.Stream.priority_range()[1])
+    device = x.device
 
-    def beside(candidate):
+    def beside(candidate):  # the candidate on the step's own side stream, as the flush launch runs
         def run():
-            main = torch.cuda.current_stream()
-            side.wait_stream(main)
+            side = fork(device)
             with torch.cuda.stream(side):
                 candidate()
             rmw()
-            main.wait_stream(side)
+            join(side, device)
         return run
 
     return {

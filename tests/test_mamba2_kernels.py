@@ -163,7 +163,7 @@ def test_flush_ws_taper_needs_the_counter():
 def test_flush_ws_l2_ahead_needs_the_ws_flush():
     ws = dict(kernel="staged", flush_launch=True, flush_impl="cuda_ws")
     assert decode.LaunchConfig(**ws, flush_ws_l2_ahead=2).flush_ws_l2_ahead == 2
-    assert decode.launch_config("replay", 64, 128, 256).flush_ws_l2_ahead == 0  # not asked by default (H200)
+    assert decode.launch_config("replay", 64, 128, 256).flush_ws_l2_ahead == 0  # no GPU named: not asked
     for bad in (True, 3, -1, 1.0):
         with pytest.raises(ValueError, match=r"flush_ws_l2_ahead: expected 0, 1 or 2, got"):
             decode.LaunchConfig(**ws, flush_ws_l2_ahead=bad)
@@ -171,10 +171,7 @@ def test_flush_ws_l2_ahead_needs_the_ws_flush():
         decode.LaunchConfig(**dict(ws, flush_impl="cuda"), flush_ws_l2_ahead=1)
 
 
-H100 = "NVIDIA H100 80GB HBM3"
-
-
-H200 = "NVIDIA H200"
+H100, H200 = "NVIDIA H100 80GB HBM3", "NVIDIA H200"
 
 
 @pytest.mark.parametrize("gpu,head_dim", [(None, 64), (None, 80), (H200, 64), (H200, 128), (H100, 128),

@@ -428,8 +428,8 @@ def launch_config(kind: str, head_dim: int, d_state: int, batch: int, gpu: str |
         # 292.5-293.0 -> 563.8-564.2 / 290.3-290.4; 512 1206.0-1316.0 / 568.1-575.5 ->
         # 1168.4-1181.1 / 566.4-568.0 (its uncapped takes of 4: 1136.7-1143.1 / 564.3-564.8).
         # The H200 is where these defaults are measured against their targets, and B300s have
-        # more bandwidth still, so the prefetch is not asked by default (on H100s that costs the
-        # flush step ~13 us at 256, ~0.8 us of the amortized step). Without it, from batch 512 the
+        # more bandwidth still, so the prefetch is not asked by default (except where
+        # L2_AHEAD_GPUS lists the GPU and head_dim, below). Without it, from batch 512 the
         # takes of 4 with no taper (the forty-eighth run's default) flush sooner on that H200:
         # 1136.7-1143.1 against 1168.4-1181.1 us (1.10x against 1.13-1.14x the standard step).
         # On the GPUs of L2_AHEAD_GPUS the fiftieth run's form stays: an H100 (fifty-fourth run,

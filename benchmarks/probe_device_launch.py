@@ -16,11 +16,19 @@ Graphs, each timed with the L2 flushed before every replay (median of ``--rounds
   the update, launched from the host, every block reading the flag and leaving);
 - flag 1 (an all-flush step): the ``--mib`` update grid launched from the host by the plain build
   (``update``) and by the relocatable one (``update rdc``), gated (``gated``), and from the
-  device by a tail launch (``launcher>update``) or fire-and-forget (``launcher~update``).
+  device by a tail launch (``launcher>update``) or fire-and-forget (``launcher~update``); and
+  the host-launched and tail-launched update each followed on the stream by the ``rmw`` grid
+  (``update;rmw``, ``launcher>update;rmw``: an all-flush step's flush then the next kernel) or
+  by a one-word write (``update;mark``, ``launcher>update;mark``, ``launcher~update;mark``: the
+  update's time to the next kernel on the stream, which the events around a replay ending in the
+  launcher do not hold).
 
 Before timing it checks, in graph replays, that each form adds 1 to every element when the flag
-is set and nothing when it is not, and whether work the stream captured after the launcher sees
-the child's result (``order``): what the flush's join on the step's stream would rely on.
+is set and nothing when it is not, and whether reads of the whole buffer captured after the form
+see the child's result, in the same graph (``order``: what the flush's join on the step's stream
+would rely on) and in the next graph replayed (``next``: what the next decode step relies on).
+The events around a replay are checked against the host clock over back-to-back replays
+(``wall us``): an event that a child grid outlived reads short.
 
     PYTHONPATH=$PWD python3 benchmarks/probe_device_launch.py [--mib 1024] [--rounds 30]
 """
@@ -36,6 +44,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import torch
@@ -102,6 +111,7 @@ def forms(libs: dict, flag: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> d
                                            torch.cuda.current_stream().cuda_stream), "rmw")
 
     device = x.device
+    mark = torch.zeros(1, dtype=torch.int32, device=device)
 
     def beside(candidate):  # the candidate on the step's own side stream, as the flush launch runs
         def run():
@@ -116,33 +126,86 @@ def forms(libs: dict, flag: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> d
         "rmw": rmw, "rmw|launcher": beside(launcher(False)), "rmw|gated": beside(update("plain", True)),
         "update": update("plain", False), "update rdc": update("rdc", False), "gated": update("plain", True),
         "launcher>update": launcher(False), "launcher~update": launcher(True),
+        "update;rmw": lambda: (update("plain", False)(), rmw()),
+        "launcher>update;rmw": lambda: (launcher(False)(), rmw()),
+        "update;mark": lambda: (update("plain", False)(), mark.fill_(1)),
+        "launcher>update;mark": lambda: (launcher(False)(), mark.fill_(1)),
+        "launcher~update;mark": lambda: (launcher(True)(), mark.fill_(1)),
     }
 
 
-def check_forms(fns: dict, flag: torch.Tensor, x: torch.Tensor) -> list[str]:
-    """Replays of each flag-1 form's graph: with the flag set every element of ``x`` gains 1, with
-    it clear none does (the host-launched ``update`` forms read no flag: 1 both times); ``order``:
-    whether a copy of the first element captured right after the form sees the child's result.
-    Returns one line per form."""
+class _OrderCheck:
+    """Captured after a form: counts the gain each replay should have made (``inc``) and keeps the
+    extremes of ``x``'s minimum and maximum less that count. Where the stream's order covers the
+    form's child grid both stay 0; a read that ran beside the child sees a part of ``x`` not yet
+    updated. The minimum and maximum read every element, not only the first blocks' part."""
+
+    def __init__(self, x: torch.Tensor):
+        self.x = x
+        self.inc = torch.zeros((), dtype=x.dtype, device=x.device)
+        self.count = torch.zeros_like(self.inc)
+        self.lo = torch.zeros_like(self.inc)
+        self.hi = torch.zeros_like(self.inc)
+
+    def reset(self, inc: float) -> None:
+        self.inc.fill_(inc)
+        for t in (self.count, self.lo, self.hi):
+            t.zero_()
+
+    def __call__(self) -> None:
+        self.count.add_(self.inc)
+        torch.minimum(self.lo, self.x.amin() - self.count, out=self.lo)
+        torch.maximum(self.hi, self.x.amax() - self.count, out=self.hi)
+
+    def verdict(self) -> str:
+        return "ok" if float(self.lo) == 0.0 and float(self.hi) == 0.0 else \
+            f"not kept (min-count {float(self.lo):g}, max-count {float(self.hi):g})"
+
+
+def check_forms(fns: dict, flag: torch.Tensor, x: torch.Tensor, replays: int = 1,
+                flush: L2Flusher | None = None) -> list[str]:
+    """``replays`` replays (an L2 flush before each, as the timing runs them) of each flag-1 form's
+    graph: with the flag set every element of ``x`` gains 1 a replay, with it clear none does (the
+    host-launched ``update`` forms read no flag: 1 both times). ``order``: whether reads of all of
+    ``x`` captured right after the form in its graph see its result after every replay; ``next``:
+    the same reads as a graph of their own, replayed after each replay of the form's (the next
+    decode step's view of a flush). Returns one line per form."""
     lines = []
-    seen = torch.zeros(1, dtype=x.dtype, device=x.device)
+    inside, after = _OrderCheck(x), _OrderCheck(x)
+    reader = capture_graph(after, warmup=0)
     for name in ("update", "update rdc", "gated", "launcher>update", "launcher~update"):
         try:
-            graph = capture_graph(lambda f=fns[name]: (f(), seen.copy_(x[:1])), warmup=0)
+            graph = capture_graph(lambda f=fns[name]: (f(), inside()), warmup=0)
             cells = []
             for value in (1, 0):
                 flag.fill_(value)
                 x.zero_()
-                seen.fill_(-1.0)
-                graph.replay()
+                gain = 1.0 if name.startswith("update") else float(value)
+                inside.reset(gain)
+                after.reset(gain)
+                for _ in range(replays):
+                    if flush is not None:
+                        flush()
+                    graph.replay()
+                    reader.replay()
                 torch.cuda.synchronize()
-                want = 1.0 if name.startswith("update") else float(value)
-                cells.append(f"flag {value}: values {'ok' if bool(torch.all(x == want)) else 'WRONG'}, "
-                             f"order {'ok' if float(seen) == want else 'not kept'}")
+                cells.append(f"flag {value}: values {'ok' if bool(torch.all(x == gain * replays)) else 'WRONG'}, "
+                             f"order {inside.verdict()}, next {after.verdict()}")
             lines.append(f"{name}: " + "; ".join(cells))
         except Exception as exc:  # a form the driver refuses in a graph is a result, not a crash
             lines.append(f"{name}: failed ({type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''})")
     return lines
+
+
+def wall_us(graph: torch.cuda.CUDAGraph, replays: int) -> float:
+    """Host clock over ``replays`` back-to-back replays and a synchronize, per replay (no L2 flush):
+    a check on the events, which a child grid could outlive."""
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(replays):
+        graph.replay()
+    torch.cuda.synchronize()
+    return 1e6 * (time.perf_counter() - start) / replays
 
 
 def main(argv=None) -> int:
@@ -161,26 +224,34 @@ def main(argv=None) -> int:
     x = torch.zeros(n, dtype=torch.float32, device="cuda")
     y = torch.zeros(n, dtype=torch.float32, device="cuda")
     fns = forms(libs, flag, x, y)
+    flusher = L2Flusher()
     for line in check_forms(fns, flag, x):
         print(line)
-    flusher = L2Flusher()
+    # A child launch that fails on the device leaves no host error: the sums over many flushed
+    # replays show whether every replay's child ran, the way the timing replays them.
+    print(f"over {args.rounds} replays, L2 flushed before each:")
+    for line in check_forms(fns, flag, x, replays=args.rounds, flush=flusher):
+        print(line)
     floor = graph_floor_us(flusher, args.rounds)
-    print(f"\nus per replay, median of {args.rounds} rotated rounds, L2 flushed before each; floor {floor:.1f}")
-    print("| flag | form | us |")
-    print("|---|---|---|")
+    print(f"\nus per replay, median of {args.rounds} rotated rounds, L2 flushed before each; floor {floor:.1f};"
+          f" wall: host clock over {args.rounds} back-to-back replays")
+    print("| flag | form | us | wall us |")
+    print("|---|---|---|---|")
     for value, names in ((0, ("rmw", "rmw|launcher", "rmw|gated")),
-                         (1, ("update", "update rdc", "gated", "launcher>update", "launcher~update"))):
+                         (1, ("update", "update rdc", "gated", "launcher>update", "launcher~update", "update;rmw",
+                               "launcher>update;rmw", "update;mark", "launcher>update;mark",
+                               "launcher~update;mark"))):
         flag.fill_(value)
         graphs = {}
         for name in names:
             try:
                 graphs[name] = capture_graph(fns[name])
             except Exception as exc:
-                print(f"| {value} | {name} | not captured: {type(exc).__name__} |")
+                print(f"| {value} | {name} | not captured: {type(exc).__name__} | |")
         time_replays(list(graphs.values()), rounds=3, flush=flusher, rotate=True)
         times = time_replays(list(graphs.values()), rounds=args.rounds, flush=flusher, rotate=True)
         for i, name in enumerate(graphs):
-            print(f"| {value} | {name} | {median([r[i] for r in times]):.1f} |")
+            print(f"| {value} | {name} | {median([r[i] for r in times]):.1f} | {wall_us(graphs[name], args.rounds):.1f} |")
     return 0
 
 

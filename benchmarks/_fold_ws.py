@@ -4,11 +4,12 @@ grid of small blocks) and ``fold_mma.cu`` (that grid with the product on the ten
 
 Warp-specialised shapes are named ``cuda ws c<consumer warps> s<stages> b<blocks per SM> h<heads per
 stage> <stores>[ l<load chunks>][ none]`` (``none``: no product); grid shapes ``cuda grid r<rows per
-warp> w<warps> b<blocks per SM>[ xs][ ys| ys32][ persist[ ahead]][ none]`` (`` full``: a persistent
+warp> w<warps> b<blocks per SM>[ xs][ ys| ys32][ persist[ ahead| counter]][ none]`` (`` full``: a persistent
 shape's wave at every block that fits); tensor-core shapes ``cuda mma w<warps> b<blocks per SM>
 x<bf16 parts of X>[ yf][ persist]``. Timed warm on an H200 (benchmarks/NOTES_mamba2.md, thirty-third
 run) at Nemotron-H dims: the grid fold at 100.5% of copy, the warp-specialised fixed wave at 97.6%,
-the MMA grid at 96.0%, fixed waves of the grid's blocks at 88-93%.
+the MMA grid at 96.0%, fixed waves of the grid's blocks at 88-93% (striding; `` counter``: the wave
+takes its items from a counter, not yet timed).
 
 The kernels are compiled by NVRTC for the device's architecture (``trtllm_replayssm/ops/_nvrtc.py``);
 ``fold_ws`` needs ``cp.async.bulk`` and mbarrier transaction counts (sm_90 and later).
@@ -25,7 +26,7 @@ GRID_FILE = Path(__file__).with_name("fold_grid.cu")
 MMA_FILE = Path(__file__).with_name("fold_mma.cu")
 #: (rows per warp, warps per block, blocks per SM asked of ptxas, no product, X through shared
 #: memory, Y through shared memory (2: widened to fp32 there)[, persistent (2: each warp's next tile
-#: loaded ahead)]) of ``fold_grid``.
+#: loaded ahead; 3: the items taken from a counter)]) of ``fold_grid``.
 GRID_SHAPES = ((8, 2, 8, False, False, False), (8, 2, 8, True, False, False), (4, 2, 16, False, False, False),
                (4, 4, 8, False, False, False), (8, 4, 4, False, False, False), (16, 1, 8, False, False, False),
                (8, 1, 16, False, False, False), (8, 2, 8, False, True, False), (8, 1, 16, False, True, False),
@@ -37,7 +38,9 @@ GRID_SHAPES = ((8, 2, 8, False, False, False), (8, 2, 8, True, False, False), (4
                (8, 4, 4, False, True, True, True), (8, 8, 3, False, True, 2, True),
                (8, 1, 16, False, True, True), (8, 1, 16, True, False, False), (8, 1, 16, False, True, True, True),
                (8, 2, 8, False, True, True, True), (8, 1, 12, False, True, True, 2), (8, 2, 6, False, True, True, 2),
-               (8, 8, 2, False, True, True, 2), (8, 4, 3, False, True, True, 2))
+               (8, 8, 2, False, True, True, 2), (8, 4, 3, False, True, True, 2),
+               (8, 8, 2, False, True, True, 3), (8, 4, 4, False, True, True, 3), (8, 2, 8, False, True, True, 3),
+               (16, 4, 2, False, True, True, 3), (8, 1, 16, False, True, True, 3), (8, 8, 2, True, True, True, 3))
 #: (warps per block, blocks per SM asked of ptxas, bf16 parts of X, Y pre-arranged as B fragments,
 #: persistent) of ``fold_mma``.
 MMA_SHAPES = ((4, 4, 3, False, False), (4, 4, 3, True, False), (4, 3, 3, True, False), (2, 8, 3, False, False),
@@ -45,8 +48,10 @@ MMA_SHAPES = ((4, 4, 3, False, False), (4, 4, 3, True, False), (4, 3, 3, True, F
               (4, 4, 3, True, True), (2, 8, 3, True, True), (4, 4, 3, False, True), (8, 2, 3, True, True))
 #: ``fold_ws``'s parameters: S, X, Y, a, C, out, then the number of head tiles.
 SIGNATURE = (ctypes.c_void_p,) * 6 + (ctypes.c_int32,)
-#: ``fold_grid``'s: the same pointers, then the number of blocks' items (rows / (rows per warp x warps)).
-GRID_SIGNATURE = (ctypes.c_void_p,) * 6 + (ctypes.c_int32,)
+#: ``fold_mma``'s: the same pointers, then the number of blocks' items (rows / (rows per warp x warps)).
+MMA_SIGNATURE = (ctypes.c_void_p,) * 6 + (ctypes.c_int32,)
+#: ``fold_grid``'s: those, then the counter of its counter-fed wave (two uint64, zero between launches).
+GRID_SIGNATURE = MMA_SIGNATURE + (ctypes.c_void_p,)
 BARRIER_BYTES = 128
 #: Stores: from registers, by a bulk copy per warp out of the stage (``lag``: the stage released a
 #: tile later, the copy left in flight meanwhile), or none (a read ceiling).
@@ -85,13 +90,14 @@ def grid_defines(head_dim: int, d_state: int, window: int, hpg: int, rows_per_wa
                  nofold: bool, x_shared: bool = False, y_shared: int = 0, persistent: int = 0) -> dict:
     return dict(P=head_dim, N=d_state, J=window, HPG=hpg, RW=rows_per_warp, WARPS=warps, MIN_BLOCKS=blocks,
                 NOFOLD=int(nofold), XS=int(x_shared), YS=int(y_shared), PERSIST=int(bool(persistent)),
-                AHEAD=int(persistent == 2))
+                AHEAD=int(persistent == 2), COUNTER=int(persistent == 3))
 
 
 def grid_name(rows_per_warp: int, warps: int, blocks: int, nofold: bool, x_shared: bool, y_shared: int,
               persistent: int = 0) -> str:
     return (f"cuda grid r{rows_per_warp} w{warps} b{blocks}" + " xs" * x_shared + " ys" * (y_shared == 1)
             + " ys32" * (y_shared == 2) + " persist" * bool(persistent) + " ahead" * (persistent == 2)
+            + " counter" * (persistent == 3)
             + " none" * nofold)
 
 
@@ -177,7 +183,9 @@ def launches(S, X, Y, a, C, out, head_dim, hpg, sms, shapes=SHAPES) -> dict:
                                     GRID_SIGNATURE, S.device)
         name = grid_name(*shape)
         n_blocks = rows // (rw * warps)
-        args = (S.data_ptr(), X.data_ptr(), Y.data_ptr(), a.data_ptr(), C.data_ptr(), out.data_ptr(), n_blocks)
+        counter = torch.zeros(2, dtype=torch.int64, device=S.device)  # the counter form's; put back by its last block
+        args = (S.data_ptr(), X.data_ptr(), Y.data_ptr(), a.data_ptr(), C.data_ptr(), out.data_ptr(), n_blocks,
+                counter.data_ptr())
         resident = kernel.blocks_per_sm(warps * 32, 0)
         print(f"# {name}: {kernel.num_regs} registers, {resident} blocks per SM resident")
         persistent = len(shape) > 6 and shape[6]
@@ -186,7 +194,7 @@ def launches(S, X, Y, a, C, out, head_dim, hpg, sms, shapes=SHAPES) -> dict:
         if persistent and resident > shape[2]:
             waves[name + " full"] = min(n_blocks, sms * resident)
         for wave_name, grid in waves.items():
-            def launch(kernel=kernel, grid=grid, threads=warps * 32, args=args):
+            def launch(kernel=kernel, grid=grid, threads=warps * 32, args=args, keep=counter):  # args points into it
                 kernel.launch(grid, threads, 0, args, torch.cuda.current_stream().cuda_stream)
 
             out_[wave_name] = launch
@@ -197,7 +205,7 @@ def launches(S, X, Y, a, C, out, head_dim, hpg, sms, shapes=SHAPES) -> dict:
             continue
         kernel = _nvrtc.load_kernel(mma_source, "fold_mma", mma_defines(head_dim, hpg, warps, blocks, split,
                                                                         pre_arranged, persistent),
-                                    GRID_SIGNATURE, S.device)
+                                    MMA_SIGNATURE, S.device)
         n_blocks = rows // (16 * warps)
         args = (S.data_ptr(), X.data_ptr(), (Yf if pre_arranged else Y).data_ptr(), a.data_ptr(), C.data_ptr(),
                 out.data_ptr(), n_blocks)

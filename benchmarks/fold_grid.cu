@@ -23,7 +23,10 @@
 // into shared memory; 2: the same, widened to fp32 there; 0: each thread loads its own columns
 // of it), PERSIST (1: a fixed wave of blocks, each looping over the blocks' items; 0: one block
 // per item), AHEAD (PERSIST: each warp loads its next item's tile into registers before it folds
-// this one).
+// this one), COUNTER (PERSIST: a block takes its next item from a counter, counter[0], asked one
+// item ahead, instead of striding by the grid; the last block to finish, counted in counter[1],
+// puts both back to 0 for the next launch: the tiles in flight stay contiguous, as in
+// probe_memory_rates.py's counter form).
 
 typedef unsigned short u16;
 
@@ -39,11 +42,15 @@ typedef unsigned short u16;
 #ifndef AHEAD
 #define AHEAD 0
 #endif
+#ifndef COUNTER
+#define COUNTER 0
+#endif
 #define ROWS (RW * WARPS)  // rows of a block
 #define X_CHUNKS (J * RW / 4)  // float4 of a warp's X
 #define Y_CHUNKS (J * N / 8)   // 16-byte chunks of the group's Y
 
 static_assert(N == 128, "a tile row is 32 lanes of 4 columns");
+static_assert(!COUNTER || (PERSIST && !AHEAD), "the counter feeds a fixed wave, without AHEAD's stride");
 static_assert(RW % 4 == 0 && P % ROWS == 0, "a block's rows: whole float4 broadcasts, within one head");
 static_assert((!XS || X_CHUNKS % 32 == 0) && (!YS || Y_CHUNKS % (WARPS * 32) == 0),
               "X and Y in whole rounds of the lanes");
@@ -53,7 +60,8 @@ __device__ __forceinline__ float bf16_hi(unsigned w) { return __uint_as_float(w 
 
 extern "C" __global__ void __launch_bounds__(WARPS * 32, MIN_BLOCKS)
 fold_grid(float* __restrict__ S, const float* __restrict__ X, const u16* __restrict__ Y, const float* __restrict__ a,
-          const u16* __restrict__ C, float* __restrict__ out, int n_blocks) {
+          const u16* __restrict__ C, float* __restrict__ out, int n_blocks,
+          unsigned long long* __restrict__ counter) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
 #if PERSIST && AHEAD
     float4 next[RW];  // the block's next item's tile, loaded while this one folds
@@ -63,7 +71,15 @@ fold_grid(float* __restrict__ S, const float* __restrict__ X, const u16* __restr
         for (int r = 0; r < RW; ++r) next[r] = *(const float4*)(t0 + r * N);
     }
 #endif
-#if PERSIST
+#if COUNTER
+    __shared__ long long taken[2];  // this item's and the next one's, asked while this one folds
+    if (threadIdx.x == 0) taken[0] = (long long)atomicAdd(counter, 1ull);
+    __syncthreads();
+    for (int it = 0;; ++it) {
+        const long long blk = taken[it & 1];
+        if (blk >= n_blocks) break;
+        if (threadIdx.x == 0) taken[(it + 1) & 1] = (long long)atomicAdd(counter, 1ull);
+#elif PERSIST
     for (long long blk = blockIdx.x; blk < n_blocks; blk += gridDim.x) {
 #else
     {
@@ -186,10 +202,21 @@ fold_grid(float* __restrict__ S, const float* __restrict__ X, const u16* __restr
         mine = lane == r ? part : mine;
     }
     if (lane < RW) out[row0 + lane] = mine;
-#if !NOFOLD && YS
+#if COUNTER
+    __syncthreads();  // the next item's number is in taken[]; ys and xs are rewritten by it
+#elif !NOFOLD && YS
     __syncthreads();  // the next block item rewrites ys (and xs)
 #elif !NOFOLD && XS
     __syncwarp();
 #endif
     }
+#if COUNTER
+    if (threadIdx.x == 0) {
+        __threadfence();  // this block's last take lands before it counts itself finished
+        if (atomicAdd(counter + 1, 1ull) == gridDim.x - 1) {
+            counter[0] = 0;
+            counter[1] = 0;
+        }
+    }
+#endif
 }

@@ -93,22 +93,18 @@ def test_launch_config_checks_cuda_flush_fields():
             == "counter"
 
 
-@pytest.mark.parametrize("launch", ["flush_rows_cuda", "flush_rows_ws"])
-def test_launches_refuse_a_counter_that_is_not_one_int32(launch):
-    # An item counter must be one int32 on the step's device; refused before anything is
-    # compiled, launched or written. (The coef scratch keeps the ws launch's 16-byte window.)
+def test_cuda_launch_refuses_a_counter_that_is_not_one_int32():
+    # Refused before anything is compiled, launched or written.
     batch, heads, head_dim, cap = 2, 4, 64, 16
     ck = torch.zeros(batch, heads, head_dim, 128)
     before = ck.clone()
     x = torch.zeros(batch, heads, head_dim)
     B = torch.zeros(batch, 1, 128)
-    lines = batch * heads * (cap + 2)
-    roomy = torch.zeros(lines + 8)[:lines].view(batch, heads, cap + 2)
     for bad in (torch.zeros(1, dtype=torch.int64), torch.zeros(2, dtype=torch.int32)):
         with pytest.raises(ValueError, match="^counter: expected one int32"):
-            getattr(fc, launch)(ck, torch.zeros(batch, heads, cap, head_dim), torch.zeros(batch, 1, cap, 128), roomy,
-                                torch.zeros(batch, 2, dtype=torch.int32), x, B, B, None, None, None, x.clone(), batch,
-                                (0,) * 16, cap, counter=bad)
+            fc.flush_rows_cuda(ck, torch.zeros(batch, heads, cap, head_dim), torch.zeros(batch, 1, cap, 128),
+                               torch.zeros(batch, heads, cap + 2), torch.zeros(batch, 2, dtype=torch.int32), x, B, B,
+                               None, None, None, x.clone(), batch, (0,) * 16, cap, counter=bad)
     assert torch.equal(ck, before)
 
 
@@ -219,9 +215,15 @@ def test_ws_launch_refuses_coef_without_its_window():
                          torch.zeros(batch, 2, dtype=torch.int32), x, B, B, None, None, None, x.clone(), batch,
                          (0,) * 16, cap)
     assert torch.equal(ck, before)
-    # The order and the counter agree: "auto" and "counter" read one, "stride" none.
+    # An item counter must be one int32 on the step's device.
     lines = batch * heads * (cap + 2)
     roomy = torch.zeros(lines + 8)[:lines].view(batch, heads, cap + 2)
+    for bad in (torch.zeros(1, dtype=torch.int64), torch.zeros(2, dtype=torch.int32)):
+        with pytest.raises(ValueError, match="^counter: expected one int32"):
+            fc.flush_rows_ws(ck, torch.zeros(batch, heads, cap, head_dim), torch.zeros(batch, 1, cap, 128), roomy,
+                             torch.zeros(batch, 2, dtype=torch.int32), x, B, B, None, None, None, x.clone(), batch,
+                             (0,) * 16, cap, counter=bad)
+    # The order and the counter agree: "auto" and "counter" read one, "stride" none.
     one = torch.zeros(1, dtype=torch.int32)
     for order, counter, expected in [("auto", None, "a tensor"), ("counter", None, "a tensor"), ("stride", one, "None")]:
         with pytest.raises(ValueError, match=f"^counter: expected {expected} for order '{order}'"):

@@ -48,17 +48,8 @@ static_assert(THREADS % 32 == 0 && P % WARP_ROWS == 0 && HEADS % HEADS_PER_ITEM 
 // Per warp item: S <- Gamma S + dt_t x_t B_t^T + sum_{j<c} w_j x_j B_j^T in fp32 (the coef line
 // of the ring launch: w_j for j < CAP, Gamma at CAP, dt_t at CAP + 1), stored; y = S C,
 // (y + D x) silu(z).
-//
-// ORDER 0: block b takes block items b, b + gridDim.x, ...; ORDER 1: the next one from
-// item_counter (zeroed by the ring launch each step), asked one item ahead so that the atomic's
-// round trip overlaps the item before. A striding wave's tiles in flight drift apart over the
-// checkpoint; a counter keeps them together, which brings a wave of plain-load blocks to a grid's
-// rate on read-modify-write traffic (benchmarks/probe_memory_rates.py, bench_fold_ceiling.py).
-#ifndef ORDER
-#define ORDER 0
-#endif
 extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
-mamba2_flush_rows(MAMBA2_FLUSH_PARAMS, int* __restrict__ item_counter) {
+mamba2_flush_rows(MAMBA2_FLUSH_PARAMS) {
     // The rows' strides are compile-time (CK_P, RX_J, RB_J: the cache's layout), so a thread's
     // PASSES tile addresses are one base plus constants rather than live 64-bit registers.
     extern __shared__ float smem[];
@@ -78,18 +69,7 @@ mamba2_flush_rows(MAMBA2_FLUSH_PARAMS, int* __restrict__ item_counter) {
 
     const int col4 = lane % LANES, sub = lane / LANES;  // a thread's columns and row in an instruction
     const int items = flushing * ITEMS_PER_ROW;
-#if ORDER
-    __shared__ int taken[2];  // this block item's and the next one's
-    if (tid == 0) taken[0] = atomicAdd(item_counter, 1);
-    __syncthreads();
-    for (int n = 0;; ++n) {
-        const int it = taken[n & 1];
-        if (it >= items) break;
-        // The next item's number: asked now, waited for only where it is stored, at the item's end.
-        const int next = tid == 0 ? atomicAdd(item_counter, 1) : 0;
-#else
     for (int it = blockIdx.x; it < items; it += gridDim.x) {
-#endif
         const int k = it / ITEMS_PER_ROW;
         const long long row = rows[k], slot = slots[k];
         const int c = ring_len[k];
@@ -214,9 +194,6 @@ mamba2_flush_rows(MAMBA2_FLUSH_PARAMS, int* __restrict__ item_counter) {
             }
             __syncwarp();  // the warp's weights are rewritten by its next item
         }
-#if ORDER
-        if (tid == 0) taken[(n + 1) & 1] = next;
-#endif
-        __syncthreads();  // the group's operands are rewritten by the next block item (and taken[] read)
+        __syncthreads();  // the group's operands are rewritten by the next block item
     }
 }

@@ -271,10 +271,13 @@ def main(argv=None):
     flush = L2Flusher()
     nbytes = 2 * S.numel() * 4 + X.numel() * 4 + Y.numel() * 2 + out.numel() * 4
 
+    def nofold(name):  # "none" shapes, their " full" waves included
+        return "none" in name.split()
+
     def moved_bytes(name):
         # what a kernel must move: "nostore" leaves the state unwritten, "none" reads no X or Y
         return (nbytes - S.numel() * 4 * (" nostore" in name)
-                - (X.numel() * 4 + Y.numel() * 2) * name.endswith(" none"))
+                - (X.numel() * 4 + Y.numel() * 2) * nofold(name))
     print(f"# {torch.cuda.get_device_name()}, {sms} SMs, triton {triton.__version__}; copy {copy:.0f} GB/s; "
           f"batch {args.batch}, dims {tuple(args.dims)}, window {args.window}: "
           f"{S.numel() * 4 / 2**30:.2f} GiB of fp32 state read and written; at copy speed "
@@ -296,7 +299,7 @@ def main(argv=None):
             torch.cuda.synchronize()
             # "nostore": a read ceiling that leaves the state as it was (its bytes: the reads)
             reads_only = " nostore" in name
-            want = S0.double() if reads_only else scaled if name.endswith(" none") else ref
+            want = S0.double() if reads_only else scaled if nofold(name) else ref
             err = float(((S.double() - want).abs().max() / want.abs().max()))
             us = warmed_median(capture_graph(fn), args.rounds, flush)
             # once more after the replays: a form that keeps state between launches (the counter

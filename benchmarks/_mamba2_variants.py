@@ -121,9 +121,8 @@ def _short(cfg) -> str:
         # The CUDA flush launch reads only its own fields and flush_heads.
         return (f"staged bp{cfg.block_p} w{cfg.num_warps}" + _registers(cfg)
                 + f" +flush cuda h{cfg.flush_heads} b{cfg.flush_cuda_blocks}"
-                + (f" rows{cfg.flush_cuda_rows}" if cfg.flush_cuda_rows else "")
-                + (f" {cfg.flush_cuda_order}" if cfg.flush_cuda_order != "stride" else "")
-                + (" side" if cfg.flush_stream else "") + _ring_warps(cfg))
+                + (f" rows{cfg.flush_cuda_rows}" if cfg.flush_cuda_rows else "") + (" side" if cfg.flush_stream else "")
+                + _ring_warps(cfg))
     if cfg.kernel == "staged":
         return f"staged bp{cfg.block_p} w{cfg.num_warps} {cfg.fold}" + _registers(cfg) + (
             _ring_warps(cfg)) + (" rows" if cfg.rows_fastest else "") + (

@@ -49,12 +49,7 @@ def test_defines_and_shared_memory():
                    torch.int64, (128, 64, 128), min_blocks=3, heads_per_item=16)
     assert d == dict(CK_P=128, RX_J=64, RB_J=128, P=64, N=128, CAP=16, HEADS=128, HPG=16, HEADS_PER_ITEM=16,
                      THREADS=256, PASSES=4, MIN_BLOCKS=3, X_KIND=1, BC_KIND=1, RING_KIND=0, D_KIND=0,
-                     HAS_D=1, HAS_Z=0, HAS_INDICES=1, IDX_64=1, ORDER=0)
-    assert fc.defines(8, 2, 64, 128, 16, torch.bfloat16, torch.bfloat16, torch.bfloat16, None, False, False, None,
-                      (128, 64, 128), order="counter")["ORDER"] == 1
-    with pytest.raises(ValueError, match="^order: expected one of"):
-        fc.defines(8, 2, 64, 128, 16, torch.bfloat16, torch.bfloat16, torch.bfloat16, None, False, False, None,
-                   (128, 64, 128), order="auto")
+                     HAS_D=1, HAS_Z=0, HAS_INDICES=1, IDX_64=1)
     assert fc.defines(8, 2, 80, 64, 8, torch.float16, torch.float16, torch.float16, None, False, True, None,
                       (64, 80, 64))["PASSES"] == 4  # 8 rows, two per instruction
     # The group's 17 B rows and C, each of 8 warps' 17 x 4 weighted x with x and z (fp32); 256 rows,
@@ -82,34 +77,9 @@ def test_launch_config_checks_cuda_flush_fields():
     for bad, match in [(dict(CUDA_FLUSH, flush_impl="cutlass"), "flush_impl: expected one of"),
                        (dict(CUDA_FLUSH, flush_launch=False, flush_stream=False), "needs flush_launch=True"),
                        (dict(CUDA_FLUSH, flush_cuda_blocks=0), "flush_cuda_blocks"),
-                       (dict(CUDA_FLUSH, flush_cuda_rows=0), "flush_cuda_rows"),
-                       (dict(CUDA_FLUSH, flush_cuda_order="auto"), "flush_cuda_order: expected one of"),
-                       (dict(CUDA_FLUSH, flush_impl="triton", flush_cuda_order="counter"),
-                        "flush_cuda_order: 'counter' needs flush_impl")]:
+                       (dict(CUDA_FLUSH, flush_cuda_rows=0), "flush_cuda_rows")]:
         with pytest.raises(ValueError, match=match):
             decode.LaunchConfig(**bad)
-    for impl in ("cuda", "cuda_ws"):
-        assert decode.LaunchConfig(**dict(CUDA_FLUSH, flush_impl=impl, flush_cuda_order="counter")).flush_cuda_order \
-            == "counter"
-
-
-@pytest.mark.parametrize("launch", ["flush_rows_cuda", "flush_rows_ws"])
-def test_launches_refuse_a_counter_that_is_not_one_int32(launch):
-    # An item counter must be one int32 on the step's device; refused before anything is
-    # compiled, launched or written. (The coef scratch keeps the ws launch's 16-byte window.)
-    batch, heads, head_dim, cap = 2, 4, 64, 16
-    ck = torch.zeros(batch, heads, head_dim, 128)
-    before = ck.clone()
-    x = torch.zeros(batch, heads, head_dim)
-    B = torch.zeros(batch, 1, 128)
-    lines = batch * heads * (cap + 2)
-    roomy = torch.zeros(lines + 8)[:lines].view(batch, heads, cap + 2)
-    for bad in (torch.zeros(1, dtype=torch.int64), torch.zeros(2, dtype=torch.int32)):
-        with pytest.raises(ValueError, match="^counter: expected one int32"):
-            getattr(fc, launch)(ck, torch.zeros(batch, heads, cap, head_dim), torch.zeros(batch, 1, cap, 128), roomy,
-                                torch.zeros(batch, 2, dtype=torch.int32), x, B, B, None, None, None, x.clone(), batch,
-                                (0,) * 16, cap, counter=bad)
-    assert torch.equal(ck, before)
 
 
 def test_ws_shared_memory_and_stages():
@@ -219,9 +189,15 @@ def test_ws_launch_refuses_coef_without_its_window():
                          torch.zeros(batch, 2, dtype=torch.int32), x, B, B, None, None, None, x.clone(), batch,
                          (0,) * 16, cap)
     assert torch.equal(ck, before)
-    # The order and the counter agree: "auto" and "counter" read one, "stride" none.
+    # An item counter must be one int32 on the step's device.
     lines = batch * heads * (cap + 2)
     roomy = torch.zeros(lines + 8)[:lines].view(batch, heads, cap + 2)
+    for bad in (torch.zeros(1, dtype=torch.int64), torch.zeros(2, dtype=torch.int32)):
+        with pytest.raises(ValueError, match="^counter: expected one int32"):
+            fc.flush_rows_ws(ck, torch.zeros(batch, heads, cap, head_dim), torch.zeros(batch, 1, cap, 128), roomy,
+                             torch.zeros(batch, 2, dtype=torch.int32), x, B, B, None, None, None, x.clone(), batch,
+                             (0,) * 16, cap, counter=bad)
+    # The order and the counter agree: "auto" and "counter" read one, "stride" none.
     one = torch.zeros(1, dtype=torch.int32)
     for order, counter, expected in [("auto", None, "a tensor"), ("counter", None, "a tensor"), ("stride", one, "None")]:
         with pytest.raises(ValueError, match=f"^counter: expected {expected} for order '{order}'"):
@@ -380,16 +356,11 @@ def test_ws_kernel_assembles_without_spills(sm, dtype, order, taper, ahead, tmp_
                                     dict(flush_impl="cuda_ws", ring_x_in_ring=True, flush_ws_order="auto",
                                          flush_ws_l2_ahead=1),
                                     dict(flush_impl="cuda_ws", ring_x_in_ring=True, flush_ws_order="auto",
-                                         flush_ws_taper=2, flush_ws_chunk=2, flush_ws_l2_ahead=2),
-                                    dict(flush_cuda_order="counter"),
-                                    dict(flush_cuda_order="counter", flush_cuda_rows=8, flush_cuda_blocks=2,
-                                         flush_heads=1, ring_x_in_ring=True),
-                                    dict(flush_impl="cuda_ws", flush_cuda_order="counter")],
+                                         flush_ws_taper=2, flush_ws_chunk=2, flush_ws_l2_ahead=2)],
                          ids=["default", "rows8-heads2", "ws", "ws2", "ws-ring-x", "ws-counter", "ws-compact",
                               "ws-auto", "ws-walk8", "ws-compact-walk64", "ws-auto-dt-sector",
                               "ws-auto-taper2", "ws-auto-taper2-chunk2", "ws-auto-l2_ahead1",
-                              "ws-auto-taper2-chunk2-l2_ahead2", "counter", "counter-rows8-heads1",
-                              "ws-cuda_counter"])
+                              "ws-auto-taper2-chunk2-l2_ahead2"])
 @pytest.mark.parametrize("batch", [1, 3, 64])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize("dims", [(8, 64, 128, 2), (8, 80, 128, 8), (4, 128, 64, 1), (6, 256, 128, 3)])
@@ -408,18 +379,13 @@ def test_cuda_flush_steps_gpu(dims, dtype, batch, params):
     ("cuda_ws", "auto", dict(ring_x_in_ring=True, flush_ws_taper=2)),
     ("cuda_ws", "auto", dict(ring_x_in_ring=True, flush_ws_taper=2, flush_ws_chunk=2, flush_ws_max_stages=3)),
     ("cuda_ws", "auto", dict(ring_x_in_ring=True, flush_ws_l2_ahead=1)),
-    ("cuda_ws", "auto", dict(ring_x_in_ring=True, flush_ws_l2_ahead=2)),
-    ("cuda", "stride", dict(flush_cuda_order="counter")),
-    ("cuda", "stride", dict(flush_cuda_order="counter", flush_cuda_rows=8, flush_cuda_blocks=2, flush_heads=1,
-                            ring_x_in_ring=True))],
+    ("cuda_ws", "auto", dict(ring_x_in_ring=True, flush_ws_l2_ahead=2))],
     ids=["cuda", "ws", "ws-ring-x", "ws-counter", "ws-compact", "ws-auto-compact-walk32", "ws-auto-dt-sector",
-         "ws-auto-taper2", "ws-auto-taper2-chunk2", "ws-auto-l2_ahead1", "ws-auto-l2_ahead2", "cuda-counter",
-         "cuda-counter-rows8-heads1"])
+         "ws-auto-taper2", "ws-auto-taper2-chunk2", "ws-auto-l2_ahead1", "ws-auto-l2_ahead2"])
 def test_cuda_flush_nemotron_dims_four_windows_gpu(impl, order, options):
     # The accuracy target: the fp32 checkpoint within 1e-5 of float64 over 4 windows at L=16.
-    run = kernel_replay(decode.LaunchConfig(**dict(dict(CUDA_FLUSH, flush_persistent=4, flush_list_items="heads",
-                                                        flush_heads=16, flush_impl=impl, flush_ws_order=order),
-                                                   **options)))
+    run = kernel_replay(decode.LaunchConfig(**dict(CUDA_FLUSH, flush_persistent=4, flush_list_items="heads",
+                                                    flush_heads=16, flush_impl=impl, flush_ws_order=order, **options)))
     check_replay((128, 64, 128, 8), torch.bfloat16, 3, 16, 66, "cuda", run=run, ckpt_tol=1e-5)
 
 

@@ -46,7 +46,7 @@ from .. import _nvrtc
 from .._flush_rows import KINDS as _KINDS
 from .._flush_rows import checkpoint_reason, chunked, launch_plan
 from .._flush_rows import source as _source
-from .launch import CUDA_ORDERS, WS_ORDERS
+from .launch import WS_ORDERS
 
 __all__ = ["THREADS", "WS_CONSUMERS", "WS_MAX_STAGES", "WS_STREAM_RESERVE", "defines", "flush_rows_cuda",
            "flush_rows_ws", "have_nvrtc", "rows_per_instr", "shared_bytes", "unsupported", "warp_rows", "ws_defines",
@@ -60,10 +60,10 @@ MAX_PASSES, ASKED_MAX_PASSES = 4, 8
 
 _P = ctypes.c_void_p
 _I32, _I64 = ctypes.c_int32, ctypes.c_int64
-#: ``mamba2_flush_rows``'s and ``mamba2_flush_ws``'s parameters: 12 pointers, the batch, 16 strides
-#: (the rows' strides are defines), then the item counter (read only in the counter orders).
-SIGNATURE = (_P,) * 12 + (_I32,) + (_I64,) * 16 + (_P,)
-WS_SIGNATURE = SIGNATURE
+#: ``mamba2_flush_rows``'s parameters: 12 pointers, the batch, 16 strides (the rows' strides are defines).
+SIGNATURE = (_P,) * 12 + (_I32,) + (_I64,) * 16
+#: ``mamba2_flush_ws``'s: those, then the item counter.
+WS_SIGNATURE = SIGNATURE + (_P,)
 
 
 KERNEL_FILE = str(Path(__file__).with_name("flush_cuda.cu"))
@@ -137,14 +137,11 @@ def have_nvrtc() -> bool:
 
 def defines(heads: int, groups: int, head_dim: int, d_state: int, capacity: int, x_dtype, bc_dtype, ring_dtype,
             d_dtype, has_d: bool, has_z: bool, idx_dtype, row_strides: tuple[int, int, int],
-            min_blocks: int = 4, rows: int | None = None, heads_per_item: int = 1, order: str = "stride") -> dict:
+            min_blocks: int = 4, rows: int | None = None, heads_per_item: int = 1) -> dict:
     """The ``-D`` values ``flush_cuda.cu`` is compiled with (one compilation per distinct set);
     ``row_strides``: the checkpoint's, ``ring_x``'s and ``ring_B``'s row strides (elements);
     ``min_blocks``, ``rows``: ``LaunchConfig.flush_cuda_blocks`` / ``flush_cuda_rows`` (rows of a
-    warp item); ``heads_per_item``: heads of one group per block item (a divisor of the group's);
-    ``order``: ``LaunchConfig.flush_cuda_order`` (``ORDER`` is its index in :data:`CUDA_ORDERS`)."""
-    if order not in CUDA_ORDERS:
-        raise ValueError(f"order: expected one of {CUDA_ORDERS}, got {order!r}")
+    warp item); ``heads_per_item``: heads of one group per block item (a divisor of the group's)."""
     rows = warp_rows(head_dim, d_state, rows)
     if rows is None:
         raise ValueError(f"d_state {d_state}: the CUDA flush takes d_state 64 or 128")
@@ -160,8 +157,7 @@ def defines(heads: int, groups: int, head_dim: int, d_state: int, capacity: int,
                 PASSES=rows // rows_per_instr(d_state), MIN_BLOCKS=min_blocks, X_KIND=_KINDS[x_dtype],
                 BC_KIND=_KINDS[bc_dtype], RING_KIND=_KINDS[ring_dtype],
                 D_KIND=_KINDS.get(d_dtype, 0) if has_d else 0, HAS_D=int(has_d),
-                HAS_Z=int(has_z), HAS_INDICES=int(idx_dtype is not None), IDX_64=int(idx_dtype == torch.int64),
-                ORDER=CUDA_ORDERS.index(order))
+                HAS_Z=int(has_z), HAS_INDICES=int(idx_dtype is not None), IDX_64=int(idx_dtype == torch.int64))
 
 
 def shared_bytes(batch: int, d_state: int, capacity: int, rows: int) -> int:
@@ -181,8 +177,7 @@ def _pointers(checkpoint, ring_x, ring_B, coef, info, x, B, C, D, z, idx, y) -> 
 
 
 def flush_rows_cuda(checkpoint, ring_x, ring_B, coef, info, x, B, C, D, z, idx, y, batch, strides, capacity,
-                    min_blocks: int = 4, rows: int | None = None, heads_per_item: int = 1,
-                    counter: torch.Tensor | None = None):
+                    min_blocks: int = 4, rows: int | None = None, heads_per_item: int = 1):
     """Launch ``mamba2_flush_rows`` on the current stream.
 
     checkpoint ``[slots, heads, head_dim, d_state]`` fp32; ``ring_x`` ``[slots, heads, capacity,
@@ -191,19 +186,14 @@ def flush_rows_cuda(checkpoint, ring_x, ring_B, coef, info, x, B, C, D, z, idx, 
     launch; ``x`` / ``z`` / ``y`` ``[batch, heads, head_dim]``, ``B`` / ``C`` ``[batch, groups,
     d_state]``, ``D`` ``[heads]``, ``idx`` ``[batch]`` int32/int64 (each of ``D``, ``z``, ``idx`` may
     be ``None``); ``strides``: the staged step's 16 flush strides (``decode_staged``);
-    ``min_blocks`` / ``rows`` / ``heads_per_item``: as :func:`defines`; ``counter``: ``[1]`` int32,
-    0 when the launch starts (``LaunchConfig.flush_cuda_order="counter"``: the blocks take their
-    items from it), or ``None`` (they stride). Writes the flush rows' tiles and ``y``."""
+    ``min_blocks`` / ``rows`` / ``heads_per_item``: as :func:`defines`. Writes the
+    flush rows' tiles and ``y``."""
     _, heads, head_dim, d_state = checkpoint.shape
     groups = B.shape[1]
     rows = warp_rows(head_dim, d_state, rows)
-    if counter is not None and (counter.dtype != torch.int32 or counter.numel() != 1 or counter.device != x.device):
-        raise ValueError(f"counter: expected one int32 on {x.device}, got {counter.dtype} x {counter.numel()} on "
-                         f"{counter.device}")
     defs = defines(heads, groups, head_dim, d_state, capacity, x.dtype, B.dtype, ring_x.dtype,
                    None if D is None else D.dtype, D is not None, z is not None, None if idx is None else idx.dtype,
-                   (checkpoint.stride(2), ring_x.stride(2), ring_B.stride(2)), min_blocks, rows, heads_per_item,
-                   "stride" if counter is None else "counter")
+                   (checkpoint.stride(2), ring_x.stride(2), ring_B.stride(2)), min_blocks, rows, heads_per_item)
     shared = shared_bytes(batch, d_state, capacity, rows)
     index = x.device.index if x.device.index is not None else torch.cuda.current_device()
     kernel, blocks = launch_plan(KERNEL_FILE, "mamba2_flush_rows", SIGNATURE, tuple(defs.items()), index,
@@ -212,8 +202,7 @@ def flush_rows_cuda(checkpoint, ring_x, ring_B, coef, info, x, B, C, D, z, idx, 
      s_C_row, s_C_group, s_z_row, s_z_head, s_y_row, s_y_head) = strides
     ptrs = _pointers(checkpoint, ring_x, ring_B, coef, info, x, B, C, D, z, idx, y)
     args = (*ptrs, batch, s_ck_slot, s_ck_head, s_rx_slot, s_rx_head, s_rB_slot, s_rB_group, s_x_row,
-            s_x_head, s_B_row, s_B_group, s_C_row, s_C_group, s_z_row, s_z_head, s_y_row, s_y_head,
-            (checkpoint if counter is None else counter).data_ptr())  # never read in the stride order
+            s_x_head, s_B_row, s_B_group, s_C_row, s_C_group, s_z_row, s_z_head, s_y_row, s_y_head)
     kernel.launch(blocks, THREADS, shared, args, torch.cuda.current_stream(x.device).cuda_stream)
 
 

@@ -312,8 +312,7 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
      s_rB_slot, s_rB_group, s_rB_j) = _state_strides(checkpoint, ring_x, ring_dt, ring_B)
     s_rdt_j = ring_dt.stride(2)  # 1 but for an entries-outermost ring_dt (ring.py)
     # 4 words past the lines: the warp-specialised flush copies each line in 16-byte windows; the
-    # next word: its item counter (flush_ws_order "counter" / "auto", or the plain CUDA flush's
-    # flush_cuda_order "counter"), zeroed by the ring launch.
+    # next word: its item counter (flush_ws_order "counter" / "auto"), zeroed by the ring launch.
     lines = batch * heads * (capacity + 2)
     block_j = max(16, triton.next_power_of_2(capacity))
     # compact_coef: a non-flush row's head terms [batch, heads, 4] and group scores [batch, groups,
@@ -329,8 +328,7 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
         checkpoint, batch, dict(ring_x=ring_x, ring_B=ring_B, x=x, B=B, C=C, z=z)) is None
     ws_flush = cuda_flush and cfg.flush_impl == "cuda_ws" and ws_unsupported(
         checkpoint, ring_x, ring_B, x, B, z, batch) is None
-    counted = cfg.flush_ws_order != "stride" if ws_flush else cuda_flush and cfg.flush_cuda_order == "counter"
-    counter = scratch[lines + 4:lines + 5].view(torch.int32) if counted else None
+    counter = scratch[lines + 4:lines + 5].view(torch.int32) if ws_flush and cfg.flush_ws_order != "stride" else None
     info = torch.empty(batch, 2, dtype=torch.int32, device=x.device)
     block_n = triton.next_power_of_2(d_state)
     ring_x_here = cfg.ring_x_in_ring  # LaunchConfig allows it only with flush_launch
@@ -372,8 +370,7 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
         if cuda_flush:
             flush_rows_cuda(checkpoint, ring_x, ring_B, coef, info, x, B, C, D_ if flags["HAS_D"] else None,
                             z_ if flags["HAS_Z"] else None, idx_ if flags["HAS_INDICES"] else None, y, batch,
-                            flush_strides, capacity, cfg.flush_cuda_blocks, cfg.flush_cuda_rows, per_program,
-                            counter)
+                            flush_strides, capacity, cfg.flush_cuda_blocks, cfg.flush_cuda_rows, per_program)
             return
         listed = cfg.flush_persistent and batch <= LIST_MAX_BATCH
         items = (ROW_GRID if not listed else LIST_HEADS if cfg.flush_list_items == "heads" else LIST_TILES)

@@ -48,17 +48,8 @@ static_assert(THREADS % 32 == 0 && P % WARP_ROWS == 0 && HEADS % HEADS_PER_ITEM 
 // Per warp item: S <- Gamma S + dt_t x_t B_t^T + sum_{j<c} w_j x_j B_j^T in fp32 (the coef line
 // of the ring launch: w_j for j < CAP, Gamma at CAP, dt_t at CAP + 1), stored; y = S C,
 // (y + D x) silu(z).
-//
-// ORDER 0: block b takes block items b, b + gridDim.x, ...; ORDER 1: the next one from
-// item_counter (zeroed by the ring launch each step), asked one item ahead so that the atomic's
-// round trip overlaps the item before. A striding wave's tiles in flight drift apart over the
-// checkpoint; a counter keeps them together, which brings a wave of plain-load blocks to a grid's
-// rate on read-modify-write traffic (benchmarks/probe_memory_rates.py, bench_fold_ceiling.py).
-#ifndef ORDER
-#define ORDER 0
-#endif
 extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
-mamba2_flush_rows(MAMBA2_FLUSH_PARAMS, int* __restrict__ item_counter) {
+mamba2_flush_rows(MAMBA2_FLUSH_PARAMS) {
     // The rows' strides are compile-time (CK_P, RX_J, RB_J: the cache's layout), so a thread's
     // PASSES tile addresses are one base plus constants rather than live 64-bit registers.
     extern __shared__ float smem[];
@@ -78,63 +69,11 @@ mamba2_flush_rows(MAMBA2_FLUSH_PARAMS, int* __restrict__ item_counter) {
 
     const int col4 = lane % LANES, sub = lane / LANES;  // a thread's columns and row in an instruction
     const int items = flushing * ITEMS_PER_ROW;
-#if ORDER
-    __shared__ int taken[2];  // this block item's and the next one's
-    if (tid == 0) taken[0] = atomicAdd(item_counter, 1);
-    __syncthreads();
-    for (int n = 0;; ++n) {
-        const int it = taken[n & 1];
-        if (it >= items) break;
-        // The next item's number: asked now, waited for only where it is stored, at the item's end.
-        const int next = tid == 0 ? atomicAdd(item_counter, 1) : 0;
-#else
     for (int it = blockIdx.x; it < items; it += gridDim.x) {
-#endif
         const int k = it / ITEMS_PER_ROW;
         const long long row = rows[k], slot = slots[k];
         const int c = ring_len[k];
         const int h0 = (it % ITEMS_PER_ROW) * HEADS_PER_ITEM, g = h0 / HPG;
-        // A warp item's inputs in registers: its checkpoint rows, coef line (Gamma, w_j, dt_t), ring
-        // x and token x (paired lane by lane with their weights), and z.
-        int h = 0, pt = 0;
-        float* tile = nullptr;
-        float4 acc[PASSES];
-        float wv[PAIR_ROUNDS], xv[PAIR_ROUNDS], zv = 0.f, gamma = 0.f;
-        auto load_item = [&](int wi) {
-            h = h0 + wi / (P / WARP_ROWS);
-            pt = (wi % (P / WARP_ROWS)) * WARP_ROWS;
-            tile = ckpt + slot * s_ck_slot + h * s_ck_head + pt * CK_P;
-#pragma unroll
-            for (int i = 0; i < PASSES; ++i)
-                acc[i] = *reinterpret_cast<const float4*>(tile + (i * ROWS_PER_INSTR + sub) * CK_P + 4 * col4);
-            const float* line = coef + (row * HEADS + h) * (CAP + 2);
-            const typename RA::T* rx = ring_x + slot * s_rx_slot + h * s_rx_head + pt;
-            const typename XA::T* xrow = x + row * s_x_row + h * s_x_head + pt;
-            gamma = line[CAP];
-#pragma unroll
-            for (int r = 0; r < PAIR_ROUNDS; ++r) {
-                const int q = lane + r * 32, j = q / WARP_ROWS, p = q % WARP_ROWS;
-                wv[r] = 0.f;
-                xv[r] = 0.f;
-                if (q < PAIRS) {
-                    if (j < CAP) {
-                        wv[r] = line[j];
-                        xv[r] = RA::load(rx + j * RX_J + p);
-                    } else {
-                        wv[r] = line[CAP + 1];
-                        xv[r] = XA::load(xrow + p);
-                    }
-                }
-            }
-            zv = 0.f;
-#if HAS_Z
-            if (lane < WARP_ROWS) zv = XA::load(z + row * s_z_row + h * s_z_head + pt + lane);
-#endif
-        };
-        // The warp's first item is loaded before the group's operands and their barrier, so that
-        // its tile's reads are in flight while the block waits (a grid of the fold's blocks that
-        // issues its tile loads first runs at copy speed: benchmarks/fold_grid.cu).
-        if (warp < WARP_ITEMS) load_item(warp);
         // The group's operands, shared by the item's heads: one round trip of 16-byte chunks (the
         // ring's entries all loaded, those from c on zeroed: they may hold anything, NaN too).
         {
@@ -172,8 +111,37 @@ mamba2_flush_rows(MAMBA2_FLUSH_PARAMS, int* __restrict__ item_counter) {
         const float4 cv = *reinterpret_cast<const float4*>(cs + 4 * col4);
 
         for (int wi = warp; wi < WARP_ITEMS; wi += WARPS) {
-            if (wi != warp) load_item(wi);
+            const int h = h0 + wi / (P / WARP_ROWS), pt = (wi % (P / WARP_ROWS)) * WARP_ROWS;
+            float* tile = ckpt + slot * s_ck_slot + h * s_ck_head + pt * CK_P;
+            float4 acc[PASSES];
+#pragma unroll
+            for (int i = 0; i < PASSES; ++i)
+                acc[i] = *reinterpret_cast<const float4*>(tile + (i * ROWS_PER_INSTR + sub) * CK_P + 4 * col4);
             // The weighted x of the warp's rows: w_j x_j (j < c), dt_t x_t, and x_t, z_t.
+            const float* line = coef + (row * HEADS + h) * (CAP + 2);
+            const typename RA::T* rx = ring_x + slot * s_rx_slot + h * s_rx_head + pt;
+            const typename XA::T* xrow = x + row * s_x_row + h * s_x_head + pt;
+            const float gamma = line[CAP];
+            float wv[PAIR_ROUNDS], xv[PAIR_ROUNDS];
+#pragma unroll
+            for (int r = 0; r < PAIR_ROUNDS; ++r) {
+                const int q = lane + r * 32, j = q / WARP_ROWS, p = q % WARP_ROWS;
+                wv[r] = 0.f;
+                xv[r] = 0.f;
+                if (q < PAIRS) {
+                    if (j < CAP) {
+                        wv[r] = line[j];
+                        xv[r] = RA::load(rx + j * RX_J + p);
+                    } else {
+                        wv[r] = line[CAP + 1];
+                        xv[r] = XA::load(xrow + p);
+                    }
+                }
+            }
+            float zv = 0.f;
+#if HAS_Z
+            if (lane < WARP_ROWS) zv = XA::load(z + row * s_z_row + h * s_z_head + pt + lane);
+#endif
 #pragma unroll
             for (int r = 0; r < PAIR_ROUNDS; ++r) {
                 const int q = lane + r * 32, j = q / WARP_ROWS;
@@ -226,9 +194,6 @@ mamba2_flush_rows(MAMBA2_FLUSH_PARAMS, int* __restrict__ item_counter) {
             }
             __syncwarp();  // the warp's weights are rewritten by its next item
         }
-#if ORDER
-        if (tid == 0) taken[(n + 1) & 1] = next;
-#endif
-        __syncthreads();  // the group's operands are rewritten by the next block item (and taken[] read)
+        __syncthreads();  // the group's operands are rewritten by the next block item
     }
 }

@@ -14,7 +14,7 @@ import triton
 
 from .._prefetch import PREFETCH_MODES
 
-__all__ = ["CUDA_ORDERS", "DOT_FOLDS", "FLUSH_IMPLS", "FOLDS", "KERNELS", "L2_AHEAD_GPUS", "PIPELINES", "WS_ORDERS",
+__all__ = ["DOT_FOLDS", "FLUSH_IMPLS", "FOLDS", "KERNELS", "L2_AHEAD_GPUS", "PIPELINES", "WS_ORDERS",
            "LaunchConfig", "gpu_name", "launch_config"]
 
 #: Where the warp-specialised flush's L2 prefetch of its next item (``flush_ws_l2_ahead=1``) is the
@@ -47,8 +47,6 @@ FLUSH_IMPLS = ("triton", "cuda", "cuda_ws")
 #: How the warp-specialised flush's blocks take their items: striding by the grid, from a counter,
 #: or, step by step, from the counter when at least half of the batch's rows flush.
 WS_ORDERS = ("stride", "counter", "auto")
-#: How the plain CUDA flush's blocks take their block items: striding by the grid or from a counter.
-CUDA_ORDERS = ("stride", "counter")
 
 
 @dataclass(frozen=True)
@@ -110,12 +108,6 @@ class LaunchConfig:
     flush_impl: str = "triton"
     flush_cuda_blocks: int = 4  # "cuda": blocks per SM its registers are bounded for (__launch_bounds__)
     flush_cuda_rows: int | None = None  # "cuda": rows of a warp item (None: decode_flush_cuda.warp_rows)
-    # "cuda" (and "cuda_ws" where it falls back on "cuda"): how its wave's blocks take their block
-    # items: "stride" (block b: b, b + blocks, ...) or "counter" (the next one from a counter the
-    # ring launch zeroes, asked one item ahead). On an H100, 64-row blocks of an exact fp32 fold
-    # moved 1 GiB of checkpoint at 99.7% of copy as a counter-fed wave, 95% as a striding one, 99.9%
-    # as a grid and 96.8% in the warp-specialised form (bench_fold_ceiling.py, fifty-fifth run).
-    flush_cuda_order: str = "stride"
     # "cuda_ws": head tiles in flight per block (2 to 5; 0: the most that fit the device's shared
     # memory, at most 5). Fewer leave shared memory beside it for the stream launch's programs.
     flush_ws_stages: int = 0
@@ -207,12 +199,6 @@ class LaunchConfig:
             raise ValueError(f"LaunchConfig.flush_impl: expected one of {FLUSH_IMPLS}, got {self.flush_impl!r}")
         if self.flush_impl != "triton" and not self.flush_launch:
             raise ValueError(f"LaunchConfig.flush_impl: {self.flush_impl!r} needs flush_launch=True")
-        if self.flush_cuda_order not in CUDA_ORDERS:
-            raise ValueError(f"LaunchConfig.flush_cuda_order: expected one of {CUDA_ORDERS}, got "
-                             f"{self.flush_cuda_order!r}")
-        if self.flush_cuda_order != "stride" and self.flush_impl == "triton":
-            raise ValueError("LaunchConfig.flush_cuda_order: 'counter' needs flush_impl 'cuda' or 'cuda_ws' (the "
-                             "CUDA flush launch)")
         if not 1 <= self.flush_cuda_blocks <= 8:
             raise ValueError(f"LaunchConfig.flush_cuda_blocks: expected 1 to 8, got {self.flush_cuda_blocks}")
         for name in ("flush_ws_stages", "flush_ws_max_stages"):

@@ -68,8 +68,7 @@ def _ring_kernel(
 ):
     # RING_X: this launch also writes the token's ring x entry (LaunchConfig.ring_x_in_ring), so
     # that the stream launch, which reads the checkpoint, stores only y. ZERO_COUNT: it zeroes the
-    # CUDA flush launch's item counter (flush_ws_order "counter" / "auto", flush_cuda_order "counter"),
-    # which runs after it.
+    # warp-specialised flush launch's item counter (flush_ws_order "counter" or "auto"), which runs after it.
     row = tl.program_id(0).to(tl.int64)
     g = tl.program_id(1)
     if ZERO_COUNT:

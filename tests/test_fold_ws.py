@@ -3,6 +3,7 @@ sm_100 / sm_103 and, assembled by Triton's ptxas, holds its registers without sp
 shapes ``bench_fold_ceiling.py`` times; its shared memory fits an H200's block. On a GPU,
 ``bench_fold_ceiling.py --only "cuda ws"`` checks its folds against float64."""
 
+import ctypes
 import sys
 from pathlib import Path
 
@@ -99,3 +100,17 @@ def test_grid_folds_assemble_within_their_blocks(kind, sm, tmp_path):
         regs, spills, log = assemble(ptx, sm, tmp_path / f"{shape.replace(' ', '_')}_{sm}.ptx")
         assert (spills == 0 or (kind == "mma" and sm != 90)) and regs * warps * 32 * blocks <= 65536, (shape, log)
         assert kind != "mma" or "mma.sync.aligned.m16n8k16" in ptx
+
+
+def test_grid_persistence_forms_map_to_their_defines_and_names():
+    # persistent 1: striding wave, 2: its next tile loaded ahead, 3: items from a counter
+    for persistent, defs, suffix in [(0, dict(PERSIST=0, AHEAD=0, COUNTER=0), ""),
+                                     (1, dict(PERSIST=1, AHEAD=0, COUNTER=0), " persist"),
+                                     (2, dict(PERSIST=1, AHEAD=1, COUNTER=0), " persist ahead"),
+                                     (3, dict(PERSIST=1, AHEAD=0, COUNTER=1), " persist counter")]:
+        got = ws.grid_defines(64, 128, 16, 16, 8, 8, 2, False, True, True, persistent)
+        assert {k: got[k] for k in defs} == defs
+        assert ws.grid_name(8, 8, 2, False, True, True, persistent) == "cuda grid r8 w8 b2 xs ys" + suffix
+    # fold_grid takes the counter after the six pointers and the item count; fold_mma does not
+    assert ws.GRID_SIGNATURE == ws.MMA_SIGNATURE + (ctypes.c_void_p,)
+    assert any(len(shape) > 6 and shape[6] == 3 for shape in ws.GRID_SHAPES)

@@ -41,3 +41,23 @@ def test_counts_must_be_positive(arg, usage_error):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU refusal")
 def test_needs_a_gpu(usage_error):
     assert "needs a CUDA GPU" in usage_error(lambda: probe.main([]))
+
+
+def test_order_check_reads_every_element():
+    # reads after a form that updated all of x see min = max = the replays' count; a part left
+    # behind (a child grid still running beside the reads) shows in either extreme
+    x = torch.zeros(1000)
+    check = probe._OrderCheck(x)
+    check.reset(1.0)
+    for _ in range(3):
+        x += 1
+        check()
+    assert check.verdict() == "ok"
+    x[-10:] -= 1  # the last blocks' part not yet updated at the next read
+    x += 1
+    check()
+    assert check.verdict() == "not kept (min-count -1, max-count 0)"
+    check.reset(0.0)  # a clear flag: nothing gained, whatever x held
+    x.zero_()
+    check()
+    assert check.verdict() == "ok"

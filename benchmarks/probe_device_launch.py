@@ -57,6 +57,9 @@ from trtllm_replayssm.ops._side_stream import fork, join  # noqa: E402
 
 SOURCE = Path(__file__).resolve().parent / "device_launch.cu"
 BUILDS = ("rdc", "plain")
+#: Flag-1 forms of one launch, checked and timed; then the sequences, timed (forms' docstring).
+FLAG1_FORMS = ("update", "update rdc", "gated", "launcher>update", "launcher~update")
+SEQUENCES = ("update;rmw", "launcher>update;rmw", "update;mark", "launcher>update;mark", "launcher~update;mark")
 
 
 def nvcc_command(nvcc: str, arch: str, build: str, source: Path, output: Path) -> list[str]:
@@ -122,16 +125,16 @@ def forms(libs: dict, flag: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> d
             join(side, device)
         return run
 
-    return {
+    fns = {
         "rmw": rmw, "rmw|launcher": beside(launcher(False)), "rmw|gated": beside(update("plain", True)),
         "update": update("plain", False), "update rdc": update("rdc", False), "gated": update("plain", True),
         "launcher>update": launcher(False), "launcher~update": launcher(True),
-        "update;rmw": lambda: (update("plain", False)(), rmw()),
-        "launcher>update;rmw": lambda: (launcher(False)(), rmw()),
-        "update;mark": lambda: (update("plain", False)(), mark.fill_(1)),
-        "launcher>update;mark": lambda: (launcher(False)(), mark.fill_(1)),
-        "launcher~update;mark": lambda: (launcher(True)(), mark.fill_(1)),
     }
+    then = {"rmw": rmw, "mark": lambda: mark.fill_(1)}  # what a sequence puts on the stream after its form
+    for name in SEQUENCES:  # "form;then", in stream order
+        first, second = name.split(";")
+        fns[name] = lambda a=fns[first], b=then[second]: (a(), b())
+    return fns
 
 
 class _OrderCheck:
@@ -173,7 +176,7 @@ def check_forms(fns: dict, flag: torch.Tensor, x: torch.Tensor, replays: int = 1
     lines = []
     inside, after = _OrderCheck(x), _OrderCheck(x)
     reader = capture_graph(after, warmup=0)
-    for name in ("update", "update rdc", "gated", "launcher>update", "launcher~update"):
+    for name in FLAG1_FORMS:
         try:
             graph = capture_graph(lambda f=fns[name]: (f(), inside()), warmup=0)
             cells = []
@@ -237,10 +240,7 @@ def main(argv=None) -> int:
           f" wall: host clock over {args.rounds} back-to-back replays")
     print("| flag | form | us | wall us |")
     print("|---|---|---|---|")
-    for value, names in ((0, ("rmw", "rmw|launcher", "rmw|gated")),
-                         (1, ("update", "update rdc", "gated", "launcher>update", "launcher~update", "update;rmw",
-                               "launcher>update;rmw", "update;mark", "launcher>update;mark",
-                               "launcher~update;mark"))):
+    for value, names in ((0, ("rmw", "rmw|launcher", "rmw|gated")), (1, FLAG1_FORMS + SEQUENCES)):
         flag.fill_(value)
         graphs = {}
         for name in names:

@@ -61,3 +61,10 @@ def test_order_check_reads_every_element():
     x.zero_()
     check()
     assert check.verdict() == "ok"
+
+
+def test_sequences_start_with_a_checked_form():
+    # each timed sequence is one of the checked flag-1 forms followed by the grid or the word write
+    for name in probe.SEQUENCES:
+        first, second = name.split(";")
+        assert first in probe.FLAG1_FORMS and second in ("rmw", "mark"), name

@@ -136,6 +136,13 @@ class LaunchConfig:
     # call, Nemotron-H 256 non-flush 271.7 us one tile a program, 301.5 / 348.0 walking 32 / 64,
     # 328.3 with 64 in 4 warps; not profiled: fewer programs may keep fewer loads in flight).
     stream_tiles: int = 1
+    # kernel="staged" with flush_launch: the ring launch's programs lead the stream launch's grid
+    # (one launch, lead.py): a stream program waits for its group's ring program after issuing its
+    # checkpoint load, and the row's last program to arrive moves the cursors (ring_sync.py). The
+    # warp-specialised flush launch, on the side stream, waits for every ring program; any other
+    # flush launch runs after the one launch. Needs one step at a batch size before a CUDA-graph
+    # capture at it (its sync words grow outside captures).
+    ring_in_stream: bool = False
     # kernel="staged": the ring launch stores the token's dt entry as the 32-byte sector around it
     # (the entries below it rewritten as they are, zeros after it: uncommitted entries), not as one
     # 4-byte word per head, which leaves the sector partly written (ring.py). An option: on an H200
@@ -230,7 +237,7 @@ class LaunchConfig:
                              f"tuple of them, got {self.flush_max_registers!r}")
         if self.flush_stream and not self.flush_launch:
             raise ValueError("LaunchConfig.flush_stream: needs flush_launch=True")
-        for name in ("ring_dt_sector", "ring_x_in_ring", "compact_coef"):
+        for name in ("ring_dt_sector", "ring_x_in_ring", "compact_coef", "ring_in_stream"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"LaunchConfig.{name}: expected a bool, got {getattr(self, name)!r}")
         if self.ring_dt_sector and self.kernel != "staged":
@@ -246,6 +253,13 @@ class LaunchConfig:
         if self.stream_tiles > 1 and (not self.flush_launch or self.rows_fastest):
             # The walk leaves flush rows to the flush launch and numbers tiles in the grid's default order.
             raise ValueError("LaunchConfig.stream_tiles: > 1 needs flush_launch=True and rows_fastest=False")
+        if self.ring_in_stream and (not self.flush_launch or self.stream_tiles > 1 or self.rows_fastest or
+                                    self.compact_coef):
+            # Its stream programs leave flush rows to the flush launch and come in the grid's
+            # default order (rows last), one tile each, after the ring programs.
+            raise ValueError("LaunchConfig.ring_in_stream: needs flush_launch=True, stream_tiles=1, rows_fastest=False "
+                             f"and compact_coef=False, got {self.flush_launch}, {self.stream_tiles}, "
+                             f"{self.rows_fastest}, {self.compact_coef}")
         if self.flush_launch and self.kernel != "staged":
             raise ValueError("LaunchConfig.flush_launch: needs kernel='staged'")
         if self.flush_launch and self.fold in DOT_FOLDS and self.flush_block_p < 16:

@@ -64,13 +64,19 @@ def _ring_kernel(
     P: tl.constexpr = 1, BLOCK_P: tl.constexpr = 1, RING_X: tl.constexpr = False,
     count_ptr=None, ZERO_COUNT: tl.constexpr = False,
     terms_ptr=None, scores_ptr=None, COMPACT: tl.constexpr = False, DT_SECTOR: tl.constexpr = False,
-    s_rdt_j: tl.constexpr = 1,
+    s_rdt_j: tl.constexpr = 1, row_of=None, group_of=None,
 ):
     # RING_X: this launch also writes the token's ring x entry (LaunchConfig.ring_x_in_ring), so
     # that the stream launch, which reads the checkpoint, stores only y. ZERO_COUNT: it zeroes the
     # warp-specialised flush launch's item counter (flush_ws_order "counter" or "auto"), which runs after it.
-    row = tl.program_id(0).to(tl.int64)
-    g = tl.program_id(1)
+    # row_of / group_of: the (row, group) of a caller that runs one program's work as a function
+    # (the leading programs of LaunchConfig.ring_in_stream's one launch, lead.py); else the grid's.
+    if row_of is None:
+        row = tl.program_id(0).to(tl.int64)
+        g = tl.program_id(1)
+    else:
+        row = row_of
+        g = group_of
     if ZERO_COUNT:
         if (row == 0) & (g == 0):
             tl.store(count_ptr, 0)

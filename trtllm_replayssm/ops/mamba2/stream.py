@@ -20,7 +20,7 @@ import triton.language as tl
 from .._tf32 import fp32_dot
 from .decode import _mixer_gate, _mixer_output, _program_ids, _slot_of, _tile_lanes
 
-__all__ = ["_fold_ring", "_ring_B_tile", "_stream_kernel", "_stream_walk"]
+__all__ = ["_fold_ring", "_ring_B_tile", "_stream_kernel", "_stream_tile", "_stream_walk"]
 
 
 @triton.jit

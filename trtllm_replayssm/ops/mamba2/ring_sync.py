@@ -1,0 +1,106 @@
+"""How the stream programs of ``LaunchConfig.ring_in_stream``'s one launch (``lead.py``) learn that
+their row's ring work is done, and who moves the row's cursors.
+
+The ring programs lead the launch's grid (the lowest program ids, so they are dispatched before
+any stream program that waits for them). Each ``(row, group)`` ring program, once its lines,
+``info`` and ring entries are stored, publishes one word for the group's stream programs: how many
+of them will read it (``consumers``, the low 16 bits), whether the row flushes (bit 16) and its
+ring length ``c`` (from bit 17). A stream program waits until the count is not zero, takes ``c``
+and the flush flag from the word (one load before its checkpoint load, as the two-launch step's
+``info`` load) and counts itself out with a reduction that returns nothing, so the word's count is
+zero again once the launch ends: the next step's programs wait for their own ring programs.
+
+Only the ring programs read the cursors. The row's ring programs count their arrivals after their
+reads; the last one moves the cursors (``c + 1``, or ``(0, window)`` after a flush) and re-zeroes
+the row's counter.
+
+With a warp-specialised flush launch beside it (``flush_ws.cu`` compiled with ``WAIT_RING``) the
+ring programs also count themselves in word 0; the flush blocks wait for all of them, count
+themselves in word 1, and the last re-zeroes both.
+
+Words (int32, zero between launches, so one buffer per device serves every launch: the launches of
+one family never run at once, and the buffer grows only outside a CUDA-graph capture, as
+``_arrivals.py``'s counters): ``[0]`` ring programs done, ``[1]`` flush blocks that saw it, then
+one arrival counter per batch row (from ``ARRIVALS_AT``), then one word per ``(row, group)``
+(from ``words_at(batch)``).
+
+On the device every thread of a ring program fences its stores (``fence.acq_rel.gpu``) before the
+program's barrier and word, and a waiting program fences after it sees the word: the word is one
+thread's store, the lines all threads'. The interpreter runs the programs one after another, in id
+order, so it needs neither.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .._arrivals import arrival_counters
+
+__all__ = ["ARRIVALS_AT", "ring_sync_words", "sync_words_needed", "words_at"]
+
+ARRIVALS_AT = 2
+_ARRIVALS_AT = tl.constexpr(ARRIVALS_AT)  # the same, for the jitted functions
+_WORDS: dict[torch.device, torch.Tensor] = {}
+
+
+def words_at(batch: int) -> int:
+    """Where the ``(row, group)`` words start."""
+    return ARRIVALS_AT + batch
+
+
+def sync_words_needed(batch: int, groups: int) -> int:
+    """Words a step of ``batch`` rows and ``groups`` groups uses."""
+    return words_at(batch) + batch * groups
+
+
+def ring_sync_words(batch: int, groups: int, device: torch.device) -> torch.Tensor:
+    """The device's zeroed sync words, at least :func:`sync_words_needed` of them."""
+    def capture_error() -> Exception:
+        return RuntimeError(
+            f"LaunchConfig.ring_in_stream: the sync words of {device} must grow to {sync_words_needed(batch, groups)} "
+            "inside a CUDA-graph capture; run one step at this batch size before capturing")
+    return arrival_counters(_WORDS, sync_words_needed(batch, groups), device, capture_error)
+
+
+@triton.jit
+def _fence_gpu(v):
+    """``fence.acq_rel.gpu`` in every thread (an inline-asm no-op on the int ``v``)."""
+    tl.inline_asm_elementwise("fence.acq_rel.gpu;\n\tmov.b32 $0, $1;", "=r,r", [v.to(tl.int32)], dtype=tl.int32,
+                              is_pure=False, pack=1)
+
+
+@triton.jit
+def publish_ring(sync_ptr, words_from, row, g, live, c, is_flush, consumers, committed_ptr, flush_at_ptr, slot,
+                 window, GROUPS: tl.constexpr, COUNT_DONE: tl.constexpr, FENCE: tl.constexpr):
+    """After a ring program's stores: for a live row, its arrival (the row's last moves the
+    cursors) and the ``(row, g)`` word for ``consumers`` stream programs; with ``COUNT_DONE`` (a
+    waiting warp-specialised flush launch) the ring programs' count in word 0."""
+    if FENCE:
+        _fence_gpu(g)
+    tl.debug_barrier()
+    if live:
+        arrived = tl.atomic_add(sync_ptr + _ARRIVALS_AT + row, 1, sem="acq_rel")
+        if arrived == GROUPS - 1:
+            tl.store(committed_ptr + slot, tl.where(is_flush, 0, c + 1))
+            if is_flush:
+                tl.store(flush_at_ptr + slot, window)
+            tl.store(sync_ptr + _ARRIVALS_AT + row, 0)
+        word = consumers | (tl.where(is_flush, 1, 0) << 16) | (c << 17)
+        tl.atomic_xchg(sync_ptr + words_from + row * GROUPS + g, word, sem="release")
+    if COUNT_DONE:
+        tl.atomic_add(sync_ptr, 1, sem="release")
+
+
+@triton.jit
+def await_ring(sync_ptr, words_from, row, g, GROUPS: tl.constexpr, FENCE: tl.constexpr):
+    """Wait for the ``(row, g)`` word, count this program out of it; returns ``(c, is_flush)``."""
+    at = sync_ptr + words_from + row * GROUPS + g
+    word = tl.load(at, volatile=True)
+    while (word & 0xFFFF) == 0:
+        word = tl.load(at, volatile=True)
+    if FENCE:
+        _fence_gpu(word)
+    tl.atomic_add(at, -1, sem="relaxed")
+    return word >> 17, ((word >> 16) & 1) != 0

@@ -140,8 +140,10 @@ class LaunchConfig:
     # (one launch, lead.py): a stream program waits for its group's ring program after issuing its
     # checkpoint load, and the row's last program to arrive moves the cursors (ring_sync.py). The
     # warp-specialised flush launch, on the side stream, waits for every ring program; any other
-    # flush launch runs after the one launch. Needs one step at a batch size before a CUDA-graph
-    # capture at it (its sync words grow outside captures).
+    # flush launch runs after the one launch. Its sync words are one buffer per device, so two of
+    # these steps must not run at once on one device (as with the arrival counters of the
+    # one-launch kernels), and it needs one step at a batch size before a CUDA-graph capture at it
+    # (the buffer grows outside captures).
     ring_in_stream: bool = False
     # kernel="staged": the ring launch stores the token's dt entry as the 32-byte sector around it
     # (the entries below it rewritten as they are, zeros after it: uncommitted entries), not as one

@@ -74,12 +74,19 @@ def _fence_gpu(v):
 @triton.jit
 def publish_ring(sync_ptr, words_from, row, g, live, c, is_flush, consumers, committed_ptr, flush_at_ptr, slot,
                  window, GROUPS: tl.constexpr, COUNT_DONE: tl.constexpr, FENCE: tl.constexpr):
-    """After a ring program's stores: for a live row, its arrival (the row's last moves the
-    cursors) and the ``(row, g)`` word for ``consumers`` stream programs; with ``COUNT_DONE`` (a
-    waiting warp-specialised flush launch) the ring programs' count in word 0."""
+    """After a ring program's stores: for a live row the ``(row, g)`` word for ``consumers``
+    stream programs; with ``COUNT_DONE`` (a waiting warp-specialised flush launch) the ring
+    programs' count in word 0; then, for a live row, its arrival (the row's last moves the
+    cursors)."""
     if FENCE:
         _fence_gpu(g)
     tl.debug_barrier()
+    if live:
+        # The word first: its readers never read the cursors, so they need not wait for the move.
+        word = consumers | (tl.where(is_flush, 1, 0) << 16) | (c << 17)
+        tl.atomic_xchg(sync_ptr + words_from + row * GROUPS + g, word, sem="release")
+    if COUNT_DONE:
+        tl.atomic_add(sync_ptr, 1, sem="release")
     if live:
         arrived = tl.atomic_add(sync_ptr + _ARRIVALS_AT + row, 1, sem="acq_rel")
         if arrived == GROUPS - 1:
@@ -87,10 +94,6 @@ def publish_ring(sync_ptr, words_from, row, g, live, c, is_flush, consumers, com
             if is_flush:
                 tl.store(flush_at_ptr + slot, window)
             tl.store(sync_ptr + _ARRIVALS_AT + row, 0)
-        word = consumers | (tl.where(is_flush, 1, 0) << 16) | (c << 17)
-        tl.atomic_xchg(sync_ptr + words_from + row * GROUPS + g, word, sem="release")
-    if COUNT_DONE:
-        tl.atomic_add(sync_ptr, 1, sem="release")
 
 
 @triton.jit

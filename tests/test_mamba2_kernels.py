@@ -149,6 +149,12 @@ STAGED_INTERPRETER = [
                           flush_stream=True)),
     ((4, 32, 16, 1), dict(block_p=8, fold="fma", num_warps=2, flush_launch=True, flush_heads=4, ring_x_in_ring=True,
                           ring_in_stream=True, ring_dt_sector=True)),
+    # ... with each row's ring programs one / two rows ahead of its stream programs (ring_lead_rows;
+    # 2 of 3 rows: the first block's ring programs are the last row's, later blocks' none)
+    ((6, 80, 16, 2), dict(block_p=16, fold="tf32x3", num_warps=2, flush_launch=True, flush_heads=3,
+                          flush_block_p=16, ring_x_in_ring=True, ring_in_stream=True, ring_lead_rows=1)),
+    ((4, 32, 24, 2), dict(block_p=16, fold="loop", num_warps=2, flush_launch=True, flush_heads=2,
+                          ring_in_stream=True, ring_lead_rows=2)),
 ]
 
 
@@ -178,6 +184,12 @@ def test_ring_in_stream_needs_the_one_launch_form():
             decode.LaunchConfig(**dict(base, **bad))
     with pytest.raises(ValueError, match="ring_in_stream: expected a bool, got 1"):
         decode.LaunchConfig(**dict(base, ring_in_stream=1))
+    assert decode.LaunchConfig(**base, ring_lead_rows=8).ring_lead_rows == 8
+    for bad in (-1, True, 2.0):
+        with pytest.raises(ValueError, match=r"ring_lead_rows: expected an int >= 0, got"):
+            decode.LaunchConfig(**base, ring_lead_rows=bad)
+    with pytest.raises(ValueError, match="ring_lead_rows: > 0 needs ring_in_stream=True"):
+        decode.LaunchConfig(kernel="staged", flush_launch=True, ring_lead_rows=4)
 
 
 def test_flush_ws_l2_ahead_needs_the_ws_flush():
@@ -409,9 +421,11 @@ def test_ring_in_stream_large_batch_gpu(dims, dtype):
 def test_ring_in_stream_nemotron_dims_batch_256_gpu(stagger):
     # Nemotron-H dims at the target batch: 2048 ring programs ahead of 131072 stream programs, the
     # flush rows all in one step (in phase) or spread; the fp32 checkpoint within 1e-5.
-    cfg = dataclasses.replace(decode.launch_config("replay", 64, 128, 256), ring_in_stream=True)
-    check_replay((128, 64, 128, 8), torch.bfloat16, 256, 4, 9, "cuda", run=kernel_replay(cfg), stagger=stagger,
-                 ckpt_tol=1e-5)
+    for lead_rows in (0, 8):
+        cfg = dataclasses.replace(decode.launch_config("replay", 64, 128, 256), ring_in_stream=True,
+                                  ring_lead_rows=lead_rows)
+        check_replay((128, 64, 128, 8), torch.bfloat16, 256, 4, 9, "cuda", run=kernel_replay(cfg), stagger=stagger,
+                     ckpt_tol=1e-5)
 
 
 @pytest.mark.gpu

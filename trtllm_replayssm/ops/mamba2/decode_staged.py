@@ -423,9 +423,10 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
            if compact else {}),
     )
     if lead:
-        _lead_kernel[(batch * groups + batch * heads * tiles,)](
+        ahead = min(cfg.ring_lead_rows, batch)
+        _lead_kernel[((ahead + batch) * groups + batch * heads * tiles,)](
             checkpoint, ring_x, ring_dt, ring_B, committed, flush_at, x, dt, A, B, C, D_, z_, bias_, idx_, y, coef,
-            info, sync, int(window), pad_slot_id, lo, hi, batch * groups, words_at(batch),
+            info, sync, int(window), pad_slot_id, lo, hi, batch * groups, words_at(batch), ahead,
             s_ck_slot, s_ck_head, s_ck_p, s_rx_slot, s_rx_head, s_rx_j, s_rdt_slot, s_rdt_head, s_rB_slot, s_rB_group,
             s_rB_j, s_x_row, s_x_head, s_dt_row, s_B_row, s_B_group, s_C_row, s_C_group, s_z_row, s_z_head, s_y_row,
             s_y_head, GROUPS=groups, HEADS_PER_GROUP=heads // groups, P=head_dim, N=d_state, CAP=capacity,
@@ -434,7 +435,8 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
             HAS_DT_BIAS=flags["HAS_DT_BIAS"], DT_SOFTPLUS=bool(dt_softplus),
             HAS_CLAMP=flags["HAS_CLAMP"], HAS_INDICES=flags["HAS_INDICES"], HAS_D=flags["HAS_D"], HAS_Z=flags["HAS_Z"],
             RING_X=ring_x_here, ZERO_COUNT=counter is not None, COUNT_DONE=ws_waits, DT_SECTOR=cfg.ring_dt_sector,
-            RING_PREFETCH=cfg.ring_prefetch, FENCE=x.device.type == "cuda", s_rdt_j=s_rdt_j, count_ptr=counter,
+            RING_PREFETCH=cfg.ring_prefetch, FENCE=x.device.type == "cuda", LEAD_ROWS=int(ahead > 0), s_rdt_j=s_rdt_j,
+            count_ptr=counter,
             num_warps=cfg.num_warps, maxnreg=cfg.max_registers,
         )
     elif cfg.stream_tiles > 1:  # LaunchConfig allows it only with flush_launch

@@ -145,6 +145,10 @@ class LaunchConfig:
     # one-launch kernels), and it needs one step at a batch size before a CUDA-graph capture at it
     # (the buffer grows outside captures).
     ring_in_stream: bool = False
+    # ring_in_stream: 0, every ring program ahead of the stream programs; or the ring programs of
+    # row r + ring_lead_rows placed just ahead of row r's stream programs (those of the first
+    # ring_lead_rows rows first), so that the ring work runs among the stream programs' loads.
+    ring_lead_rows: int = 0
     # kernel="staged": the ring launch stores the token's dt entry as the 32-byte sector around it
     # (the entries below it rewritten as they are, zeros after it: uncommitted entries), not as one
     # 4-byte word per head, which leaves the sector partly written (ring.py). An option: on an H200
@@ -255,6 +259,10 @@ class LaunchConfig:
         if self.stream_tiles > 1 and (not self.flush_launch or self.rows_fastest):
             # The walk leaves flush rows to the flush launch and numbers tiles in the grid's default order.
             raise ValueError("LaunchConfig.stream_tiles: > 1 needs flush_launch=True and rows_fastest=False")
+        if isinstance(self.ring_lead_rows, bool) or not isinstance(self.ring_lead_rows, int) or self.ring_lead_rows < 0:
+            raise ValueError(f"LaunchConfig.ring_lead_rows: expected an int >= 0, got {self.ring_lead_rows!r}")
+        if self.ring_lead_rows and not self.ring_in_stream:
+            raise ValueError("LaunchConfig.ring_lead_rows: > 0 needs ring_in_stream=True (the one launch it orders)")
         if self.ring_in_stream and (not self.flush_launch or self.stream_tiles > 1 or self.rows_fastest or
                                     self.compact_coef):
             # Its stream programs leave flush rows to the flush launch and come in the grid's

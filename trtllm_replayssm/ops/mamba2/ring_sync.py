@@ -7,7 +7,8 @@ any stream program that waits for them). Each ``(row, group)`` ring program, onc
 of them will read it (``consumers``, the low 16 bits), whether the row flushes (bit 16) and its
 ring length ``c`` (from bit 17). A stream program waits until the count is not zero, takes ``c``
 and the flush flag from the word (one load before its checkpoint load, as the two-launch step's
-``info`` load) and counts itself out with a reduction that returns nothing, so the word's count is
+``info`` load; where the word is not there yet, the launch's first programs, it loads the tile
+on the guess that the row does not flush and waits with it in flight) and counts itself out with a reduction that returns nothing, so the word's count is
 zero again once the launch ends: the next step's programs wait for their own ring programs.
 
 Only the ring programs read the cursors. The row's ring programs count their arrivals after their
@@ -97,13 +98,35 @@ def publish_ring(sync_ptr, words_from, row, g, live, c, is_flush, consumers, com
 
 
 @triton.jit
-def await_ring(sync_ptr, words_from, row, g, GROUPS: tl.constexpr, FENCE: tl.constexpr):
-    """Wait for the ``(row, g)`` word, count this program out of it; returns ``(c, is_flush)``."""
+def word_of(sync_ptr, words_from, row, g, live, GROUPS: tl.constexpr):
+    """The ``(row, g)`` word as it is now (0 for a padded row, which has none): its count is 0
+    until the ring program has published it."""
+    word = 0
+    if live:
+        word = tl.load(sync_ptr + words_from + row * GROUPS + g, volatile=True)
+    return word
+
+
+@triton.jit
+def await_word(sync_ptr, words_from, row, g, word, GROUPS: tl.constexpr, FENCE: tl.constexpr):
+    """The ``(row, g)`` word once published (``word``: :func:`word_of`'s, of a live row), this
+    program counted out of it."""
     at = sync_ptr + words_from + row * GROUPS + g
-    word = tl.load(at, volatile=True)
     while (word & 0xFFFF) == 0:
         word = tl.load(at, volatile=True)
     if FENCE:
         _fence_gpu(word)
     tl.atomic_add(at, -1, sem="relaxed")
-    return word >> 17, ((word >> 16) & 1) != 0
+    return word
+
+
+@triton.jit
+def word_flushes(word):
+    """Whether a published word's row flushes."""
+    return ((word >> 16) & 1) != 0
+
+
+@triton.jit
+def word_ring_length(word):
+    """A published word's ring length ``c``."""
+    return word >> 17

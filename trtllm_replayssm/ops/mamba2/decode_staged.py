@@ -405,7 +405,7 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
     # H200 the non-flush step took 1.2-1.8 us longer at Nemotron-H 256 and the all-flush step 15-17%
     # longer at 512: forty-fifth run.)
     side = fork(x.device) if cfg.flush_launch and cfg.flush_stream and (ws_waits or not lead) else None
-    if side is not None:
+    if side is not None and not lead:
         with torch.cuda.stream(side):
             flush_rows()
     tiles = triton.cdiv(head_dim, cfg.block_p)
@@ -453,6 +453,12 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
             **stream_consts,
         )
     if side is not None:
+        if lead:
+            # Issued after the one launch, though forked before it: the flush launch waits for that
+            # launch's ring programs, so it must never be queued ahead of it (where the two streams
+            # share one hardware queue, or a graph's branches are launched in capture order).
+            with torch.cuda.stream(side):
+                flush_rows()
         join(side, x.device)
     elif cfg.flush_launch:
         flush_rows()

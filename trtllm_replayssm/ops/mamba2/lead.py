@@ -11,6 +11,12 @@ ring program and takes the row's ``c`` and flush flag from the word it left (as 
 step's stream program loads ``info`` first), then runs the two-launch step's tile. The ring
 programs come first in the grid, so they are dispatched before any program that waits for them;
 ``ring_sync.py`` has the words, and how the ring programs move the cursors.
+
+That order is what keeps the waits finite: a stream program waits only for a ring program with a
+lower id, which the GPU dispatches first. CUDA does not promise to start a grid's blocks in the
+order of their ids (scans that wait for earlier blocks take their ids from a counter for that
+reason); the GPUs this was tested on do, and the step is an option, not a default, until it has
+been timed and run on each.
 """
 
 from __future__ import annotations

@@ -59,6 +59,9 @@ Every flush program asks the L2 for its next tile before each tile's load
 ``flush_impl="cuda"`` replaces the flush launch by its CUDA C++ twin (``decode_flush_cuda.py``),
 ``flush_impl="cuda_ws"`` by that twin's warp-specialised form (``flush_ws.cu``) where it serves
 (the default from batch 128 at ``d_state`` 128).
+
+``ring_in_stream`` (an option, not yet timed) makes launches 1 and 2 one launch whose grid puts
+the ring programs ahead of the stream programs (``lead.py``, ``ring_sync.py``).
 """
 
 from __future__ import annotations

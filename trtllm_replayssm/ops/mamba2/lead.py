@@ -4,19 +4,19 @@ In the two-launch step (``decode_staged.py``) the ring launch runs alone before 
 on an H200 at Nemotron-H batch 256 the non-flush step takes ~8.6 us more than its stream launch
 alone (273.0 against 264.4 us, ``benchmarks/NOTES_mamba2.md``, fifty-fourth run), the ring
 launch's few megabytes, its dependent loads and the launch boundary. Here ``_lead_kernel``'s grid
-is the ring launch's programs (``batch x groups``, ``ring.py``'s ``_ring_kernel`` called as a function) followed by the
-stream launch's (``batch x heads x tiles``, ``stream.py``'s ``_stream_tile``, in its grid order:
-``head_dim`` tile fastest, then head, then row). A stream program first waits for its group's
-ring program and takes the row's ``c`` and flush flag from the word it left (as the two-launch
-step's stream program loads ``info`` first), then runs the two-launch step's tile. The ring
-programs come first in the grid, so they are dispatched before any program that waits for them;
-``ring_sync.py`` has the words, and how the ring programs move the cursors.
+is the ring launch's programs (``batch x groups``: ``ring.py``'s ``_ring_kernel`` called as a
+function) followed by the stream launch's (``batch x heads x tiles``: ``stream.py``'s
+``_stream_tile``, in its grid order, ``head_dim`` tile fastest, then head, then row). A stream
+program first waits for its group's ring program and takes the row's ``c`` and flush flag from the
+word it left (as the two-launch step's stream program loads ``info`` first), then runs the
+two-launch step's tile. ``ring_sync.py`` has the words, and how the ring programs move the cursors.
 
-That order is what keeps the waits finite: a stream program waits only for a ring program with a
-lower id, which the GPU dispatches first. CUDA does not promise to start a grid's blocks in the
-order of their ids (scans that wait for earlier blocks take their ids from a counter for that
-reason); the GPUs this was tested on do, and the step is an option, not a default, until it has
-been timed and run on each.
+The ring programs come first in the grid, and that order is what keeps the waits finite: a stream
+program waits only for ring programs with lower ids, which must have been dispatched before it.
+CUDA does not promise to start a grid's blocks in the order of their ids (scans that wait for
+earlier blocks take their ids from a counter for that reason), though NVIDIA's GPUs start them so.
+The step has not yet run to its end on a GPU (``benchmarks/NOTES_mamba2.md``, fifty-sixth run):
+it is an option, not a default.
 """
 
 from __future__ import annotations

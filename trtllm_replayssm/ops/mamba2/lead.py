@@ -11,12 +11,12 @@ program first waits for its group's ring program and takes the row's ``c`` and f
 word it left (as the two-launch step's stream program loads ``info`` first), then runs the
 two-launch step's tile. ``ring_sync.py`` has the words, and how the ring programs move the cursors.
 
-The ring programs come ahead of the stream programs that wait for them, and that order is what
-keeps the waits finite: a stream program waits only for ring programs with lower ids, which must
-have been dispatched before it. CUDA does not promise to start a grid's blocks in the order of their ids (scans that wait for
-earlier blocks take their ids from a counter for that reason), though NVIDIA GPUs are observed to.
-The step has not yet run to its end on a GPU (``benchmarks/NOTES_mamba2.md``, fifty-sixth run):
-it is an option, not a default.
+The ring programs come ahead of the stream programs that wait for them, and that order is what keeps
+the waits finite: a stream program waits only for ring programs with lower ids, which must have been
+dispatched before it. CUDA does not promise to start a grid's blocks in the order of their ids
+(scans that wait for earlier blocks take their ids from a counter for that reason), though NVIDIA
+GPUs are observed to. The step has not yet run to its end on a GPU (``benchmarks/NOTES_mamba2.md``,
+fifty-sixth run): it is an option, not a default.
 """
 
 from __future__ import annotations

@@ -11,7 +11,9 @@ any, does not finish.
    ring programs; ring programs first or ``ring_lead_rows`` ahead; eager steps, then a captured
    graph): ``--steps`` steps at ``--batch`` rows (in phase, then staggered), each checked against
    the default step on a copy of the state (``y`` within ``--y-tol``, the checkpoint within 1e-5
-   relative). A case that takes more than ``--limit`` seconds is killed and reported ``HANG``.
+   relative). A case that takes more than ``--limit`` seconds is killed and reported ``HANG``; a
+   wait that outlasts ``ring_sync.MAX_POLLS`` reads ends its launch by ``trap`` and is reported
+   as the CUDA error it raises (``ERROR: ...``).
 2. Timing (``--time``), for the cases that passed: ``bench_mamba2_decode.time_replay`` of the
    default and of each case, in turn, in one child per case (graph replays, L2 flushed before each);
    the non-flush, all-flush, amortized and staggered steps in microseconds.

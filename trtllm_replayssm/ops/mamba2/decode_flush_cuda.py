@@ -46,6 +46,7 @@ from .. import _nvrtc
 from .._flush_rows import KINDS as _KINDS
 from .._flush_rows import checkpoint_reason, chunked, launch_plan
 from .._flush_rows import source as _source
+from . import ring_sync as _ring_sync
 from .launch import WS_ORDERS
 
 __all__ = ["THREADS", "WS_CONSUMERS", "WS_MAX_STAGES", "WS_STREAM_RESERVE", "defines", "flush_rows_cuda",
@@ -326,7 +327,8 @@ def ws_defines(heads: int, groups: int, head_dim: int, d_state: int, capacity: i
                 BC_KIND=_KINDS[bc_dtype], RING_KIND=_KINDS[ring_dtype],
                 D_KIND=_KINDS.get(d_dtype, 0) if has_d else 0, HAS_D=int(has_d), HAS_Z=int(has_z),
                 HAS_INDICES=int(idx_dtype is not None), IDX_64=int(idx_dtype == torch.int64),
-                ORDER=WS_ORDERS.index(order), CHUNK=chunk, TAPER=taper, L2_AHEAD=l2_ahead, WAIT_RING=int(wait_ring))
+                ORDER=WS_ORDERS.index(order), CHUNK=chunk, TAPER=taper, L2_AHEAD=l2_ahead, WAIT_RING=int(wait_ring),
+                WAIT_RING_POLLS=_ring_sync.MAX_POLLS)
 
 
 def flush_rows_ws(checkpoint, ring_x, ring_B, coef, info, x, B, C, D, z, idx, y, batch, strides, capacity,

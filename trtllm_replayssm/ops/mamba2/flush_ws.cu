@@ -134,8 +134,11 @@ mamba2_flush_ws(MAMBA2_FLUSH_PARAMS, int* __restrict__ item_counter, int* ring_s
     // block; the last block to have seen them re-zeroes both words for the next step.
     if (tid == 0) {
         int done;
+        long long polls = 0;
         do {
             asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(done) : "l"(ring_sync) : "memory");
+            // Seconds where the ring programs take microseconds: fail the step rather than hang.
+            if (++polls > WAIT_RING_POLLS) __trap();
         } while (done < ring_programs);
         if (atomicAdd(ring_sync + 1, 1) == (int)gridDim.x - 1) {
             ring_sync[0] = 0;

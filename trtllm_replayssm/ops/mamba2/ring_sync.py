@@ -39,10 +39,15 @@ import triton.language as tl
 
 from .._arrivals import arrival_counters
 
-__all__ = ["ARRIVALS_AT", "ring_sync_words", "sync_words_needed", "words_at"]
+__all__ = ["ARRIVALS_AT", "MAX_POLLS", "ring_sync_words", "sync_words_needed", "words_at"]
 
 ARRIVALS_AT = 2
 _ARRIVALS_AT = tl.constexpr(ARRIVALS_AT)  # the same, for the jitted functions
+#: Reads of a word (or of word 0, in the flush launch: ``flush_ws.cu``'s ``WAIT_RING_POLLS``) after
+#: which a waiting program ends its launch with an error: a wait that would never end (a ring
+#: program not started, ``lead.py``) fails the step instead of hanging the GPU.
+MAX_POLLS = 1 << 22
+_MAX_POLLS = tl.constexpr(MAX_POLLS)
 _WORDS: dict[torch.device, torch.Tensor] = {}
 
 
@@ -108,12 +113,25 @@ def word_of(sync_ptr, words_from, row, g, live, GROUPS: tl.constexpr):
 
 
 @triton.jit
+def _trap(v):
+    """``trap``: ends the launch with an error (an inline-asm no-op on the int ``v`` otherwise)."""
+    tl.inline_asm_elementwise("trap;\n\tmov.b32 $0, $1;", "=r,r", [v.to(tl.int32)], dtype=tl.int32, is_pure=False,
+                              pack=1)
+
+
+@triton.jit
 def await_word(sync_ptr, words_from, row, g, word, GROUPS: tl.constexpr, FENCE: tl.constexpr):
     """The ``(row, g)`` word once published (``word``: :func:`word_of`'s, of a live row), this
-    program counted out of it."""
+    program counted out of it. On the device a wait past :data:`MAX_POLLS` reads (seconds, where a
+    ring program takes microseconds) ends the launch with an error rather than never."""
     at = sync_ptr + words_from + row * GROUPS + g
+    polls = 0
     while (word & 0xFFFF) == 0:
         word = tl.load(at, volatile=True)
+        polls += 1
+        if FENCE:
+            if polls > _MAX_POLLS:
+                _trap(polls)
     if FENCE:
         _fence_gpu(word)
     tl.atomic_add(at, -1, sem="relaxed")

@@ -1,15 +1,16 @@
 """How the stream programs of ``LaunchConfig.ring_in_stream``'s one launch (``lead.py``) learn that
 their row's ring work is done, and who moves the row's cursors.
 
-The ring programs lead the launch's grid (the lowest program ids, so they are dispatched before
-any stream program that waits for them). Each ``(row, group)`` ring program, once its lines,
-``info`` and ring entries are stored, publishes one word for the group's stream programs: how many
-of them will read it (``consumers``, the low 16 bits), whether the row flushes (bit 16) and its
-ring length ``c`` (from bit 17). A stream program waits until the count is not zero, takes ``c``
-and the flush flag from the word (one load before its checkpoint load, as the two-launch step's
-``info`` load; where the word is not there yet, the launch's first programs, it loads the tile
-on the guess that the row does not flush and waits with it in flight) and counts itself out with a reduction that returns nothing, so the word's count is
-zero again once the launch ends: the next step's programs wait for their own ring programs.
+The ring programs come ahead of the stream programs that wait for them in the launch's grid (lower
+program ids, so dispatched first). Each ``(row, group)`` ring program, once its lines, ``info`` and
+ring entries are stored, publishes one word for the group's stream programs: how many of them will
+read it (``consumers``, the low 16 bits), whether the row flushes (bit 16) and its ring length ``c``
+(from bit 17). A stream program waits until the count is not zero, takes ``c`` and the flush flag
+from the word (one load before its checkpoint load, as the two-launch step's ``info`` load; where
+the word is not there yet, the launch's first programs, it loads the tile on the guess that the row
+does not flush and waits with it in flight) and counts itself out with a reduction that returns
+nothing, so the word's count is zero again once the launch ends: the next step's programs wait for
+their own ring programs.
 
 Only the ring programs read the cursors. The row's ring programs count their arrivals after their
 reads; the last one moves the cursors (``c + 1``, or ``(0, window)`` after a flush) and re-zeroes

@@ -130,7 +130,7 @@ mamba2_flush_ws(MAMBA2_FLUSH_PARAMS, int* __restrict__ item_counter, int* ring_s
     }
 #if WAIT_RING
     // The ring programs run in the launch beside this one (LaunchConfig.ring_in_stream,
-    // ops/mamba2/ring_sync.py): wait until all have stored their lines and flags, then count this
+    // ops/mamba2/ring_sync.py): wait until all have stored their lines and words, then count this
     // block; the last block to have seen them re-zeroes both words for the next step.
     if (tid == 0) {
         int done;

@@ -137,13 +137,14 @@ class LaunchConfig:
     # 328.3 with 64 in 4 warps; not profiled: fewer programs may keep fewer loads in flight).
     stream_tiles: int = 1
     # kernel="staged" with flush_launch: the ring launch's programs lead the stream launch's grid
-    # (one launch, lead.py): a stream program waits for its group's ring program after issuing its
-    # checkpoint load, and the row's last program to arrive moves the cursors (ring_sync.py). The
-    # warp-specialised flush launch, on the side stream, waits for every ring program; any other
-    # flush launch runs after the one launch. Its sync words are one buffer per device, so two of
-    # these steps must not run at once on one device (as with the arrival counters of the
-    # one-launch kernels), and it needs one step at a batch size before a CUDA-graph capture at it
-    # (the buffer grows outside captures).
+    # (one launch, lead.py): a stream program takes its row's c and flush flag from a word its
+    # group's ring program publishes (waiting for it where it is not there yet), and the row's last
+    # ring program moves the cursors (ring_sync.py). The warp-specialised flush launch, on the side
+    # stream, waits for every ring program; any other flush launch runs after the one launch. A wait
+    # that outlasts ring_sync.MAX_POLLS reads ends the launch with an error. Its sync words are one
+    # buffer per device, so two of these steps must not run at once on one device (as with the
+    # arrival counters of the one-launch kernels), and it needs one step at a batch size before a
+    # CUDA-graph capture at it (the buffer grows outside captures). Not yet timed.
     ring_in_stream: bool = False
     # ring_in_stream: 0, every ring program ahead of the stream programs; or the ring programs of
     # row r + ring_lead_rows placed just ahead of row r's stream programs (those of the first

@@ -331,11 +331,12 @@ def test_ws_kernel_assembles_without_spills(sm, dtype, order, taper, ahead, tmp_
         assert ("cp.async.bulk.prefetch.L2.global" in ptx) == bool(ahead), order
         # The counter order takes items by atomics on the counter; the stride order touches none.
         assert ("atom.global.add.u32" in ptx) == (order != "stride"), order
-        # Only where compiled to wait for the ring programs of the launch beside it (ring_in_stream).
-        assert "ld.acquire.gpu" not in ptx
+        # Only where compiled to wait for the ring programs of the launch beside it (ring_in_stream),
+        # a wait bounded by a trap.
+        assert "ld.acquire.gpu" not in ptx and "trap;" not in ptx
         waits = _nvrtc.compile_ptx(fc.source(fc.WS_FILE), "flush_ws.cu", sm,
                                    tuple((k, str(v)) for k, v in dict(defs, WAIT_RING=1).items()))
-        assert "ld.acquire.gpu" in waits
+        assert "ld.acquire.gpu" in waits and "trap;" in waits
         regs, spills, log = assemble(ptx, sm, tmp_path / f"flush_ws_{sm}_{head_dim}_{gated}.ptx")
         assert regs * defs["THREADS"] <= 65536 and spills == 0, (sm, head_dim, log)
 

@@ -26,14 +26,22 @@ def arrival_counters(
     """At least ``count`` (and 1024) zeroed int32 counters on ``device``, kept in ``cache``.
 
     ``capture_error``: builds the exception raised when the buffer would have to grow inside a
-    CUDA-graph capture (the caller names its own argument in it)."""
+    CUDA-graph capture (the caller names its own argument in it). A buffer that a larger one
+    replaces is kept alive (:data:`_OUTGROWN`): a graph captured at a smaller batch still replays
+    its launches against it, and they leave it zeroed as they found it."""
     buf = cache.get(device)
     if buf is None or buf.numel() < count:
         if device.type == "cuda" and torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
             raise capture_error()
+        if buf is not None:
+            _OUTGROWN.append(buf)
         buf = torch.zeros(max(count, 1024), dtype=torch.int32, device=device)
         cache[device] = buf
     return buf
+
+
+#: Buffers :func:`arrival_counters` has replaced by larger ones (a few KB each, a few at most).
+_OUTGROWN: list[torch.Tensor] = []
 
 
 @triton.jit

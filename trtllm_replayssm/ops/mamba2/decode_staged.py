@@ -340,7 +340,7 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
     lead = cfg.ring_in_stream  # the ring programs lead the stream launch's grid (lead.py)
     # The warp-specialised flush launch waits for the ring programs beside the one launch; any
     # other flush launch runs after it.
-    ws_waits = lead and ws_flush and cfg.flush_stream and x.device.type == "cuda"
+    ws_waits = lead and ws_flush and cfg.flush_stream  # ws_flush: a CUDA device
     sync = ring_sync_words(batch, groups, x.device) if lead else None
     if not lead:
         _ring_kernel[(batch, groups)](

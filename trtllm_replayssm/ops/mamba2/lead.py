@@ -25,7 +25,7 @@ import triton
 import triton.language as tl
 
 from .decode import _slot_of
-from .ring import _ring_kernel
+from .ring import _ring_cursors, _ring_kernel
 from .ring_sync import await_word, publish_ring, word_flushes, word_of, word_ring_length
 from .stream import _checkpoint_tile, _stream_tile
 
@@ -88,9 +88,8 @@ def _lead_kernel(
                 None, False, DT_SECTOR, s_rdt_j, row, g,
             )
             # The row's cursors as that work read them (L1 hits): what the word and the cursor move take.
-            slot, live = _slot_of(idx_ptr, row, pad_slot_id, HAS_INDICES)
-            c = tl.where(live, tl.load(committed_ptr + slot), 0)
-            is_flush = c + 1 >= tl.where(live, tl.load(flush_at_ptr + slot), CAP + 1)
+            slot, live, c, is_flush = _ring_cursors(idx_ptr, committed_ptr, flush_at_ptr, row, pad_slot_id, CAP,
+                                                    HAS_INDICES)
             publish_ring(sync_ptr, words_from, row, g, live, c, is_flush, HEADS_PER_GROUP * TILES, committed_ptr,
                          flush_at_ptr, slot, window, GROUPS, COUNT_DONE, FENCE)
     else:

@@ -51,6 +51,16 @@ __all__ = []
 
 
 @triton.jit
+def _ring_cursors(idx_ptr, committed_ptr, flush_at_ptr, row, pad_slot_id, CAP: tl.constexpr, HAS_INDICES: tl.constexpr):
+    """``(slot, live, c, is_flush)`` of batch row ``row`` as the ring work reads its cursors (a
+    padded row: ``c`` 0, no flush)."""
+    slot, live = _slot_of(idx_ptr, row, pad_slot_id, HAS_INDICES)
+    c = tl.where(live, tl.load(committed_ptr + slot), 0)
+    is_flush = c + 1 >= tl.where(live, tl.load(flush_at_ptr + slot), CAP + 1)
+    return slot, live, c, is_flush
+
+
+@triton.jit
 def _ring_kernel(
     ring_dt_ptr, ring_B_ptr, committed_ptr, flush_at_ptr,
     dt_ptr, A_ptr, B_ptr, C_ptr, dt_bias_ptr, idx_ptr, coef_ptr, info_ptr,
@@ -80,10 +90,7 @@ def _ring_kernel(
     if ZERO_COUNT:
         if (row == 0) & (g == 0):
             tl.store(count_ptr, 0)
-    slot, live = _slot_of(idx_ptr, row, pad_slot_id, HAS_INDICES)
-    c = tl.where(live, tl.load(committed_ptr + slot), 0)
-    flush_at = tl.load(flush_at_ptr + slot)
-    is_flush = c + 1 >= tl.where(live, flush_at, CAP + 1)
+    slot, live, c, is_flush = _ring_cursors(idx_ptr, committed_ptr, flush_at_ptr, row, pad_slot_id, CAP, HAS_INDICES)
     fits = tl.where(live, c < CAP, False)
     offs_hg = tl.arange(0, BLOCK_HG)
     offs_n = tl.arange(0, BLOCK_N)

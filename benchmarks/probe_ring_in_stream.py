@@ -115,12 +115,12 @@ def check_case(dims, batch, steps, fields, y_tol, graph) -> str:
                 return (f"WRONG: cursors differ at step {k} ({'staggered' if stagger else 'in phase'}), rows {rows}: "
                         f"committed {ours.committed[rows].tolist()} vs {base.committed[rows].tolist()}, "
                         f"flush_at {ours.flush_at[rows].tolist()} vs {base.flush_at[rows].tolist()}")
-            words = ring_sync._WORDS[torch.device("cuda", torch.cuda.current_device())]
-            left = words[:ring_sync.sync_words_needed(batch, groups)].clone()
-            left[ring_sync.words_at(batch):] &= 0xFFFF  # the words' counts; c and the flush bit stay
-            if left.any():
-                at = left.nonzero().flatten()[:6].tolist()
-                return f"WRONG: sync words not zero after step {k}: at {at} {left[at].tolist()} (words from {ring_sync.words_at(batch)})"
+            dev = torch.device("cuda", torch.cuda.current_device())
+            for what, left in (("counters", ring_sync._COUNTERS[dev][:ring_sync.ARRIVALS_AT + batch]),
+                               ("word counts", ring_sync._WORDS[dev][:batch * groups] & 0xFFFF)):
+                if left.any():  # zero between launches (the words keep c and the flush bit above their counts)
+                    at = left.nonzero().flatten()[:6].tolist()
+                    return f"WRONG: sync {what} not zero after step {k}: at {at} {left[at].tolist()}"
             worst_y = max(worst_y, ((y_ours.float() - y_base.float()).abs().max() /
                                     y_base.float().abs().max().clamp_min(1e-6)).item())
             worst_ck = max(worst_ck, ((ours.checkpoint - base.checkpoint).abs().max() /

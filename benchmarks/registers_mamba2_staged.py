@@ -108,7 +108,7 @@ def lead_resources(cfg: decode.LaunchConfig, heads=128, head_dim=64, d_state=128
     from trtllm_replayssm.ops.mamba2 import lead
 
     fn = lead._lead_kernel
-    types = dict(_types(fn, act), sync_ptr="*i32", ring_programs="i32", words_from="i32", lead_rows="i32")
+    types = dict(_types(fn, act), sync_ptr="*i32", words_ptr="*i32", ring_programs="i32", lead_rows="i32")
     consts = dict(GROUPS=groups, HEADS_PER_GROUP=heads // groups, P=head_dim, N=d_state, CAP=cap,
                   TILES=triton.cdiv(head_dim, cfg.block_p), BLOCK_P=cfg.block_p, BLOCK_N=triton.next_power_of_2(d_state),
                   BLOCK_J=max(16, triton.next_power_of_2(cap)), BLOCK_HG=triton.next_power_of_2(heads // groups),

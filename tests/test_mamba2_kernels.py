@@ -618,3 +618,23 @@ def test_replay_step_torch_compile_fullgraph_gpu():
         assert torch.equal(y_c, y_e)
     for name, t in twin.tensors().items():
         assert torch.equal(t, state.tensors()[name]), name
+
+
+@pytest.mark.skipif(HAS_CUDA, reason="interpreter test; test_ring_in_stream_batches_in_turn_gpu covers it on CUDA")
+def test_ring_in_stream_batches_in_turn_interpreter():
+    # One process, one device's sync buffers, steps at several batch sizes and group counts in turn
+    # (as layers of different shapes, or tests, share them): a word's leftover ring length and
+    # flush bit from one batch must never be read as another batch's arrival count.
+    cfg = decode.LaunchConfig(block_p=16, fold="tf32x3", num_warps=2, kernel="staged", flush_launch=True,
+                              flush_heads=2, ring_in_stream=True)
+    for batch, dims in ((2, (4, 16, 16, 2)), (5, (4, 16, 16, 1)), (3, (4, 16, 16, 2))):
+        check_replay(dims, torch.float32, batch, 4, 7, "cpu", run=kernel_replay(cfg), stagger=True)
+
+
+@pytest.mark.gpu
+def test_ring_in_stream_batches_in_turn_gpu():
+    # The interpreter test's sequence on the device, with the warp-specialised flush waiting beside
+    # the one launch (the default from batch 128 at d_state 128) at three batches and group counts.
+    cfg = dataclasses.replace(decode.launch_config("replay", 64, 128, 256), ring_in_stream=True)
+    for batch, dims in ((130, (8, 64, 128, 2)), (3, (8, 64, 128, 1)), (64, (8, 64, 128, 4)), (200, (8, 64, 128, 2))):
+        check_replay(dims, torch.bfloat16, batch, 8, 20, "cuda", run=kernel_replay(cfg), stagger=True)

@@ -79,7 +79,7 @@ from .decode_flush_cuda import flush_rows_cuda, flush_rows_ws, unsupported, ws_u
 from .decode import _common, _mixer_gate, _mixer_output, _slot_of, _state_strides
 from .lead import _lead_kernel
 from .ring import _ring_kernel
-from .ring_sync import ring_sync_words, words_at
+from .ring_sync import ring_sync_counters, ring_sync_words
 from .stream import _fold_ring, _ring_B_tile, _stream_kernel, _stream_walk
 
 __all__ = ["flush_heads_per_program", "flush_register_cap", "replay_step_staged"]
@@ -341,7 +341,7 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
     # The warp-specialised flush launch waits for the ring programs beside the one launch; any
     # other flush launch runs after it.
     ws_waits = lead and ws_flush and cfg.flush_stream  # ws_flush: a CUDA device
-    sync = ring_sync_words(batch, groups, x.device) if lead else None
+    sync = ring_sync_counters(batch, x.device) if lead else None
     if not lead:
         _ring_kernel[(batch, groups)](
             ring_dt, ring_B, committed, flush_at, dt, A, B, C, bias_, idx_, coef, info,
@@ -429,7 +429,7 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
         ahead = min(cfg.ring_lead_rows, batch)
         _lead_kernel[((ahead + batch) * groups + batch * heads * tiles,)](
             checkpoint, ring_x, ring_dt, ring_B, committed, flush_at, x, dt, A, B, C, D_, z_, bias_, idx_, y, coef,
-            info, sync, int(window), pad_slot_id, lo, hi, batch * groups, words_at(batch), ahead,
+            info, sync, ring_sync_words(batch, groups, x.device), int(window), pad_slot_id, lo, hi, batch * groups, ahead,
             s_ck_slot, s_ck_head, s_ck_p, s_rx_slot, s_rx_head, s_rx_j, s_rdt_slot, s_rdt_head, s_rB_slot, s_rB_group,
             s_rB_j, s_x_row, s_x_head, s_dt_row, s_B_row, s_B_group, s_C_row, s_C_group, s_z_row, s_z_head, s_y_row,
             s_y_head, GROUPS=groups, HEADS_PER_GROUP=heads // groups, P=head_dim, N=d_state, CAP=capacity,

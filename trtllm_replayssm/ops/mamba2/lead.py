@@ -35,8 +35,8 @@ __all__ = ["_lead_kernel"]
 @triton.jit
 def _lead_kernel(
     ckpt_ptr, ring_x_ptr, ring_dt_ptr, ring_B_ptr, committed_ptr, flush_at_ptr,
-    x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, dt_bias_ptr, idx_ptr, y_ptr, coef_ptr, info_ptr, sync_ptr,
-    window, pad_slot_id, dt_min, dt_max, ring_programs, words_from, lead_rows,
+    x_ptr, dt_ptr, A_ptr, B_ptr, C_ptr, D_ptr, z_ptr, dt_bias_ptr, idx_ptr, y_ptr, coef_ptr, info_ptr, sync_ptr, words_ptr,
+    window, pad_slot_id, dt_min, dt_max, ring_programs, lead_rows,
     s_ck_slot, s_ck_head, s_ck_p, s_rx_slot, s_rx_head, s_rx_j, s_rdt_slot, s_rdt_head, s_rB_slot, s_rB_group, s_rB_j,
     s_x_row, s_x_head, s_dt_row, s_B_row, s_B_group, s_C_row, s_C_group, s_z_row, s_z_head, s_y_row, s_y_head,
     GROUPS: tl.constexpr, HEADS_PER_GROUP: tl.constexpr, P: tl.constexpr, N: tl.constexpr, CAP: tl.constexpr,
@@ -52,9 +52,10 @@ def _lead_kernel(
     """Programs ``[0, ring_programs)``: ``_ring_kernel``'s ``(row, group)`` programs, row-major,
     each publishing its word (``COUNT_DONE``: also counted for a waiting warp-specialised flush
     launch); the rest: ``_stream_kernel``'s programs of a step whose flush rows go to the flush
-    launch (``RING_X``: the ring programs store the token's ring ``x`` entry). ``words_from``:
-    ``ring_sync.words_at(batch)``; ``BLOCK_PH``: ``head_dim`` rounded up to a power of two (the
-    ring programs' ``x`` entry), ``BLOCK_P`` the stream tiles' rows. ``LEAD_ROWS`` 0: every ring
+    launch (``RING_X``: the ring programs store the token's ring ``x`` entry). ``sync_ptr`` /
+    ``words_ptr``: ``ring_sync.ring_sync_counters`` / ``ring_sync_words``; ``BLOCK_PH``:
+    ``head_dim`` rounded up to a power of two (the ring programs' ``x`` entry), ``BLOCK_P`` the
+    stream tiles' rows. ``LEAD_ROWS`` 0: every ring
     program first; else (``lead_rows``: it, at most the batch) the first ``lead_rows`` rows' ring
     programs, then for each row ``r`` the ring programs of row ``r + lead_rows`` followed by row
     ``r``'s stream programs (grid: ``lead_rows x groups + batch x (groups + heads x tiles)``)."""
@@ -90,7 +91,7 @@ def _lead_kernel(
             # The row's cursors as that work read them (L1 hits): what the word and the cursor move take.
             slot, live, c, is_flush = _ring_cursors(idx_ptr, committed_ptr, flush_at_ptr, row, pad_slot_id, CAP,
                                                     HAS_INDICES)
-            publish_ring(sync_ptr, words_from, row, g, live, c, is_flush, HEADS_PER_GROUP * TILES, committed_ptr,
+            publish_ring(sync_ptr, words_ptr, row, g, live, c, is_flush, HEADS_PER_GROUP * TILES, committed_ptr,
                          flush_at_ptr, slot, window, GROUPS, COUNT_DONE, FENCE)
     else:
         pid_p = t % TILES
@@ -103,7 +104,7 @@ def _lead_kernel(
         mask_p = offs_p < P
         mask_n = offs_n < N
         slot, live = _slot_of(idx_ptr, row, pad_slot_id, HAS_INDICES)
-        word = word_of(sync_ptr, words_from, row, g, live, GROUPS)
+        word = word_of(words_ptr, row, g, live, GROUPS)
         # The row's c and flush flag come with the word (ring_sync.py). A row known to flush reads
         # no tile here (the flush launch folds it); where the word is not there yet (the launch's
         # first programs) the tile is loaded on the guess that the row does not, and is in flight
@@ -113,7 +114,7 @@ def _lead_kernel(
         S = _checkpoint_tile(ckpt_ptr + slot * s_ck_slot + h * s_ck_head + offs_p[:, None] * s_ck_p + offs_n[None, :],
                              live_p, mask_n)
         if live:
-            word = await_word(sync_ptr, words_from, row, g, word, GROUPS, FENCE)
+            word = await_word(words_ptr, row, g, word, GROUPS, FENCE)
         c = tl.where(live, word_ring_length(word), 0)
         is_flush = live & word_flushes(word)
         if not is_flush:

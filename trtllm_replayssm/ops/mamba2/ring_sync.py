@@ -20,11 +20,14 @@ With a warp-specialised flush launch beside it (``flush_ws.cu`` compiled with ``
 ring programs also count themselves in word 0; the flush blocks wait for all of them, count
 themselves in word 1, and the last re-zeroes both.
 
-Words (int32, zero between launches, so one buffer per device serves every launch: the launches of
-one family never run at once, and the buffer grows only outside a CUDA-graph capture, as
-``_arrivals.py``'s counters): ``[0]`` ring programs done, ``[1]`` flush blocks that saw it, then
-one arrival counter per batch row (from ``ARRIVALS_AT``), then one word per ``(row, group)``
-(from ``words_at(batch)``).
+Two int32 buffers per device, each kept by ``_arrivals.arrival_counters`` (they grow only outside
+a CUDA-graph capture, and an outgrown one stays alive for the graphs captured on it); the launches
+of one family never run at once. The counters (``ring_sync_counters``) are zero between launches:
+``[0]`` ring programs done, ``[1]`` flush blocks that saw it, then one arrival counter per batch
+row (from ``ARRIVALS_AT``). The words (``ring_sync_words``), one per ``(row, group)``, have a zero
+count between launches but keep the last step's ``c`` and flush bit above it; they have a buffer
+of their own because where a word stands depends on the batch and the group count, and a leftover
+word read as another shape's arrival counter would never reach its count (the cursors would stop).
 
 On the device every thread of a ring program fences its stores (``fence.acq_rel.gpu``) before the
 program's barrier and word, and a waiting program fences after it sees the word: the word is one
@@ -40,7 +43,7 @@ import triton.language as tl
 
 from .._arrivals import arrival_counters
 
-__all__ = ["ARRIVALS_AT", "MAX_POLLS", "ring_sync_words", "sync_words_needed", "words_at"]
+__all__ = ["ARRIVALS_AT", "MAX_POLLS", "ring_sync_counters", "ring_sync_words"]
 
 ARRIVALS_AT = 2
 _ARRIVALS_AT = tl.constexpr(ARRIVALS_AT)  # the same, for the jitted functions
@@ -49,26 +52,26 @@ _ARRIVALS_AT = tl.constexpr(ARRIVALS_AT)  # the same, for the jitted functions
 #: program not started, ``lead.py``) fails the step instead of hanging the GPU.
 MAX_POLLS = 1 << 22
 _MAX_POLLS = tl.constexpr(MAX_POLLS)
+_COUNTERS: dict[torch.device, torch.Tensor] = {}
 _WORDS: dict[torch.device, torch.Tensor] = {}
 
 
-def words_at(batch: int) -> int:
-    """Where the ``(row, group)`` words start."""
-    return ARRIVALS_AT + batch
+def _grown(cache: dict, what: str, count: int, device: torch.device) -> torch.Tensor:
+    def capture_error() -> Exception:
+        return RuntimeError(
+            f"LaunchConfig.ring_in_stream: the {what} of {device} must grow to {count} inside a CUDA-graph capture; "
+            "run one step at this batch size before capturing")
+    return arrival_counters(cache, count, device, capture_error)
 
 
-def sync_words_needed(batch: int, groups: int) -> int:
-    """Words a step of ``batch`` rows and ``groups`` groups uses."""
-    return words_at(batch) + batch * groups
+def ring_sync_counters(batch: int, device: torch.device) -> torch.Tensor:
+    """The device's zeroed counters: ``ARRIVALS_AT + batch`` of them at least."""
+    return _grown(_COUNTERS, "sync counters", ARRIVALS_AT + batch, device)
 
 
 def ring_sync_words(batch: int, groups: int, device: torch.device) -> torch.Tensor:
-    """The device's zeroed sync words, at least :func:`sync_words_needed` of them."""
-    def capture_error() -> Exception:
-        return RuntimeError(
-            f"LaunchConfig.ring_in_stream: the sync words of {device} must grow to {sync_words_needed(batch, groups)} "
-            "inside a CUDA-graph capture; run one step at this batch size before capturing")
-    return arrival_counters(_WORDS, sync_words_needed(batch, groups), device, capture_error)
+    """The device's words (counts zero): ``batch x groups`` of them at least."""
+    return _grown(_WORDS, "sync words", batch * groups, device)
 
 
 @triton.jit
@@ -79,7 +82,7 @@ def _fence_gpu(v):
 
 
 @triton.jit
-def publish_ring(sync_ptr, words_from, row, g, live, c, is_flush, consumers, committed_ptr, flush_at_ptr, slot,
+def publish_ring(sync_ptr, words_ptr, row, g, live, c, is_flush, consumers, committed_ptr, flush_at_ptr, slot,
                  window, GROUPS: tl.constexpr, COUNT_DONE: tl.constexpr, FENCE: tl.constexpr):
     """After a ring program's stores: for a live row the ``(row, g)`` word for ``consumers``
     stream programs; with ``COUNT_DONE`` (a waiting warp-specialised flush launch) the ring
@@ -91,7 +94,7 @@ def publish_ring(sync_ptr, words_from, row, g, live, c, is_flush, consumers, com
     if live:
         # The word first: its readers never read the cursors, so they need not wait for the move.
         word = consumers | (tl.where(is_flush, 1, 0) << 16) | (c << 17)
-        tl.atomic_xchg(sync_ptr + words_from + row * GROUPS + g, word, sem="release")
+        tl.atomic_xchg(words_ptr + row * GROUPS + g, word, sem="release")
     if COUNT_DONE:
         tl.atomic_add(sync_ptr, 1, sem="release")
     if live:
@@ -104,12 +107,12 @@ def publish_ring(sync_ptr, words_from, row, g, live, c, is_flush, consumers, com
 
 
 @triton.jit
-def word_of(sync_ptr, words_from, row, g, live, GROUPS: tl.constexpr):
+def word_of(words_ptr, row, g, live, GROUPS: tl.constexpr):
     """The ``(row, g)`` word as it is now (0 for a padded row, which has none): its count is 0
     until the ring program has published it."""
     word = 0
     if live:
-        word = tl.load(sync_ptr + words_from + row * GROUPS + g, volatile=True)
+        word = tl.load(words_ptr + row * GROUPS + g, volatile=True)
     return word
 
 
@@ -121,11 +124,11 @@ def _trap(v):
 
 
 @triton.jit
-def await_word(sync_ptr, words_from, row, g, word, GROUPS: tl.constexpr, FENCE: tl.constexpr):
+def await_word(words_ptr, row, g, word, GROUPS: tl.constexpr, FENCE: tl.constexpr):
     """The ``(row, g)`` word once published (``word``: :func:`word_of`'s, of a live row), this
     program counted out of it. On the device a wait past :data:`MAX_POLLS` reads (seconds, where a
     ring program takes microseconds) ends the launch with an error rather than never."""
-    at = sync_ptr + words_from + row * GROUPS + g
+    at = words_ptr + row * GROUPS + g
     polls = 0
     while (word & 0xFFFF) == 0:
         word = tl.load(at, volatile=True)

@@ -43,6 +43,7 @@ CASES = [
     # The stream launch's registers (56, 18 programs a SM at 2 warps): the one launch otherwise takes 64.
     ("after, 56 regs", dict(ring_in_stream=True, flush_stream=False, max_registers=56)),
     ("beside, 56 regs", dict(ring_in_stream=True, max_registers=56)),
+    ("beside, lead rows 8, 56 regs", dict(ring_in_stream=True, ring_lead_rows=8, max_registers=56)),
 ]
 #: What a case is checked against: the same config with the ring launch and stream launch apart.
 APART = dict(ring_in_stream=False, ring_lead_rows=0)
@@ -178,12 +179,18 @@ def main(argv=None):
     p.add_argument("--limit", type=float, default=90.0, help="seconds a case may take before it counts as a hang")
     p.add_argument("--y-tol", type=float, default=2e-2, help="y's largest difference, relative to the largest |y|")
     p.add_argument("--time", action="store_true", help="then time the default and every case that passed")
+    p.add_argument("--cases", nargs="+", metavar="NAME", help="only these cases (names as CASES spells them)")
     p.add_argument("--time-batch", type=int, default=256)
     p.add_argument("--rounds", type=int, default=20)
     args = p.parse_args(argv)
     dims = tuple(args.dims)
     passed = []  # the cases whose every check at the timed batch passed
+    unknown = set(args.cases or ()) - {name for name, _ in CASES}
+    if unknown:
+        p.error(f"--cases: expected names from {[name for name, _ in CASES]}, got {sorted(unknown)}")
     for name, fields in CASES:
+        if args.cases and name not in args.cases:
+            continue
         good = True
         for batch in args.batch:
             for graph in (False, True):

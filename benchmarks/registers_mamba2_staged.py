@@ -100,25 +100,6 @@ def resources(cfg: decode.LaunchConfig, heads=128, head_dim=64, d_state=128, gro
     return ring, stream, flush
 
 
-def lead_resources(cfg: decode.LaunchConfig, heads=128, head_dim=64, d_state=128, groups=8, cap=16, act="bf16"):
-    """ptxas's line for ``LaunchConfig.ring_in_stream``'s one launch (``ops/mamba2/lead.py``) as
-    the step compiles it on a GPU: the token's ring ``x`` by the ring programs where ``cfg`` says,
-    the item counter zeroed and the ring programs counted for a waiting warp-specialised flush,
-    the fences and the wait's trap on."""
-    from trtllm_replayssm.ops.mamba2 import lead
-
-    fn = lead._lead_kernel
-    types = dict(_types(fn, act), sync_ptr="*i32", words_ptr="*i32", ring_programs="i32", lead_rows="i32")
-    consts = dict(GROUPS=groups, HEADS_PER_GROUP=heads // groups, P=head_dim, N=d_state, CAP=cap,
-                  TILES=triton.cdiv(head_dim, cfg.block_p), BLOCK_P=cfg.block_p, BLOCK_N=triton.next_power_of_2(d_state),
-                  BLOCK_J=max(16, triton.next_power_of_2(cap)), BLOCK_HG=triton.next_power_of_2(heads // groups),
-                  BLOCK_PH=triton.next_power_of_2(head_dim), HAS_DT_BIAS=True, DT_SOFTPLUS=True, HAS_CLAMP=True,
-                  HAS_INDICES=True, HAS_D=True, HAS_Z=True, RING_X=cfg.ring_x_in_ring, ZERO_COUNT=True, COUNT_DONE=True,
-                  DT_SECTOR=cfg.ring_dt_sector, RING_PREFETCH=cfg.ring_prefetch, FENCE=True,
-                  LEAD_ROWS=int(cfg.ring_lead_rows > 0), s_rdt_j=1)
-    return _compile(fn, types, consts, cfg.num_warps, cfg.max_registers, divisible=STRIDES)
-
-
 def main(argv=None):
     import argparse
 

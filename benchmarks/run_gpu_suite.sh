@@ -16,8 +16,7 @@
 #          prefetch of its next item), ws-l2-default (the flush default against the forty-eighth
 #          run's), ws-l2-prefetch (the flush default with and without that prefetch;
 #          ws-l2-prefetch-nano: its flush steps at Nemotron-3-Nano dims), device-launch (a grid
-#          launched from the device inside a graph), ring-in-stream (LaunchConfig.ring_in_stream
-#          checked under a time limit, then timed); default: tests formats bench builder
+#          launched from the device inside a graph); default: tests formats bench builder
 #   limits (seconds) and extra benchmark arguments come from the environment:
 #   GPU_TESTS_LIMIT GPU_TESTS_WORKERS GPU_TESTS_ARGS FORMATS_LIMIT BUILDER_LIMIT BENCH_LIMIT
 #   MAMBA2_BENCH_ARGS GDN_BENCH_ARGS KDA_BENCH_ARGS PAPER_ROOT
@@ -184,12 +183,6 @@ for what in "$@"; do
     # all-flush one (device-launched against host-launched grids); needs nvcc. ~1 min.
     device-launch)
       step probe_device_launch "${BENCH_LIMIT:-240}" python3 benchmarks/probe_device_launch.py --rounds 30 ;;
-    # LaunchConfig.ring_in_stream (the ring launch's programs leading the stream launch's grid): each
-    # form checked against the default step in a child process under a time limit (a step that never
-    # ends is reported, not waited for), then timed against the default. Run it before the GPU tests,
-    # which include the option's. ~3-5 min.
-    ring-in-stream)
-      step probe_ring_in_stream "${BENCH_LIMIT:-540}" python3 benchmarks/probe_ring_in_stream.py --time --limit 60 ;;
     # The L2 flush before each timed replay: what the form that zeroes a buffer (the default, every
     # table so far) leaves to the replay, against one that reads it; then the Mamba-2 target
     # batches under each, in one process each. ~3 min.
@@ -200,7 +193,7 @@ for what in "$@"; do
           --l2-flush "$mode" --dims nemotron_h --batches 256 128 512 --repeats 2 --json "$OUT/mamba2_flush_$mode.json"
       done ;;
     *) echo "unknown step $what (expected tests, formats, builder, bench, bench-mamba2, paper, options-tests," \
-            "options-nonflush, parts, options-flush, options-stream-tiles, options-ws-l2, ws-l2-default, ws-l2-prefetch, ws-l2-prefetch-nano, device-launch, ring-in-stream, l2-flush)"; exit 2 ;;
+            "options-nonflush, parts, options-flush, options-stream-tiles, options-ws-l2, ws-l2-default, ws-l2-prefetch, ws-l2-prefetch-nano, device-launch, l2-flush)"; exit 2 ;;
   esac
 done
 exit $status

@@ -44,10 +44,6 @@ for sm in json.loads(sys.argv[2]):
     options = dataclasses.replace(mamba2.launch_config("replay", 64, 128, 256), compact_coef=True, stream_tiles=64,
                                   ring_dt_sector=True)
     out[f"{sm} mamba2 options"] = dict(zip(("ring", "stream", "flush"), rm.resources(options)))
-    lead = dataclasses.replace(mamba2.launch_config("replay", 64, 128, 256), ring_in_stream=True, max_registers=56)
-    out[f"{sm} mamba2 ring_in_stream"] = {
-        "lead": rm.lead_resources(lead),
-        "lead rows": rm.lead_resources(dataclasses.replace(lead, ring_lead_rows=8))}
     for kind, dims in {"gdn": (32, 16, 128, 128), "kda": (32, 32, 128, 128)}.items():
         for refold in (False, True):
             variant = delta.default_variant(256, kind == "kda", refold, dims[3], 32)  # the staged step
@@ -80,10 +76,9 @@ def resources():
 @pytest.mark.parametrize("sm", TARGETS)
 def test_every_default_kernel_assembles(resources, sm):
     keys = [k for k in resources if k.startswith(f"{sm} ")]
-    assert len(keys) == 8
+    assert len(keys) == 7
     for key in keys:
-        assert set(resources[key]) == ({"step"} if key.endswith("one-launch") else {"lead", "lead rows"}
-                                       if key.endswith("ring_in_stream") else {"ring", "stream", "flush"})
+        assert set(resources[key]) == ({"step"} if key.endswith("one-launch") else {"ring", "stream", "flush"})
         for name, (regs, _, _) in resources[key].items():
             assert 0 < regs <= 255, (key, name)
 
@@ -107,17 +102,6 @@ def test_mamba2_step_options_do_not_spill(resources, sm):
     # assemble for Blackwell too, without spills.
     for name, (regs, spilled, _) in resources[f"{sm} mamba2 options"].items():
         assert spilled == 0 and regs <= 255, (sm, name, regs, spilled)
-
-
-@pytest.mark.parametrize("sm", TARGETS)
-def test_mamba2_ring_in_stream_keeps_the_stream_launch_residency(resources, sm):
-    # LaunchConfig.ring_in_stream's one launch (ring programs ahead of the stream programs) at the
-    # stream kernel's registers (56 on sm_90: 18 two-warp programs per SM) when capped at 56,
-    # without spills (64 uncapped, the guessed tile held across the wait), with every ring program
-    # first or ring_lead_rows.
-    stream_regs = resources[f"{sm} mamba2"]["stream"][0]
-    for name, (regs, spilled, _) in resources[f"{sm} mamba2 ring_in_stream"].items():
-        assert spilled == 0 and regs <= max(56, stream_regs), (sm, name, regs, spilled, stream_regs)
 
 
 @pytest.mark.parametrize("sm", [100, 103])

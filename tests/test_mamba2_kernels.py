@@ -139,22 +139,6 @@ STAGED_INTERPRETER = [
     ((6, 20, 16, 2), dict(block_p=32, fold="loop", num_warps=2, flush_launch=True, flush_persistent=1,
                           flush_list_items="heads", flush_heads=3, flush_block_p=16, ring_x_in_ring=True,
                           compact_coef=True, stream_tiles=8)),
-    # the ring programs leading the stream launch's grid (ring_in_stream): the ring x entry stored
-    # by the ring programs or by the stream tiles; 3 heads per group; a masked 32-row tile of
-    # head_dim 20; the flush launch after the one launch
-    ((6, 80, 16, 2), dict(block_p=16, fold="tf32x3", num_warps=2, flush_launch=True, flush_heads=3,
-                          flush_block_p=16, ring_x_in_ring=True, ring_in_stream=True)),
-    ((6, 20, 24, 2), dict(block_p=32, fold="loop", num_warps=2, flush_launch=True, flush_persistent=1,
-                          flush_list_items="heads", flush_heads=3, flush_block_p=16, ring_in_stream=True,
-                          flush_stream=True)),
-    ((4, 32, 16, 1), dict(block_p=8, fold="fma", num_warps=2, flush_launch=True, flush_heads=4, ring_x_in_ring=True,
-                          ring_in_stream=True, ring_dt_sector=True)),
-    # ... with each row's ring programs one / two rows ahead of its stream programs (ring_lead_rows;
-    # 2 of 3 rows: the first block's ring programs are the last row's, later blocks' none)
-    ((6, 80, 16, 2), dict(block_p=16, fold="tf32x3", num_warps=2, flush_launch=True, flush_heads=3,
-                          flush_block_p=16, ring_x_in_ring=True, ring_in_stream=True, ring_lead_rows=1)),
-    ((4, 32, 24, 2), dict(block_p=16, fold="loop", num_warps=2, flush_launch=True, flush_heads=2,
-                          ring_in_stream=True, ring_lead_rows=2)),
 ]
 
 
@@ -174,22 +158,6 @@ def test_flush_ws_taper_needs_the_counter():
     for bad in (-1, 17, True, 2.0):
         with pytest.raises(ValueError, match=r"flush_ws_taper: expected an int in \[0, 16\]"):
             decode.LaunchConfig(**ws, flush_ws_order="auto", flush_ws_taper=bad)
-
-
-def test_ring_in_stream_needs_the_one_launch_form():
-    base = dict(kernel="staged", flush_launch=True, ring_in_stream=True)
-    assert decode.LaunchConfig(**base).ring_in_stream
-    for bad in (dict(flush_launch=False), dict(stream_tiles=4), dict(rows_fastest=True), dict(compact_coef=True)):
-        with pytest.raises(ValueError, match="ring_in_stream: needs flush_launch=True, stream_tiles=1"):
-            decode.LaunchConfig(**dict(base, **bad))
-    with pytest.raises(ValueError, match="ring_in_stream: expected a bool, got 1"):
-        decode.LaunchConfig(**dict(base, ring_in_stream=1))
-    assert decode.LaunchConfig(**base, ring_lead_rows=8).ring_lead_rows == 8
-    for bad in (-1, True, 2.0):
-        with pytest.raises(ValueError, match=r"ring_lead_rows: expected an int >= 0, got"):
-            decode.LaunchConfig(**base, ring_lead_rows=bad)
-    with pytest.raises(ValueError, match="ring_lead_rows: > 0 needs ring_in_stream=True"):
-        decode.LaunchConfig(kernel="staged", flush_launch=True, ring_lead_rows=4)
 
 
 def test_flush_ws_l2_ahead_needs_the_ws_flush():
@@ -407,28 +375,6 @@ def test_replay_default_large_batch_gpu(dims, dtype):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-@pytest.mark.parametrize("dims", [(4, 64, 128, 2), (4, 80, 128, 2), (4, 128, 128, 2), (6, 80, 80, 3)])
-def test_ring_in_stream_large_batch_gpu(dims, dtype):
-    # The default step from batch 128 with the ring programs leading the stream launch's grid
-    # (ring_in_stream; the warp-specialised flush waiting for them at d_state 128), staggered.
-    cfg = dataclasses.replace(decode.launch_config("replay", dims[1], dims[2], 130), ring_in_stream=True)
-    check_replay(dims, dtype, 130, window=8, steps=20, device="cuda", run=kernel_replay(cfg), stagger=True)
-
-
-@pytest.mark.gpu
-@pytest.mark.parametrize("stagger", [False, True], ids=["in-phase", "staggered"])
-def test_ring_in_stream_nemotron_dims_batch_256_gpu(stagger):
-    # Nemotron-H dims at the target batch: 2048 ring programs ahead of 131072 stream programs, the
-    # flush rows all in one step (in phase) or spread; the fp32 checkpoint within 1e-5.
-    for lead_rows in (0, 8):
-        cfg = dataclasses.replace(decode.launch_config("replay", 64, 128, 256), ring_in_stream=True,
-                                  ring_lead_rows=lead_rows)
-        check_replay((128, 64, 128, 8), torch.bfloat16, 256, 4, 9, "cuda", run=kernel_replay(cfg), stagger=stagger,
-                     ckpt_tol=1e-5)
-
-
-@pytest.mark.gpu
 @pytest.mark.parametrize("fold_dot,prefetch", [(True, False), (False, False), (False, True)])
 def test_replay_nemotron_dims_four_windows_gpu(fold_dot, prefetch):
     # The accuracy target: the fp32 checkpoint after flushes within 1e-5 of float64, L=16.
@@ -566,17 +512,12 @@ SIDE_STREAM_GRAPH_CONFIGS = [
     dict(fold="bf16x3", flush_heads=4, ring_x_in_ring=True),
     # ... and a non-flush row's ring terms compact (compact_coef)
     dict(fold="bf16x3", flush_heads=4, ring_x_in_ring=True, compact_coef=True),
-    # the ring programs leading the stream launch's grid (ring_in_stream), the flush launch after
-    # it; and the warp-specialised flush waiting for them on the side stream
-    dict(fold="bf16x3", flush_heads=4, ring_x_in_ring=True, ring_in_stream=True),
-    dict(fold="bf16x3", ring_x_in_ring=True, ring_in_stream=True, flush_impl="cuda_ws", flush_ws_order="auto"),
 ]
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("seed,params", list(enumerate(SIDE_STREAM_GRAPH_CONFIGS, start=6)),
-                         ids=["side_stream", "heads_list", "ring_x_in_ring", "compact_coef", "ring_in_stream",
-                              "ring_in_stream_ws"])
+                         ids=["side_stream", "heads_list", "ring_x_in_ring", "compact_coef"])
 def test_staged_flush_stream_cuda_graph_equals_eager(seed, params):
     # Window 4; a captured step replayed against eager calls, state and outputs bit for bit.
     dims = (16, 64, 128, 2)
@@ -618,23 +559,3 @@ def test_replay_step_torch_compile_fullgraph_gpu():
         assert torch.equal(y_c, y_e)
     for name, t in twin.tensors().items():
         assert torch.equal(t, state.tensors()[name]), name
-
-
-@pytest.mark.skipif(HAS_CUDA, reason="interpreter test; test_ring_in_stream_batches_in_turn_gpu covers it on CUDA")
-def test_ring_in_stream_batches_in_turn_interpreter():
-    # One process, one device's sync buffers, steps at several batch sizes and group counts in turn
-    # (as layers of different shapes, or tests, share them): a word's leftover ring length and
-    # flush bit from one batch must never be read as another batch's arrival count.
-    cfg = decode.LaunchConfig(block_p=16, fold="tf32x3", num_warps=2, kernel="staged", flush_launch=True,
-                              flush_heads=2, ring_in_stream=True)
-    for batch, dims in ((2, (4, 16, 16, 2)), (5, (4, 16, 16, 1)), (3, (4, 16, 16, 2))):
-        check_replay(dims, torch.float32, batch, 4, 7, "cpu", run=kernel_replay(cfg), stagger=True)
-
-
-@pytest.mark.gpu
-def test_ring_in_stream_batches_in_turn_gpu():
-    # The interpreter test's sequence on the device, with the warp-specialised flush waiting beside
-    # the one launch (the default from batch 128 at d_state 128) at three batches and group counts.
-    cfg = dataclasses.replace(decode.launch_config("replay", 64, 128, 256), ring_in_stream=True)
-    for batch, dims in ((130, (8, 64, 128, 2)), (3, (8, 64, 128, 1)), (64, (8, 64, 128, 4)), (200, (8, 64, 128, 2))):
-        check_replay(dims, torch.bfloat16, batch, 8, 20, "cuda", run=kernel_replay(cfg), stagger=True)

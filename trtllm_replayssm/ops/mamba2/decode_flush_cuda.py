@@ -46,7 +46,6 @@ from .. import _nvrtc
 from .._flush_rows import KINDS as _KINDS
 from .._flush_rows import checkpoint_reason, chunked, launch_plan
 from .._flush_rows import source as _source
-from . import ring_sync as _ring_sync
 from .launch import WS_ORDERS
 
 __all__ = ["THREADS", "WS_CONSUMERS", "WS_MAX_STAGES", "WS_STREAM_RESERVE", "defines", "flush_rows_cuda",
@@ -63,9 +62,8 @@ _P = ctypes.c_void_p
 _I32, _I64 = ctypes.c_int32, ctypes.c_int64
 #: ``mamba2_flush_rows``'s parameters: 12 pointers, the batch, 16 strides (the rows' strides are defines).
 SIGNATURE = (_P,) * 12 + (_I32,) + (_I64,) * 16
-#: ``mamba2_flush_ws``'s: those, then the item counter, the ring sync words and the ring programs
-#: to wait for (``LaunchConfig.ring_in_stream``; read only where compiled with ``WAIT_RING``).
-WS_SIGNATURE = SIGNATURE + (_P, _P, _I32)
+#: ``mamba2_flush_ws``'s: those, then the item counter.
+WS_SIGNATURE = SIGNATURE + (_P,)
 
 
 KERNEL_FILE = str(Path(__file__).with_name("flush_cuda.cu"))
@@ -304,13 +302,12 @@ def ws_unsupported(checkpoint: torch.Tensor, ring_x: torch.Tensor, ring_B: torch
 
 def ws_defines(heads: int, groups: int, head_dim: int, d_state: int, capacity: int, x_dtype, bc_dtype, ring_dtype,
                d_dtype, has_d: bool, has_z: bool, idx_dtype, stages: int, order: str = "stride",
-               chunk: int = 4, taper: int = 0, l2_ahead: int = 0, wait_ring: bool = False) -> dict:
+               chunk: int = 4, taper: int = 0, l2_ahead: int = 0) -> dict:
     """The ``-D`` values ``flush_ws.cu`` is compiled with; ``order``: how a block takes its items
     (:data:`WS_ORDERS`; ``ORDER`` is its index), ``chunk``: consecutive items per take from the counter,
     ``taper``: > 0, one item a take once fewer than ``taper`` chunks a block remain
     (``LaunchConfig.flush_ws_taper``), ``l2_ahead``: 0, or the producer asks the L2 for each item
-    this many loads before its own (1 or 2; ``LaunchConfig.flush_ws_l2_ahead``), ``wait_ring``: its
-    blocks first wait for the ring programs of the launch beside it (``LaunchConfig.ring_in_stream``)."""
+    this many loads before its own (1 or 2; ``LaunchConfig.flush_ws_l2_ahead``)."""
     if order not in WS_ORDERS:
         raise ValueError(f"order: expected one of {WS_ORDERS}, got {order!r}")
     if chunk < 1:
@@ -327,14 +324,12 @@ def ws_defines(heads: int, groups: int, head_dim: int, d_state: int, capacity: i
                 BC_KIND=_KINDS[bc_dtype], RING_KIND=_KINDS[ring_dtype],
                 D_KIND=_KINDS.get(d_dtype, 0) if has_d else 0, HAS_D=int(has_d), HAS_Z=int(has_z),
                 HAS_INDICES=int(idx_dtype is not None), IDX_64=int(idx_dtype == torch.int64),
-                ORDER=WS_ORDERS.index(order), CHUNK=chunk, TAPER=taper, L2_AHEAD=l2_ahead, WAIT_RING=int(wait_ring),
-                WAIT_RING_POLLS=_ring_sync.MAX_POLLS)
+                ORDER=WS_ORDERS.index(order), CHUNK=chunk, TAPER=taper, L2_AHEAD=l2_ahead)
 
 
 def flush_rows_ws(checkpoint, ring_x, ring_B, coef, info, x, B, C, D, z, idx, y, batch, strides, capacity,
                   stages: int = 0, counter: torch.Tensor | None = None, chunk: int = 4, order: str | None = None,
-                  max_stages: int = 0, taper: int = 0, l2_ahead: int = 0, ring_sync: torch.Tensor | None = None,
-                  ring_programs: int = 0):
+                  max_stages: int = 0, taper: int = 0, l2_ahead: int = 0):
     """Launch ``mamba2_flush_ws`` on the current stream: the arguments of :func:`flush_rows_cuda`
     (its ``strides``: the staged step's 16 flush strides), for a step :func:`ws_unsupported`
     accepts. ``coef`` must start on a 16-byte boundary with 12 readable bytes past its end (its
@@ -350,10 +345,7 @@ def flush_rows_ws(checkpoint, ring_x, ring_B, coef, info, x, B, C, D, z, idx, y,
     item a take once fewer than ``taper`` chunks a block remain (0: ``chunk`` to the end).
     ``l2_ahead`` (``LaunchConfig.flush_ws_l2_ahead``): 0, or the producer asks the L2 for an
     item's checkpoint tile and ring ``x`` this many loads (1 or 2) before its own, while its stages
-    are all busy; with ``"auto"``, only in the steps that take the counter's order. ``ring_sync``
-    (``ops/mamba2/ring_sync.py``'s int32 words): the blocks first wait until word 0 counts
-    ``ring_programs`` ring programs done (those of ``LaunchConfig.ring_in_stream``'s one launch,
-    running beside this one), and the last block to have seen it re-zeroes words 0 and 1."""
+    are all busy; with ``"auto"``, only in the steps that take the counter's order."""
     order = order or ("stride" if counter is None else "counter")
     if order not in WS_ORDERS:
         raise ValueError(f"order: expected one of {WS_ORDERS}, got {order!r}")
@@ -369,22 +361,17 @@ def flush_rows_ws(checkpoint, ring_x, ring_B, coef, info, x, B, C, D, z, idx, y,
         raise ValueError("coef: expected contiguous fp32 lines from a 16-byte boundary with 12 readable bytes past "
                          "the last (decode_staged allocates it so)")
     index = x.device.index if x.device.index is not None else torch.cuda.current_device()
-    if ring_sync is not None and (ring_sync.dtype != torch.int32 or ring_sync.numel() < 2 or
-                                  ring_sync.device != x.device or ring_programs < 1):
-        raise ValueError(f"ring_sync: expected >= 2 int32 words on {x.device} and ring_programs >= 1, got "
-                         f"{ring_sync.dtype} x {ring_sync.numel()} on {ring_sync.device}, {ring_programs}")
     sizes = (ring_B.element_size(), B.element_size(), x.element_size(), z is not None)
     most = _ws_most_stages(index, batch, heads, head_dim, d_state, capacity, *sizes)
     stages = ws_pick_stages(stages, max_stages, most)
     defs = ws_defines(heads, groups, head_dim, d_state, capacity, x.dtype, B.dtype, ring_x.dtype,
                       None if D is None else D.dtype, D is not None, z is not None,
-                      None if idx is None else idx.dtype, stages, order, chunk, taper, l2_ahead, ring_sync is not None)
+                      None if idx is None else idx.dtype, stages, order, chunk, taper, l2_ahead)
     shared = ws_shared_bytes(batch, heads, head_dim, d_state, capacity, *sizes, stages)
     threads = defs["THREADS"]
     kernel, blocks = launch_plan(WS_FILE, "mamba2_flush_ws", WS_SIGNATURE, tuple(defs.items()), index, batch * heads,
                                  shared, threads)
     ptrs = _pointers(checkpoint, ring_x, ring_B, coef, info, x, B, C, D, z, idx, y)
     count_at = (checkpoint if counter is None else counter).data_ptr()  # never read in the stride order
-    sync_at = (checkpoint if ring_sync is None else ring_sync).data_ptr()  # read only with WAIT_RING
-    kernel.launch(blocks, threads, shared, (*ptrs, batch, *strides, count_at, sync_at, ring_programs),
+    kernel.launch(blocks, threads, shared, (*ptrs, batch, *strides, count_at),
                   torch.cuda.current_stream(x.device).cuda_stream)

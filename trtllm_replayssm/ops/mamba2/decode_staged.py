@@ -59,9 +59,6 @@ Every flush program asks the L2 for its next tile before each tile's load
 ``flush_impl="cuda"`` replaces the flush launch by its CUDA C++ twin (``decode_flush_cuda.py``),
 ``flush_impl="cuda_ws"`` by that twin's warp-specialised form (``flush_ws.cu``) where it serves
 (the default from batch 128 at ``d_state`` 128).
-
-``ring_in_stream`` (an option, not yet timed) makes launches 1 and 2 one launch whose grid puts
-the ring programs ahead of the stream programs (``lead.py``, ``ring_sync.py``).
 """
 
 from __future__ import annotations
@@ -77,9 +74,7 @@ from .._side_stream import fork, join
 from .._tf32 import fp32_dot
 from .decode_flush_cuda import flush_rows_cuda, flush_rows_ws, unsupported, ws_unsupported
 from .decode import _common, _mixer_gate, _mixer_output, _slot_of, _state_strides
-from .lead import _lead_kernel
 from .ring import _ring_kernel
-from .ring_sync import ring_sync_counters, ring_sync_words
 from .stream import _fold_ring, _ring_B_tile, _stream_kernel, _stream_walk
 
 __all__ = ["flush_heads_per_program", "flush_register_cap", "replay_step_staged"]
@@ -337,26 +332,20 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
     info = torch.empty(batch, 2, dtype=torch.int32, device=x.device)
     block_n = triton.next_power_of_2(d_state)
     ring_x_here = cfg.ring_x_in_ring  # LaunchConfig allows it only with flush_launch
-    lead = cfg.ring_in_stream  # the ring programs lead the stream launch's grid (lead.py)
-    # The warp-specialised flush launch waits for the ring programs beside the one launch; any
-    # other flush launch runs after it.
-    ws_waits = lead and ws_flush and cfg.flush_stream  # ws_flush: a CUDA device
-    sync = ring_sync_counters(batch, x.device) if lead else None
-    if not lead:
-        _ring_kernel[(batch, groups)](
-            ring_dt, ring_B, committed, flush_at, dt, A, B, C, bias_, idx_, coef, info,
-            int(window), pad_slot_id, lo, hi,
-            s_rdt_slot, s_rdt_head, s_rB_slot, s_rB_group, s_rB_j, s_dt_row, s_B_row, s_B_group, s_C_row, s_C_group,
-            GROUPS=groups, HEADS_PER_GROUP=heads // groups, N=d_state, CAP=capacity,
-            BLOCK_HG=triton.next_power_of_2(heads // groups), BLOCK_N=block_n, BLOCK_J=block_j,
-            HAS_DT_BIAS=flags["HAS_DT_BIAS"], DT_SOFTPLUS=bool(dt_softplus), HAS_CLAMP=flags["HAS_CLAMP"],
-            HAS_INDICES=flags["HAS_INDICES"], num_warps=cfg.ring_warps,
-            **(dict(ring_x_ptr=ring_x, x_ptr=x, s_rx_slot=s_rx_slot, s_rx_head=s_rx_head, s_rx_j=s_rx_j, s_x_row=s_x_row,
-                    s_x_head=s_x_head, P=head_dim, BLOCK_P=triton.next_power_of_2(head_dim), RING_X=True)
-               if ring_x_here else {}),
-            **(dict(count_ptr=counter, ZERO_COUNT=True) if counter is not None else {}),
-            **compact, DT_SECTOR=cfg.ring_dt_sector, s_rdt_j=s_rdt_j,
-        )
+    _ring_kernel[(batch, groups)](
+        ring_dt, ring_B, committed, flush_at, dt, A, B, C, bias_, idx_, coef, info,
+        int(window), pad_slot_id, lo, hi,
+        s_rdt_slot, s_rdt_head, s_rB_slot, s_rB_group, s_rB_j, s_dt_row, s_B_row, s_B_group, s_C_row, s_C_group,
+        GROUPS=groups, HEADS_PER_GROUP=heads // groups, N=d_state, CAP=capacity,
+        BLOCK_HG=triton.next_power_of_2(heads // groups), BLOCK_N=block_n, BLOCK_J=block_j,
+        HAS_DT_BIAS=flags["HAS_DT_BIAS"], DT_SOFTPLUS=bool(dt_softplus), HAS_CLAMP=flags["HAS_CLAMP"],
+        HAS_INDICES=flags["HAS_INDICES"], num_warps=cfg.ring_warps,
+        **(dict(ring_x_ptr=ring_x, x_ptr=x, s_rx_slot=s_rx_slot, s_rx_head=s_rx_head, s_rx_j=s_rx_j, s_x_row=s_x_row,
+                s_x_head=s_x_head, P=head_dim, BLOCK_P=triton.next_power_of_2(head_dim), RING_X=True)
+           if ring_x_here else {}),
+        **(dict(count_ptr=counter, ZERO_COUNT=True) if counter is not None else {}),
+        **compact, DT_SECTOR=cfg.ring_dt_sector, s_rdt_j=s_rdt_j,
+    )
     sms = _sm_count(x.device) if x.device.type == "cuda" else None
     flush_strides = (s_ck_slot, s_ck_head, s_rx_slot, s_rx_head, s_rB_slot, s_rB_group,
                      s_x_row, s_x_head, s_B_row, s_B_group, s_C_row, s_C_group, s_z_row, s_z_head, s_y_row, s_y_head)
@@ -376,8 +365,7 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
             flush_rows_ws(checkpoint, ring_x, ring_B, coef, info, x, B, C, D_ if flags["HAS_D"] else None,
                           z_ if flags["HAS_Z"] else None, idx_ if flags["HAS_INDICES"] else None, y, batch,
                           flush_strides, capacity, cfg.flush_ws_stages, counter, cfg.flush_ws_chunk,
-                          cfg.flush_ws_order, cfg.flush_ws_max_stages, cfg.flush_ws_taper, cfg.flush_ws_l2_ahead,
-                          ring_sync=sync if ws_waits else None, ring_programs=batch * groups)
+                          cfg.flush_ws_order, cfg.flush_ws_max_stages, cfg.flush_ws_taper, cfg.flush_ws_l2_ahead)
             return
         if cuda_flush:
             flush_rows_cuda(checkpoint, ring_x, ring_B, coef, info, x, B, C, D_ if flags["HAS_D"] else None,
@@ -407,8 +395,8 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
     # so that it runs under it (disjoint rows); joined before returning. (Issued after it, on an
     # H200 the non-flush step took 1.2-1.8 us longer at Nemotron-H 256 and the all-flush step 15-17%
     # longer at 512: forty-fifth run.)
-    side = fork(x.device) if cfg.flush_launch and cfg.flush_stream and (ws_waits or not lead) else None
-    if side is not None and not lead:
+    side = fork(x.device) if cfg.flush_launch and cfg.flush_stream else None
+    if side is not None:
         with torch.cuda.stream(side):
             flush_rows()
     tiles = triton.cdiv(head_dim, cfg.block_p)
@@ -425,24 +413,7 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
         **(dict(compact, ring_dt_ptr=ring_dt, s_rdt_slot=s_rdt_slot, s_rdt_head=s_rdt_head, s_rdt_j=s_rdt_j)
            if compact else {}),
     )
-    if lead:
-        ahead = min(cfg.ring_lead_rows, batch)
-        _lead_kernel[((ahead + batch) * groups + batch * heads * tiles,)](
-            checkpoint, ring_x, ring_dt, ring_B, committed, flush_at, x, dt, A, B, C, D_, z_, bias_, idx_, y, coef,
-            info, sync, ring_sync_words(batch, groups, x.device), int(window), pad_slot_id, lo, hi, batch * groups, ahead,
-            s_ck_slot, s_ck_head, s_ck_p, s_rx_slot, s_rx_head, s_rx_j, s_rdt_slot, s_rdt_head, s_rB_slot, s_rB_group,
-            s_rB_j, s_x_row, s_x_head, s_dt_row, s_B_row, s_B_group, s_C_row, s_C_group, s_z_row, s_z_head, s_y_row,
-            s_y_head, GROUPS=groups, HEADS_PER_GROUP=heads // groups, P=head_dim, N=d_state, CAP=capacity,
-            TILES=tiles, BLOCK_P=cfg.block_p, BLOCK_N=block_n, BLOCK_J=block_j,
-            BLOCK_HG=triton.next_power_of_2(heads // groups), BLOCK_PH=triton.next_power_of_2(head_dim),
-            HAS_DT_BIAS=flags["HAS_DT_BIAS"], DT_SOFTPLUS=bool(dt_softplus),
-            HAS_CLAMP=flags["HAS_CLAMP"], HAS_INDICES=flags["HAS_INDICES"], HAS_D=flags["HAS_D"], HAS_Z=flags["HAS_Z"],
-            RING_X=ring_x_here, ZERO_COUNT=counter is not None, COUNT_DONE=ws_waits, DT_SECTOR=cfg.ring_dt_sector,
-            RING_PREFETCH=cfg.ring_prefetch, FENCE=x.device.type == "cuda", LEAD_ROWS=int(ahead > 0), s_rdt_j=s_rdt_j,
-            count_ptr=counter,
-            num_warps=cfg.num_warps, maxnreg=cfg.max_registers,
-        )
-    elif cfg.stream_tiles > 1:  # LaunchConfig allows it only with flush_launch
+    if cfg.stream_tiles > 1:  # LaunchConfig allows it only with flush_launch
         total = batch * heads * tiles
         _stream_walk[(triton.cdiv(total, cfg.stream_tiles),)](
             checkpoint, ring_x, ring_B, coef, info, committed, flush_at, x, B, C, D_, z_, idx_, y,
@@ -456,12 +427,6 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
             **stream_consts,
         )
     if side is not None:
-        if lead:
-            # Issued after the one launch, though forked before it: the flush launch waits for that
-            # launch's ring programs, so it must never be queued ahead of it (where the two streams
-            # share one hardware queue, or a graph's branches are launched in capture order).
-            with torch.cuda.stream(side):
-                flush_rows()
         join(side, x.device)
     elif cfg.flush_launch:
         flush_rows()

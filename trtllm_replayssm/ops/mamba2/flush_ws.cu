@@ -108,7 +108,7 @@ __device__ __forceinline__ void add_outer(float4 (&acc)[RW], const float* a, flo
 // over it takes 543-579 us against 525-541 us as a grid, and 529-544 us with the passes taken
 // from a counter (probe_memory_rates.py, the thirty-eighth run).
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
-mamba2_flush_ws(MAMBA2_FLUSH_PARAMS, int* __restrict__ item_counter, int* ring_sync, int ring_programs) {
+mamba2_flush_ws(MAMBA2_FLUSH_PARAMS, int* __restrict__ item_counter) {
     extern __shared__ __align__(128) unsigned char buf[];
     u64* full = (u64*)buf;
     u64* empty = full + STAGES;
@@ -128,25 +128,6 @@ mamba2_flush_ws(MAMBA2_FLUSH_PARAMS, int* __restrict__ item_counter, int* ring_s
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
-#if WAIT_RING
-    // The ring programs run in the launch beside this one (LaunchConfig.ring_in_stream,
-    // ops/mamba2/ring_sync.py): wait until all have stored their lines and words, then count this
-    // block; the last block to have seen them re-zeroes both words for the next step.
-    if (tid == 0) {
-        int done;
-        long long polls = 0;
-        do {
-            asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(done) : "l"(ring_sync) : "memory");
-            // Seconds where the ring programs take microseconds: fail the step rather than hang.
-            if (++polls > WAIT_RING_POLLS) __trap();
-        } while (done < ring_programs);
-        if (atomicAdd(ring_sync + 1, 1) == (int)gridDim.x - 1) {
-            ring_sync[0] = 0;
-            ring_sync[1] = 0;
-        }
-    }
-    __syncthreads();
-#endif
     // (its barriers make the initialisation visible to every thread)
     const int flushing = mamba2_number_flush_rows(info, idx, batch, rows, ring_len, slots, warp_count);
     const int items = flushing * HEADS;

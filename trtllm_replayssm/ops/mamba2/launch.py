@@ -136,20 +136,6 @@ class LaunchConfig:
     # call, Nemotron-H 256 non-flush 271.7 us one tile a program, 301.5 / 348.0 walking 32 / 64,
     # 328.3 with 64 in 4 warps; not profiled: fewer programs may keep fewer loads in flight).
     stream_tiles: int = 1
-    # kernel="staged" with flush_launch: the ring launch's programs lead the stream launch's grid
-    # (one launch, lead.py): a stream program takes its row's c and flush flag from a word its
-    # group's ring program publishes (waiting for it where it is not there yet), and the row's last
-    # ring program moves the cursors (ring_sync.py). The warp-specialised flush launch, on the side
-    # stream, waits for every ring program; any other flush launch runs after the one launch. A wait
-    # that outlasts ring_sync.MAX_POLLS reads ends the launch with an error. Its sync words are one
-    # buffer per device, so two of these steps must not run at once on one device (as with the
-    # arrival counters of the one-launch kernels), and it needs one step at a batch size before a
-    # CUDA-graph capture at it (the buffer grows outside captures). Not yet timed.
-    ring_in_stream: bool = False
-    # ring_in_stream: 0, every ring program ahead of the stream programs; or the ring programs of
-    # row r + ring_lead_rows placed just ahead of row r's stream programs (those of the first
-    # ring_lead_rows rows first), so that the ring work runs among the stream programs' loads.
-    ring_lead_rows: int = 0
     # kernel="staged": the ring launch stores the token's dt entry as the 32-byte sector around it
     # (the entries below it rewritten as they are, zeros after it: uncommitted entries), not as one
     # 4-byte word per head, which leaves the sector partly written (ring.py). An option: on an H200
@@ -244,7 +230,7 @@ class LaunchConfig:
                              f"tuple of them, got {self.flush_max_registers!r}")
         if self.flush_stream and not self.flush_launch:
             raise ValueError("LaunchConfig.flush_stream: needs flush_launch=True")
-        for name in ("ring_dt_sector", "ring_x_in_ring", "compact_coef", "ring_in_stream"):
+        for name in ("ring_dt_sector", "ring_x_in_ring", "compact_coef"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"LaunchConfig.{name}: expected a bool, got {getattr(self, name)!r}")
         if self.ring_dt_sector and self.kernel != "staged":
@@ -260,17 +246,6 @@ class LaunchConfig:
         if self.stream_tiles > 1 and (not self.flush_launch or self.rows_fastest):
             # The walk leaves flush rows to the flush launch and numbers tiles in the grid's default order.
             raise ValueError("LaunchConfig.stream_tiles: > 1 needs flush_launch=True and rows_fastest=False")
-        if isinstance(self.ring_lead_rows, bool) or not isinstance(self.ring_lead_rows, int) or self.ring_lead_rows < 0:
-            raise ValueError(f"LaunchConfig.ring_lead_rows: expected an int >= 0, got {self.ring_lead_rows!r}")
-        if self.ring_lead_rows and not self.ring_in_stream:
-            raise ValueError("LaunchConfig.ring_lead_rows: > 0 needs ring_in_stream=True (the one launch it orders)")
-        if self.ring_in_stream and (not self.flush_launch or self.stream_tiles > 1 or self.rows_fastest or
-                                    self.compact_coef):
-            # Its stream programs leave flush rows to the flush launch and come in the grid's
-            # default order (rows last), one tile each, after the ring programs.
-            raise ValueError("LaunchConfig.ring_in_stream: needs flush_launch=True, stream_tiles=1, rows_fastest=False "
-                             f"and compact_coef=False, got {self.flush_launch}, {self.stream_tiles}, "
-                             f"{self.rows_fastest}, {self.compact_coef}")
         if self.flush_launch and self.kernel != "staged":
             raise ValueError("LaunchConfig.flush_launch: needs kernel='staged'")
         if self.flush_launch and self.fold in DOT_FOLDS and self.flush_block_p < 16:

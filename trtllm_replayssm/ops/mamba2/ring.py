@@ -51,16 +51,6 @@ __all__ = []
 
 
 @triton.jit
-def _ring_cursors(idx_ptr, committed_ptr, flush_at_ptr, row, pad_slot_id, CAP: tl.constexpr, HAS_INDICES: tl.constexpr):
-    """``(slot, live, c, is_flush)`` of batch row ``row`` as the ring work reads its cursors (a
-    padded row: ``c`` 0, no flush)."""
-    slot, live = _slot_of(idx_ptr, row, pad_slot_id, HAS_INDICES)
-    c = tl.where(live, tl.load(committed_ptr + slot), 0)
-    is_flush = c + 1 >= tl.where(live, tl.load(flush_at_ptr + slot), CAP + 1)
-    return slot, live, c, is_flush
-
-
-@triton.jit
 def _ring_kernel(
     ring_dt_ptr, ring_B_ptr, committed_ptr, flush_at_ptr,
     dt_ptr, A_ptr, B_ptr, C_ptr, dt_bias_ptr, idx_ptr, coef_ptr, info_ptr,
@@ -74,23 +64,20 @@ def _ring_kernel(
     P: tl.constexpr = 1, BLOCK_P: tl.constexpr = 1, RING_X: tl.constexpr = False,
     count_ptr=None, ZERO_COUNT: tl.constexpr = False,
     terms_ptr=None, scores_ptr=None, COMPACT: tl.constexpr = False, DT_SECTOR: tl.constexpr = False,
-    s_rdt_j: tl.constexpr = 1, row_of=None, group_of=None,
+    s_rdt_j: tl.constexpr = 1,
 ):
     # RING_X: this launch also writes the token's ring x entry (LaunchConfig.ring_x_in_ring), so
     # that the stream launch, which reads the checkpoint, stores only y. ZERO_COUNT: it zeroes the
     # warp-specialised flush launch's item counter (flush_ws_order "counter" or "auto"), which runs after it.
-    # row_of / group_of: the (row, group) of a caller that runs one program's work as a function
-    # (the leading programs of LaunchConfig.ring_in_stream's one launch, lead.py); else the grid's.
-    if row_of is None:
-        row = tl.program_id(0).to(tl.int64)
-        g = tl.program_id(1)
-    else:
-        row = row_of
-        g = group_of
+    row = tl.program_id(0).to(tl.int64)
+    g = tl.program_id(1)
     if ZERO_COUNT:
         if (row == 0) & (g == 0):
             tl.store(count_ptr, 0)
-    slot, live, c, is_flush = _ring_cursors(idx_ptr, committed_ptr, flush_at_ptr, row, pad_slot_id, CAP, HAS_INDICES)
+    slot, live = _slot_of(idx_ptr, row, pad_slot_id, HAS_INDICES)
+    c = tl.where(live, tl.load(committed_ptr + slot), 0)
+    flush_at = tl.load(flush_at_ptr + slot)
+    is_flush = c + 1 >= tl.where(live, flush_at, CAP + 1)
     fits = tl.where(live, c < CAP, False)
     offs_hg = tl.arange(0, BLOCK_HG)
     offs_n = tl.arange(0, BLOCK_N)

@@ -20,7 +20,7 @@ import triton.language as tl
 from .._tf32 import fp32_dot
 from .decode import _mixer_gate, _mixer_output, _program_ids, _slot_of, _tile_lanes
 
-__all__ = ["_checkpoint_tile", "_fold_ring", "_ring_B_tile", "_stream_kernel", "_stream_tile", "_stream_walk"]
+__all__ = ["_fold_ring", "_ring_B_tile", "_stream_kernel", "_stream_walk"]
 
 
 @triton.jit
@@ -71,12 +71,6 @@ def _ring_B_tile(rB_base, offs_j, offs_n, in_ring, mask_n, s_rB_j, CAP: tl.const
 
 
 @triton.jit
-def _checkpoint_tile(ck_ptrs, live_p, mask_n):
-    """A stream tile's checkpoint rows ``[BLOCK_P, BLOCK_N]`` in fp32 (``live_p``: rows to read)."""
-    return tl.load(ck_ptrs, mask=live_p[:, None] & mask_n[None, :], other=0.0).to(tl.float32)
-
-
-@triton.jit
 def _stream_tile(
     ckpt_ptr, ring_x_ptr, ring_B_ptr, coef_ptr, committed_ptr, flush_at_ptr, x_ptr, B_ptr, C_ptr, D_ptr, z_ptr,
     window, row, h, g, slot, live, c, is_flush, offs_p, offs_n, offs_j, mask_p, mask_n,
@@ -85,19 +79,15 @@ def _stream_tile(
     ring_dt_ptr, terms_ptr, scores_ptr, s_rdt_slot, s_rdt_head, s_rdt_j,
     HEADS: tl.constexpr, HEADS_PER_GROUP: tl.constexpr, P: tl.constexpr, N: tl.constexpr, CAP: tl.constexpr,
     BLOCK_J: tl.constexpr, HAS_D: tl.constexpr, HAS_Z: tl.constexpr, FOLD: tl.constexpr, RING_PREFETCH: tl.constexpr,
-    FLUSH_HERE: tl.constexpr, RING_X_STORED: tl.constexpr, COMPACT: tl.constexpr, first_tile, S_loaded,
+    FLUSH_HERE: tl.constexpr, RING_X_STORED: tl.constexpr, COMPACT: tl.constexpr, first_tile,
 ):
     """One checkpoint tile of the stream launch (``_stream_kernel``'s program, ``_stream_walk``'s
     iteration): its rows of ``y`` ``[BLOCK_P]`` fp32 (0 for a padded row), the ring entry and the
-    row's cursors stored (``first_tile``: the row's tile that moves them). ``S_loaded``: None, or
-    the tile as the caller loaded it (``_checkpoint_tile``; fp32, ``lead.py``)."""
+    row's cursors stored (``first_tile``: the row's tile that moves them)."""
     live_p = offs_p < tl.where(live, P, 0)
     ck_ptrs = ckpt_ptr + slot * s_ck_slot + h * s_ck_head + offs_p[:, None] * s_ck_p + offs_n[None, :]
-    if S_loaded is None:
-        # The checkpoint tile is the only large transfer: first, so everything else overlaps it.
-        S = _checkpoint_tile(ck_ptrs, live_p, mask_n)
-    else:
-        S = S_loaded
+    # The checkpoint tile is the only large transfer: first, so everything else overlaps it.
+    S = tl.load(ck_ptrs, mask=live_p[:, None] & mask_n[None, :], other=0.0).to(tl.float32)
     d_h, zv = _mixer_gate(h, row, offs_p, mask_p, D_ptr, z_ptr, s_z_row, s_z_head, HAS_D, HAS_Z)
 
     line = coef_ptr + (row * HEADS + h) * (CAP + 2)
@@ -194,7 +184,7 @@ def _stream_kernel(
         s_x_row, s_x_head, s_B_row, s_B_group, s_C_row, s_C_group, s_z_row, s_z_head,
         ring_dt_ptr, terms_ptr, scores_ptr, s_rdt_slot, s_rdt_head, s_rdt_j,
         HEADS, HEADS_PER_GROUP, P, N, CAP, BLOCK_J, HAS_D, HAS_Z, FOLD, RING_PREFETCH, FLUSH_HERE, RING_X_STORED,
-        COMPACT, (h == 0) & (pid_p == 0), None,
+        COMPACT, (h == 0) & (pid_p == 0),
     )
     tl.store(y_ptr + row * s_y_row + h * s_y_head + offs_p, y.to(y_ptr.dtype.element_ty),
              mask=mask_p)
@@ -253,7 +243,7 @@ def _stream_walk(
                     s_rB_j, s_x_row, s_x_head, s_B_row, s_B_group, s_C_row, s_C_group, s_z_row, s_z_head,
                     ring_dt_ptr, terms_ptr, scores_ptr, s_rdt_slot, s_rdt_head, s_rdt_j,
                     HEADS, HEADS_PER_GROUP, P, N, CAP, BLOCK_J, HAS_D, HAS_Z, FOLD, RING_PREFETCH, False,
-                    RING_X_STORED, COMPACT, (h == 0) & (pid_p == 0), None,
+                    RING_X_STORED, COMPACT, (h == 0) & (pid_p == 0),
                 )
                 here = steps == i
                 y_all = tl.where(here[:, None], y[None, :], y_all)

@@ -18,6 +18,8 @@ def test_arrival_counters_are_zeroed_cached_and_grown():
     grown = arrival_counters(cache, 3000, cpu, _never)
     assert grown.numel() == 3000 and not grown.any() and cache[cpu] is grown
     assert arrival_counters(cache, 5, cpu, _never) is grown
+    # A count one past the size doubles it: creeping counts replace the buffer only a few times.
+    assert arrival_counters(cache, 3001, cpu, _never).numel() == 6000
 
 
 def test_outgrown_counters_stay_allocated():

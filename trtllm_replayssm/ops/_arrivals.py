@@ -23,7 +23,8 @@ __all__ = ["arrival_counters", "replay_cursors", "write_through_cursors"]
 def arrival_counters(
     cache: dict[torch.device, torch.Tensor], count: int, device: torch.device, capture_error: Callable[[], Exception]
 ) -> torch.Tensor:
-    """At least ``count`` (and 1024) zeroed int32 counters on ``device``, kept in ``cache``.
+    """At least ``count`` (and 1024) zeroed int32 counters on ``device``, kept in ``cache``; a
+    buffer that must grow at least doubles.
 
     ``capture_error``: builds the exception raised when the buffer would have to grow inside a
     CUDA-graph capture (the caller names its own argument in it). A buffer that a larger one
@@ -33,14 +34,17 @@ def arrival_counters(
     if buf is None or buf.numel() < count:
         if device.type == "cuda" and torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
             raise capture_error()
+        size = max(count, 1024)
         if buf is not None:
             _OUTGROWN.append(buf)
-        buf = torch.zeros(max(count, 1024), dtype=torch.int32, device=device)
+            # At least doubled, so that the outgrown buffers kept alive stay few however the count creeps up.
+            size = max(size, 2 * buf.numel())
+        buf = torch.zeros(size, dtype=torch.int32, device=device)
         cache[device] = buf
     return buf
 
 
-#: Buffers :func:`arrival_counters` has replaced by larger ones (a few KB each, a few at most).
+#: Buffers :func:`arrival_counters` has replaced by larger ones (each at least doubles: a few at most).
 _OUTGROWN: list[torch.Tensor] = []
 
 

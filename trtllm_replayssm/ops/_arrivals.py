@@ -28,7 +28,7 @@ def arrival_counters(
 
     ``capture_error``: builds the exception raised when the buffer would have to grow inside a
     CUDA-graph capture (the caller names its own argument in it). A buffer that a larger one
-    replaces is kept alive (:data:`_OUTGROWN`): a graph captured at a smaller batch still replays
+    replaces is kept alive (:data:`_OUTGROWN`): a graph captured before the growth still replays
     its launches against it, and they leave it zeroed as they found it."""
     buf = cache.get(device)
     if buf is None or buf.numel() < count:
@@ -44,7 +44,7 @@ def arrival_counters(
     return buf
 
 
-#: Buffers :func:`arrival_counters` has replaced by larger ones (each at least doubles: a few at most).
+#: Buffers :func:`arrival_counters` has replaced by larger ones (few: each growth at least doubles).
 _OUTGROWN: list[torch.Tensor] = []
 
 

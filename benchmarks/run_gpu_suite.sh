@@ -16,8 +16,8 @@
 #          prefetch of its next item), ws-l2-default (the flush default against the forty-eighth
 #          run's), ws-l2-prefetch (the flush default with and without that prefetch;
 #          ws-l2-prefetch-nano: its flush steps at Nemotron-3-Nano dims), device-launch (a grid
-#          launched from the device inside a graph), head-flush (the head-tile flush's GPU tests and
-#          its steps against the default), fold-counter (the fold alone as a grid, a counter-fed wave
+#          launched from the device inside a graph), head-flush-tests / head-flush (the head-tile
+#          flush's GPU tests; its steps against the default), fold-counter (the fold alone as a grid, a counter-fed wave
 #          and a warp-specialised wave); default: tests formats bench builder
 #   limits (seconds) and extra benchmark arguments come from the environment:
 #   GPU_TESTS_LIMIT GPU_TESTS_WORKERS GPU_TESTS_ARGS FORMATS_LIMIT BUILDER_LIMIT BENCH_LIMIT
@@ -194,13 +194,14 @@ for what in "$@"; do
         step "bench_mamba2_flush_$mode" "${BENCH_LIMIT:-150}" python3 benchmarks/bench_mamba2_decode.py \
           --l2-flush "$mode" --dims nemotron_h --batches 256 128 512 --repeats 2 --json "$OUT/mamba2_flush_$mode.json"
       done ;;
-    # The head-tile flush (flush_impl="cuda_head", fifty-eighth run): its GPU tests, then the step
-    # with it against each batch's default, in turn (30 rounds; the H100's default asks the ws
-    # flush's L2 prefetch, which the head-tile form refuses). ~6 min.
+    # The head-tile flush (flush_impl="cuda_head", fifty-eighth run): its GPU tests (head-flush-tests);
+    # the step with it against each batch's default, in turn (head-flush: 30 rounds, ~5 min; the
+    # H100's default asks the ws flush's L2 prefetch, which the head-tile form refuses).
+    head-flush-tests)
+      step gpu_tests_head "${GPU_TESTS_LIMIT:-300}" python3 -m pytest -q -m gpu -n "${GPU_TESTS_WORKERS:-14}" \
+        -p no:cacheprovider --tb=short -rf tests/test_mamba2_flush_head.py ;;
     head-flush)
       head="flush_impl=cuda_head, flush_ws_l2_ahead=0"
-      step gpu_tests_head "${GPU_TESTS_LIMIT:-300}" python3 -m pytest -q -m gpu -n "${GPU_TESTS_WORKERS:-14}" \
-        -p no:cacheprovider --tb=short -rf tests/test_mamba2_flush_head.py
       step variants_head_flush "${BENCH_LIMIT:-300}" python3 benchmarks/bench_mamba2_decode.py \
         --variants --variant-rounds 30 --budget-s 280 --variant-batches 256 128 512 \
         --derive "ring_dt_layout=heads" "$head" "$head, flush_head_blocks=1" "$head, flush_head_order=counter" \
@@ -214,7 +215,7 @@ for what in "$@"; do
         "cuda ws c16 s5 b1 h1 pstore" "cuda grid r8 w8 b2 xs ys persist counter" "cuda grid r8 w8 b2 xs ys"' ;;
     *) echo "unknown step $what (expected tests, formats, builder, bench, bench-mamba2, paper, options-tests," \
             "options-nonflush, parts, options-flush, options-stream-tiles, options-ws-l2, ws-l2-default, ws-l2-prefetch," \
-            "ws-l2-prefetch-nano, device-launch, l2-flush, head-flush, fold-counter)"; exit 2 ;;
+            "ws-l2-prefetch-nano, device-launch, l2-flush, head-flush-tests, head-flush, fold-counter)"; exit 2 ;;
   esac
 done
 exit $status

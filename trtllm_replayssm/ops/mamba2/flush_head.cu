@@ -20,7 +20,7 @@
 // fp32 (the ring launch's coef line: w_j for j < CAP, Gamma at CAP, dt_t at CAP + 1), in the
 // order flush_ws.cu folds it (the same bits); y = S C, (y + D x) silu(z).
 
-// Operand dtypes, chunk widening, put() and number_flush_rows(): ops/_flush_rows.cuh.
+// Operand dtypes, chunk widening, the group's operands and number_flush_rows(): ops/_flush_rows.cuh.
 typedef Act<X_KIND> XA;     // x, z, y
 typedef Act<BC_KIND> BA;    // B, C
 typedef Act<RING_KIND> RA;  // ring_x, ring_B
@@ -30,13 +30,6 @@ typedef Act<D_KIND> DA;     // D
 #define ENTRIES (CAP + 1)              // the ring's entries, then the token's
 #define PAIRS (CAP * RW)               // a warp's ring (entry, row) pairs
 #define PAIR_ROUNDS ((PAIRS + 31) / 32)
-// The group's operands as 16-byte chunks: ring B rows (CAP x RB_CH), the token's B, C.
-#define RB_CH (N / Chunk<RING_KIND>::WIDTH)
-#define BC_CH (N / Chunk<BC_KIND>::WIDTH)
-#define G_B (CAP * RB_CH)
-#define G_C (G_B + BC_CH)
-#define G_CHUNKS (G_C + BC_CH)
-#define G_ROUNDS ((G_CHUNKS + THREADS - 1) / THREADS)
 // fp32 words of shared memory ahead of the flush rows: the group's bs [ENTRIES][N] and cs [N],
 // then each warp's xw [ENTRIES][RW].
 #define OPS (ENTRIES * N + N + WARPS * ENTRIES * RW)
@@ -84,20 +77,8 @@ mamba2_flush_head(MAMBA2_FLUSH_PARAMS, int* __restrict__ item_counter) {
 #pragma unroll
         for (int r = 0; r < RW; ++r) acc[r] = *reinterpret_cast<const float4*>(tile + r * CK_P);
         uint4 raw[G_ROUNDS];
-        {
-            const typename RA::T* rB = ring_B + slot * s_rB_slot + g * s_rB_group;
-            const typename BA::T* brow = Bm + row * s_B_row + g * s_B_group;
-            const typename BA::T* crow = Cm + row * s_C_row + g * s_C_group;
-#pragma unroll
-            for (int r = 0; r < G_ROUNDS; ++r) {
-                const int q = tid + r * THREADS;
-                const void* src = nullptr;
-                if (q < G_B) src = rB + (q / RB_CH) * RB_J + (q % RB_CH) * Chunk<RING_KIND>::WIDTH;
-                else if (q < G_C) src = brow + (q - G_B) * Chunk<BC_KIND>::WIDTH;
-                else if (q < G_CHUNKS) src = crow + (q - G_C) * Chunk<BC_KIND>::WIDTH;
-                raw[r] = src ? *reinterpret_cast<const uint4*>(src) : make_uint4(0, 0, 0, 0);
-            }
-        }
+        mamba2_group_load<RA, BA>(raw, ring_B + slot * s_rB_slot + g * s_rB_group, Bm + row * s_B_row + g * s_B_group,
+                                  Cm + row * s_C_row + g * s_C_group);
         const float* line = coef + (row * HEADS + h) * (CAP + 2);
         const typename RA::T* rx = ring_x + slot * s_rx_slot + h * s_rx_head + pt;
         float wv[PAIR_ROUNDS], xv[PAIR_ROUNDS];
@@ -117,25 +98,8 @@ mamba2_flush_head(MAMBA2_FLUSH_PARAMS, int* __restrict__ item_counter) {
         }
         const float d_h = HAS_D ? DA::load(Dv + h) : 0.f;
 
-        // Then the operands into shared memory: the group's, widened (ring entries from c on as
-        // zeros: a select, not a product, as they may hold anything, NaN too), and the warp's
-        // weighted x.
-#pragma unroll
-        for (int r = 0; r < G_ROUNDS; ++r) {
-            const int q = tid + r * THREADS;
-            float v[8];
-            if (q < G_B) {
-                Chunk<RING_KIND>::widen(raw[r], v);
-                put<Chunk<RING_KIND>::WIDTH>(bs + (q / RB_CH) * N + (q % RB_CH) * Chunk<RING_KIND>::WIDTH, v,
-                                             q / RB_CH < c);
-            } else if (q < G_C) {
-                Chunk<BC_KIND>::widen(raw[r], v);
-                put<Chunk<BC_KIND>::WIDTH>(bs + CAP * N + (q - G_B) * Chunk<BC_KIND>::WIDTH, v);
-            } else if (q < G_CHUNKS) {
-                Chunk<BC_KIND>::widen(raw[r], v);
-                put<Chunk<BC_KIND>::WIDTH>(cs + (q - G_C) * Chunk<BC_KIND>::WIDTH, v);
-            }
-        }
+        // Then the operands into shared memory: the group's, widened, and the warp's weighted x.
+        mamba2_group_put(raw, bs, cs, c);
 #pragma unroll
         for (int r = 0; r < PAIR_ROUNDS; ++r) {
             const int q = lane + r * 32;

@@ -56,7 +56,7 @@ def test_defines():
                         False, torch.int64, (128, 64, 128), "auto", 2)
     assert d == dict(CK_P=128, RX_J=64, RB_J=128, P=64, N=128, CAP=16, HEADS=128, HPG=16, THREADS=256,
                      MIN_BLOCKS=2, X_KIND=1, BC_KIND=1, RING_KIND=0, D_KIND=0, HAS_D=1, HAS_Z=0, HAS_INDICES=1,
-                     IDX_64=1, ORDER=2)
+                     IDX_64=1, ORDER=2, MAX_REGS=0)
     # 512-thread blocks: registers bounded for one a SM (two leave 64 registers: the rows spill).
     assert fh.head_defines(8, 2, 128, 128, 16, torch.float16, torch.float16, torch.float16, None, False, True, None,
                            (128, 128, 128), "stride", 2)["MIN_BLOCKS"] == 1
@@ -78,6 +78,7 @@ def test_launch_config_takes_the_head_flush():
     for bad, match in [(dict(flush_head_order="random"), "flush_head_order: expected one of"),
                        (dict(flush_head_blocks=0), r"flush_head_blocks: expected an int in \[1, 8\], got 0"),
                        (dict(flush_head_blocks=2.0), "flush_head_blocks: expected an int"),
+                       (dict(flush_head_max_registers=16), "flush_head_max_registers: expected None or an int"),
                        (dict(flush_launch=False, flush_stream=False), "needs flush_launch=True")]:
         with pytest.raises(ValueError, match=match):
             decode.LaunchConfig(**dict(HEAD_FLUSH, **bad))
@@ -124,14 +125,27 @@ def test_head_kernel_assembles_without_spills(sm, dtype, order, tmp_path):
         assert regs * defs["THREADS"] * defs["MIN_BLOCKS"] <= 65536 and spills == 0, (sm, head_dim, log)
 
 
+@NEEDS_NVRTC
+@pytest.mark.skipif(not HAVE_PTXAS, reason="Triton's ptxas is not installed")
+@pytest.mark.parametrize("sm", [90, 100])
+def test_head_kernel_takes_a_register_cap(sm, tmp_path):
+    # flush_head_max_registers: __maxnreg__ in place of the blocks-per-SM bound.
+    defs = fh.head_defines(128, 8, 64, 128, 16, torch.bfloat16, torch.bfloat16, torch.bfloat16, torch.float32, True,
+                           True, torch.int32, (128, 64, 128), "auto", 2, 80)
+    ptx = _nvrtc.compile_ptx(fc.source(fh.HEAD_FILE), "flush_head.cu", sm, tuple((k, str(v)) for k, v in defs.items()))
+    assert ".maxnreg 80" in ptx and ".minnctapersm" not in ptx
+    regs, _, log = assemble(ptx, sm, tmp_path / "flush_head_cap.ptx")
+    assert regs <= 80, log
+
+
 # -- GPU ---------------------------------------------------------------------------------------------
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("params", [{}, dict(flush_head_order="stride"), dict(flush_head_order="counter"),
                                     dict(flush_head_blocks=1), dict(flush_head_blocks=4, ring_x_in_ring=False),
-                                    dict(compact_coef=True)],
-                         ids=["auto", "stride", "counter", "blocks1", "blocks4-stream-x", "compact"])
+                                    dict(compact_coef=True), dict(flush_head_max_registers=80)],
+                         ids=["auto", "stride", "counter", "blocks1", "blocks4-stream-x", "compact", "regs80"])
 @pytest.mark.parametrize("batch", [1, 3, 64])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize("dims", [(8, 64, 128, 2), (8, 80, 128, 8), (4, 128, 128, 1), (6, 256, 128, 3)])

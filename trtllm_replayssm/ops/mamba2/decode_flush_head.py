@@ -78,7 +78,7 @@ def head_unsupported(checkpoint: torch.Tensor) -> str | None:
 
 def head_defines(heads: int, groups: int, head_dim: int, d_state: int, capacity: int, x_dtype, bc_dtype, ring_dtype,
                  d_dtype, has_d: bool, has_z: bool, idx_dtype, row_strides: tuple[int, int, int],
-                 order: str = "stride", blocks: int = 2) -> dict:
+                 order: str = "stride", blocks: int = 2, max_registers: int | None = None) -> dict:
     """The ``-D`` values ``flush_head.cu`` is compiled with; ``row_strides``: the checkpoint's,
     ``ring_x``'s and ``ring_B``'s row strides (elements); ``order``: :data:`WS_ORDERS` (``ORDER`` is its
     index); ``blocks``: blocks per SM the registers are bounded for (``__launch_bounds__``), one for
@@ -98,11 +98,12 @@ def head_defines(heads: int, groups: int, head_dim: int, d_state: int, capacity:
                 X_KIND=_KINDS[x_dtype], BC_KIND=_KINDS[bc_dtype], RING_KIND=_KINDS[ring_dtype],
                 D_KIND=_KINDS.get(d_dtype, 0) if has_d else 0, HAS_D=int(has_d), HAS_Z=int(has_z),
                 HAS_INDICES=int(idx_dtype is not None), IDX_64=int(idx_dtype == torch.int64),
-                ORDER=WS_ORDERS.index(order))
+                ORDER=WS_ORDERS.index(order), MAX_REGS=max_registers or 0)
 
 
 def flush_rows_head(checkpoint, ring_x, ring_B, coef, info, x, B, C, D, z, idx, y, batch, strides, capacity,
-                    counter: torch.Tensor | None = None, order: str | None = None, blocks: int = 2):
+                    counter: torch.Tensor | None = None, order: str | None = None, blocks: int = 2,
+                    max_registers: int | None = None):
     """Launch ``mamba2_flush_head`` on the current stream: the arguments of
     ``decode_flush_cuda.flush_rows_cuda`` (``strides``: the staged step's 16 flush strides), for a
     step :func:`head_unsupported` accepts. A wave of ``blocks`` blocks per SM (fewer where fewer fit,
@@ -111,7 +112,7 @@ def flush_rows_head(checkpoint, ring_x, ring_B, coef, info, x, B, C, D, z, idx, 
     takes its next item from it; else block ``b`` takes ``b``, ``b + blocks``, ... ``order``
     (``LaunchConfig.flush_head_order``; None: "counter" with a counter, else "stride"): "auto" takes
     the counter in a step where at least half of the ``batch`` rows flush, else the stride, and
-    needs the counter."""
+    needs the counter. ``max_registers``: as :func:`head_defines`."""
     order = order or ("stride" if counter is None else "counter")
     if order not in WS_ORDERS:
         raise ValueError(f"order: expected one of {WS_ORDERS}, got {order!r}")
@@ -126,7 +127,7 @@ def flush_rows_head(checkpoint, ring_x, ring_B, coef, info, x, B, C, D, z, idx, 
     defs = head_defines(heads, B.shape[1], head_dim, d_state, capacity, x.dtype, B.dtype, ring_x.dtype,
                         None if D is None else D.dtype, D is not None, z is not None,
                         None if idx is None else idx.dtype,
-                        (checkpoint.stride(2), ring_x.stride(2), ring_B.stride(2)), order, blocks)
+                        (checkpoint.stride(2), ring_x.stride(2), ring_B.stride(2)), order, blocks, max_registers)
     shared = head_shared_bytes(batch, head_dim, d_state, capacity)
     threads = defs["THREADS"]
     index = x.device.index if x.device.index is not None else torch.cuda.current_device()

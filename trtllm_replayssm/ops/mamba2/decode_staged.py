@@ -374,7 +374,8 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
         if head_flush:
             flush_rows_head(checkpoint, ring_x, ring_B, coef, info, x, B, C, D_ if flags["HAS_D"] else None,
                             z_ if flags["HAS_Z"] else None, idx_ if flags["HAS_INDICES"] else None, y, batch,
-                            flush_strides, capacity, counter, order, cfg.flush_head_blocks)
+                            flush_strides, capacity, counter, order, cfg.flush_head_blocks,
+                            cfg.flush_head_max_registers)
             return
         if cuda_flush:
             flush_rows_cuda(checkpoint, ring_x, ring_B, coef, info, x, B, C, D_ if flags["HAS_D"] else None,

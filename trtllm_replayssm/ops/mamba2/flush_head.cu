@@ -37,7 +37,12 @@ typedef Act<D_KIND> DA;     // D
 static_assert(N == 128, "a checkpoint row is 32 lanes of 4 columns");
 static_assert(P % WARPS == 0 && RW % 4 == 0 && RW <= 32, "whole rows per warp, in fours (float4 broadcasts)");
 
-extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
+#if MAX_REGS
+#define HEAD_BOUNDS __maxnreg__(MAX_REGS)
+#else
+#define HEAD_BOUNDS __launch_bounds__(THREADS, MIN_BLOCKS)
+#endif
+extern "C" __global__ void HEAD_BOUNDS
 mamba2_flush_head(MAMBA2_FLUSH_PARAMS, int* __restrict__ item_counter) {
     extern __shared__ __align__(16) float smem[];
     float* bs = smem;                       // [ENTRIES][N]: B_j (zero from c on); entry CAP: B_t

@@ -171,6 +171,9 @@ class LaunchConfig:
     # An option: the form that folded at the copy's rate as a probe (fifty-eighth run).
     flush_head_order: str = "auto"
     flush_head_blocks: int = 2
+    # "cuda_head": None, or a register cap a thread (__maxnreg__) instead of the bound for
+    # flush_head_blocks blocks per SM, so that the stream launch's programs fit beside the wave.
+    flush_head_max_registers: int | None = None
 
     def __post_init__(self):
         if self.kernel not in KERNELS:
@@ -227,6 +230,10 @@ class LaunchConfig:
                              f"{self.flush_head_order!r}")
         if type(self.flush_head_blocks) is not int or not 1 <= self.flush_head_blocks <= 8:
             raise ValueError(f"LaunchConfig.flush_head_blocks: expected an int in [1, 8], got {self.flush_head_blocks!r}")
+        if self.flush_head_max_registers is not None and (
+                type(self.flush_head_max_registers) is not int or not 32 <= self.flush_head_max_registers <= 255):
+            raise ValueError("LaunchConfig.flush_head_max_registers: expected None or an int in [32, 255], got "
+                             f"{self.flush_head_max_registers!r}")
         if self.flush_ws_taper and self.flush_ws_order == "stride":
             raise ValueError("LaunchConfig.flush_ws_taper: > 0 needs flush_ws_order 'counter' or 'auto' "
                              "(the counter's takes)")

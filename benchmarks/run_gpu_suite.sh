@@ -195,9 +195,8 @@ for what in "$@"; do
           --l2-flush "$mode" --dims nemotron_h --batches 256 128 512 --repeats 2 --json "$OUT/mamba2_flush_$mode.json"
       done ;;
     # The head-tile flush (flush_impl="cuda_head", fifty-eighth run): its GPU tests (head-flush-tests);
-    # the step with it against each batch's default, in turn, as shipped (76 registers at sm_90:
-    # two blocks leave the stream launch's programs room beside the wave), three blocks per SM, a
-    # 64-register cap and the counter in every step (head-flush: 30 rounds, ~1-5 min; the
+    # the step with it against each batch's default, in turn, uncapped (114 registers at sm_90) and
+    # capped at 80 and 64, so that the stream launch's programs fit beside the wave (head-flush: 30 rounds, ~1-5 min; the
     # H100's default asks the ws flush's L2 prefetch, which the head-tile form refuses).
     head-flush-tests)
       step gpu_tests_head "${GPU_TESTS_LIMIT:-300}" python3 -m pytest -q -m gpu -n "${GPU_TESTS_WORKERS:-14}" \
@@ -206,8 +205,8 @@ for what in "$@"; do
       head="flush_impl=cuda_head, flush_ws_l2_ahead=0"
       step variants_head_flush "${BENCH_LIMIT:-300}" python3 benchmarks/bench_mamba2_decode.py \
         --variants --variant-rounds 30 --budget-s 280 --variant-batches ${HEAD_BATCHES:-256 128 512} \
-        --derive "ring_dt_layout=heads" "$head" "$head, flush_head_blocks=3" \
-        "$head, flush_head_max_registers=64" "$head, flush_head_order=counter" "ring_dt_layout=heads" "$head" \
+        --derive "ring_dt_layout=heads" "$head" "$head, flush_head_max_registers=80" \
+        "$head, flush_head_max_registers=64" "ring_dt_layout=heads" "$head, flush_head_max_registers=64" \
         --json "$OUT/variants_head_flush.json" ;;
     # The fold alone in the three forms the head-tile flush chooses between: a grid of 64-row
     # blocks, the same blocks as a wave fed by a counter (flush_head.cu's form) and the

@@ -46,9 +46,9 @@ def test_unsupported_and_shared_memory():
     assert fh.head_unsupported(torch.zeros(4, 2, 64, 128)) is None
     assert "d_state 64" in fh.head_unsupported(torch.zeros(4, 2, 64, 64))
     # The group's 17 B rows and C (fp32), 17 weighted x per head row (fp32); per batch row its
-    # index and c (int32) and slot (int64), the slots 8-byte aligned after an odd batch.
+    # index and c (int32) and slot (int64).
     assert fh.head_shared_bytes(256, 64, 128, 16) == 4 * (17 * 128 + 128 + 17 * 64) + 256 * 16
-    assert fh.head_shared_bytes(3, 80, 128, 8) == 4 * (9 * 128 + 128 + 9 * 80) + 3 * 16 + 4
+    assert fh.head_shared_bytes(3, 80, 128, 8) == 4 * (9 * 128 + 128 + 9 * 80) + 3 * 16
 
 
 def test_defines():

@@ -61,7 +61,7 @@ def head_shared_bytes(batch: int, head_dim: int, d_state: int, capacity: int) ->
     """Dynamic shared memory of a block: the group's ring ``B`` with the token's ``B`` (``capacity + 1``
     rows) and ``C`` widened to fp32, each warp's weighted ``x`` (``capacity + 1`` entries of its rows),
     and the batch's flush rows (row and ``c`` int32, slot int64)."""
-    return 4 * ((capacity + 1) * d_state + d_state + (capacity + 1) * head_dim) + 16 * batch + 4 * (batch % 2)
+    return 4 * ((capacity + 1) * d_state + d_state + (capacity + 1) * head_dim) + 16 * batch
 
 
 def head_unsupported(checkpoint: torch.Tensor) -> str | None:

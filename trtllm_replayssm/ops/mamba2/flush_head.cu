@@ -36,6 +36,7 @@ typedef Act<D_KIND> DA;     // D
 
 static_assert(N == 128, "a checkpoint row is 32 lanes of 4 columns");
 static_assert(P % WARPS == 0 && RW % 4 == 0 && RW <= 32, "whole rows per warp, in fours (float4 broadcasts)");
+static_assert(OPS % 2 == 0, "the flush rows' slots (int64) after OPS and 2 x batch words, 8-byte aligned");
 
 #if MAX_REGS
 #define HEAD_BOUNDS __maxnreg__(MAX_REGS)
@@ -49,7 +50,7 @@ mamba2_flush_head(MAMBA2_FLUSH_PARAMS, int* __restrict__ item_counter) {
     float* cs = bs + ENTRIES * N;           // [N]: C_t
     int* rows = (int*)(smem + OPS);         // [batch]: the flush rows, in row order
     int* ring_len = rows + batch;           // [batch]: their c
-    long long* slots = (long long*)(ring_len + batch + (batch & 1));  // [batch]: their slots (8-byte aligned)
+    long long* slots = (long long*)(ring_len + batch);  // [batch]: their slots (OPS and 2 x batch words: 8-byte aligned)
     __shared__ int warp_count[WARPS];
     __shared__ int taken[2];                // ORDER 1 / 2: this item, and the next one, asked ahead
 
@@ -76,28 +77,22 @@ mamba2_flush_head(MAMBA2_FLUSH_PARAMS, int* __restrict__ item_counter) {
         const long long row = rows[k], slot = slots[k];
         const int c = ring_len[k];
 
-        // The tile's loads first: the tile is what the item waits on. Then the warp's weighted x
-        // into shared memory, then the group's operands, as benchmarks/fold_grid.cu orders X and Y
-        // (their loads in two rounds, so fewer registers are live at once).
+        // Every load first, the tile's ahead of the rest: the tile is what the item waits on.
         float* tile = ckpt + slot * s_ck_slot + h * s_ck_head + pt * CK_P + 4 * lane;
         float4 acc[RW];
 #pragma unroll
         for (int r = 0; r < RW; ++r) acc[r] = *reinterpret_cast<const float4*>(tile + r * CK_P);
+        uint4 raw[G_ROUNDS];
+        mamba2_group_load<RA, BA>(raw, ring_B + slot * s_rB_slot + g * s_rB_group, Bm + row * s_B_row + g * s_B_group,
+                                  Cm + row * s_C_row + g * s_C_group);
         const float* line = coef + (row * HEADS + h) * (CAP + 2);
-        {
-            const typename RA::T* rx = ring_x + slot * s_rx_slot + h * s_rx_head + pt;
-            float wv[PAIR_ROUNDS], xv[PAIR_ROUNDS];
+        const typename RA::T* rx = ring_x + slot * s_rx_slot + h * s_rx_head + pt;
+        float wv[PAIR_ROUNDS], xv[PAIR_ROUNDS];
 #pragma unroll
-            for (int r = 0; r < PAIR_ROUNDS; ++r) {
-                const int q = lane + r * 32, j = q / RW;
-                wv[r] = q < PAIRS ? line[j] : 0.f;
-                xv[r] = q < PAIRS ? RA::load(rx + j * RX_J + q % RW) : 0.f;
-            }
-#pragma unroll
-            for (int r = 0; r < PAIR_ROUNDS; ++r) {
-                const int q = lane + r * 32;
-                if (q < PAIRS) xw[q] = q / RW < c ? wv[r] * xv[r] : 0.f;  // a select: entries past c may be NaN
-            }
+        for (int r = 0; r < PAIR_ROUNDS; ++r) {
+            const int q = lane + r * 32, j = q / RW;
+            wv[r] = q < PAIRS ? line[j] : 0.f;
+            xv[r] = q < PAIRS ? RA::load(rx + j * RX_J + q % RW) : 0.f;
         }
         const float gamma = line[CAP], dt_t = line[CAP + 1];
         float xt = 0.f, zt = 0.f;  // lane r < RW: row r's x_t and z_t
@@ -106,15 +101,17 @@ mamba2_flush_head(MAMBA2_FLUSH_PARAMS, int* __restrict__ item_counter) {
 #if HAS_Z
             zt = XA::load(z + row * s_z_row + h * s_z_head + pt + lane);
 #endif
-            xw[CAP * RW + lane] = dt_t * xt;
         }
         const float d_h = HAS_D ? DA::load(Dv + h) : 0.f;
-        {
-            uint4 raw[G_ROUNDS];
-            mamba2_group_load<RA, BA>(raw, ring_B + slot * s_rB_slot + g * s_rB_group,
-                                      Bm + row * s_B_row + g * s_B_group, Cm + row * s_C_row + g * s_C_group);
-            mamba2_group_put(raw, bs, cs, c);
+
+        // Then the operands into shared memory: the group's, widened, and the warp's weighted x.
+        mamba2_group_put(raw, bs, cs, c);
+#pragma unroll
+        for (int r = 0; r < PAIR_ROUNDS; ++r) {
+            const int q = lane + r * 32;
+            if (q < PAIRS) xw[q] = q / RW < c ? wv[r] * xv[r] : 0.f;
         }
+        if (lane < RW) xw[CAP * RW + lane] = dt_t * xt;
         __syncthreads();
 
 #pragma unroll

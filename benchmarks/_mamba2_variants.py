@@ -117,13 +117,6 @@ def _short(cfg) -> str:
                 + (f"t{cfg.flush_ws_taper}" if cfg.flush_ws_taper else "")
                 + (f" l2a{cfg.flush_ws_l2_ahead}" if cfg.flush_ws_l2_ahead else "")
                 + _ring_warps(cfg))
-    if cfg.kernel == "staged" and cfg.flush_launch and cfg.flush_impl == "cuda_head":
-        # The head-tile CUDA flush reads only its own fields.
-        return (f"staged bp{cfg.block_p} w{cfg.num_warps}" + _registers(cfg)
-                + f" +flush cuda_head b{cfg.flush_head_blocks}"
-                + (f" r{cfg.flush_head_max_registers}" if cfg.flush_head_max_registers else "")
-                + (" side" if cfg.flush_stream else "")
-                + (f" {cfg.flush_head_order}" if cfg.flush_head_order != "stride" else "") + _ring_warps(cfg))
     if cfg.kernel == "staged" and cfg.flush_launch and cfg.flush_impl == "cuda":
         # The CUDA flush launch reads only its own fields and flush_heads.
         return (f"staged bp{cfg.block_p} w{cfg.num_warps}" + _registers(cfg)

@@ -16,9 +16,8 @@
 #          prefetch of its next item), ws-l2-default (the flush default against the forty-eighth
 #          run's), ws-l2-prefetch (the flush default with and without that prefetch;
 #          ws-l2-prefetch-nano: its flush steps at Nemotron-3-Nano dims), device-launch (a grid
-#          launched from the device inside a graph), head-flush-tests / head-flush (the head-tile
-#          flush's GPU tests; its steps against the default), fold-counter (the fold alone as a grid, a counter-fed wave
-#          and a warp-specialised wave); default: tests formats bench builder
+#          launched from the device inside a graph), fold-counter (the fold alone as a grid, a
+#          counter-fed wave and a warp-specialised wave); default: tests formats bench builder
 #   limits (seconds) and extra benchmark arguments come from the environment:
 #   GPU_TESTS_LIMIT GPU_TESTS_WORKERS GPU_TESTS_ARGS FORMATS_LIMIT BUILDER_LIMIT BENCH_LIMIT
 #   MAMBA2_BENCH_ARGS GDN_BENCH_ARGS KDA_BENCH_ARGS PAPER_ROOT
@@ -194,30 +193,15 @@ for what in "$@"; do
         step "bench_mamba2_flush_$mode" "${BENCH_LIMIT:-150}" python3 benchmarks/bench_mamba2_decode.py \
           --l2-flush "$mode" --dims nemotron_h --batches 256 128 512 --repeats 2 --json "$OUT/mamba2_flush_$mode.json"
       done ;;
-    # The head-tile flush (flush_impl="cuda_head", fifty-eighth run): its GPU tests (head-flush-tests);
-    # the step with it against each batch's default, in turn, uncapped (114 registers at sm_90) and
-    # capped at 80 and 64, so that the stream launch's programs fit beside the wave (head-flush: 30 rounds, ~1-5 min; the
-    # H100's default asks the ws flush's L2 prefetch, which the head-tile form refuses).
-    head-flush-tests)
-      step gpu_tests_head "${GPU_TESTS_LIMIT:-300}" python3 -m pytest -q -m gpu -n "${GPU_TESTS_WORKERS:-14}" \
-        -p no:cacheprovider --tb=short -rf tests/test_mamba2_flush_head.py ;;
-    head-flush)
-      head="flush_impl=cuda_head, flush_ws_l2_ahead=0"
-      step variants_head_flush "${BENCH_LIMIT:-300}" python3 benchmarks/bench_mamba2_decode.py \
-        --variants --variant-rounds 30 --budget-s 280 --variant-batches ${HEAD_BATCHES:-256 128 512} \
-        --derive "ring_dt_layout=heads" "$head" "$head, flush_head_max_registers=80" \
-        "$head, flush_head_max_registers=64" "ring_dt_layout=heads" "$head, flush_head_max_registers=64" \
-        --json "$OUT/variants_head_flush.json" ;;
-    # The fold alone in the three forms the head-tile flush chooses between: a grid of 64-row
-    # blocks, the same blocks as a wave fed by a counter (flush_head.cu's form) and the
-    # warp-specialised wave; the fifty-fifth run timed them on an H100 only. ~1 min.
+    # The fold alone in three forms: a grid of 64-row blocks, the same blocks as a wave fed by a
+    # counter, and the warp-specialised wave (the fifty-fifth and fifty-eighth runs, H100s). ~1 min.
     fold-counter)
       step fold_counter "${BENCH_LIMIT:-150}" bash -c 'cd benchmarks && python3 bench_fold_ceiling.py --rounds 40 \
         --standard --only "cuda grid r8 w8 b2 xs ys" "cuda grid r8 w8 b2 xs ys persist counter" \
         "cuda ws c16 s5 b1 h1 pstore" "cuda grid r8 w8 b2 xs ys persist counter" "cuda grid r8 w8 b2 xs ys"' ;;
     *) echo "unknown step $what (expected tests, formats, builder, bench, bench-mamba2, paper, options-tests," \
             "options-nonflush, parts, options-flush, options-stream-tiles, options-ws-l2, ws-l2-default, ws-l2-prefetch," \
-            "ws-l2-prefetch-nano, device-launch, l2-flush, head-flush-tests, head-flush, fold-counter)"; exit 2 ;;
+            "ws-l2-prefetch-nano, device-launch, l2-flush, fold-counter)"; exit 2 ;;
   esac
 done
 exit $status

@@ -208,11 +208,6 @@ def test_mamba2_variant_label_names_the_cuda_flush():
     assert "side auto4t2 ring-x-in-ring" in variants.short(dataclasses.replace(unasked, flush_ws_taper=2))
     # the producer's L2 prefetch of its next item
     assert "side auto4 l2a2 ring-x-in-ring" in variants.short(dataclasses.replace(unasked, flush_ws_l2_ahead=2))
-    # the head-tile flush: its blocks per SM, register cap and order
-    head = dataclasses.replace(unasked, flush_impl="cuda_head")
-    assert variants.short(head).endswith("+flush cuda_head b2 side auto ring-x-in-ring")
-    assert variants.short(dataclasses.replace(head, flush_head_max_registers=80, flush_head_order="stride",
-                                              flush_head_blocks=3)).endswith("+flush cuda_head b3 r80 side ring-x-in-ring")
 
 
 def test_mamba2_derive_takes_the_ring_dt_layout():

@@ -145,55 +145,6 @@ __device__ __forceinline__ int mamba2_number_flush_rows(const int* info, const I
         batch, rows, ring_len, slots, warp_count);
 }
 
-// A Mamba-2 flush item's group operands (flush_cuda.cu, flush_head.cu): the ring's CAP B rows, the
-// token's B and C, as 16-byte chunks over a block's THREADS threads. A thread's chunks are loaded
-// first (mamba2_group_load, so that they are in flight with the item's other loads), then widened
-// into shared memory (mamba2_group_put: bs [CAP + 1][N], the ring's rows from c on as zeros, a
-// select: they may hold anything, NaN too; entry CAP the token's B; cs [N] its C). Expects the
-// operand types RA, BA and the defines N, CAP, RING_KIND, BC_KIND and RB_J (the ring's row stride),
-// which only the kernels that use them are compiled with.
-#ifdef RB_J
-#define RB_CH (N / Chunk<RING_KIND>::WIDTH)
-#define BC_CH (N / Chunk<BC_KIND>::WIDTH)
-#define G_B (CAP * RB_CH)
-#define G_C (G_B + BC_CH)
-#define G_CHUNKS (G_C + BC_CH)
-#define G_ROUNDS ((G_CHUNKS + THREADS - 1) / THREADS)
-
-template <class R, class BC>
-__device__ __forceinline__ void mamba2_group_load(uint4 (&raw)[G_ROUNDS], const typename R::T* rB,
-                                                  const typename BC::T* brow, const typename BC::T* crow) {
-#pragma unroll
-    for (int r = 0; r < G_ROUNDS; ++r) {
-        const int q = threadIdx.x + r * THREADS;
-        const void* src = nullptr;
-        if (q < G_B) src = rB + (q / RB_CH) * RB_J + (q % RB_CH) * Chunk<RING_KIND>::WIDTH;
-        else if (q < G_C) src = brow + (q - G_B) * Chunk<BC_KIND>::WIDTH;
-        else if (q < G_CHUNKS) src = crow + (q - G_C) * Chunk<BC_KIND>::WIDTH;
-        raw[r] = src ? *reinterpret_cast<const uint4*>(src) : make_uint4(0, 0, 0, 0);
-    }
-}
-
-__device__ __forceinline__ void mamba2_group_put(const uint4 (&raw)[G_ROUNDS], float* bs, float* cs, int c) {
-#pragma unroll
-    for (int r = 0; r < G_ROUNDS; ++r) {
-        const int q = threadIdx.x + r * THREADS;
-        float v[8];
-        if (q < G_B) {
-            Chunk<RING_KIND>::widen(raw[r], v);
-            put<Chunk<RING_KIND>::WIDTH>(bs + (q / RB_CH) * N + (q % RB_CH) * Chunk<RING_KIND>::WIDTH, v,
-                                         q / RB_CH < c);
-        } else if (q < G_C) {
-            Chunk<BC_KIND>::widen(raw[r], v);
-            put<Chunk<BC_KIND>::WIDTH>(bs + CAP * N + (q - G_B) * Chunk<BC_KIND>::WIDTH, v);
-        } else if (q < G_CHUNKS) {
-            Chunk<BC_KIND>::widen(raw[r], v);
-            put<Chunk<BC_KIND>::WIDTH>(cs + (q - G_C) * Chunk<BC_KIND>::WIDTH, v);
-        }
-    }
-}
-#endif
-
 // Mamba-2's output gate on a row's y = S C: (y + D x) silu(z), as HAS_D and HAS_Z say.
 __device__ __forceinline__ float mamba2_gated(float y, float d_h, float x, float z) {
 #if HAS_D

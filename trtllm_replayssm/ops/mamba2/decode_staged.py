@@ -58,8 +58,7 @@ Every flush program asks the L2 for its next tile before each tile's load
 (``flush_l2_prefetch``, ``ops/_prefetch.py``; the defaults from batch 128).
 ``flush_impl="cuda"`` replaces the flush launch by its CUDA C++ twin (``decode_flush_cuda.py``),
 ``flush_impl="cuda_ws"`` by that twin's warp-specialised form (``flush_ws.cu``) where it serves
-(the default from batch 128 at ``d_state`` 128), ``flush_impl="cuda_head"`` by a wave of blocks
-that each fold one head's tile held in registers (``decode_flush_head.py``, an option).
+(the default from batch 128 at ``d_state`` 128).
 """
 
 from __future__ import annotations
@@ -74,7 +73,6 @@ from .._prefetch import prefetch_l2, prefetch_mode
 from .._side_stream import fork, join
 from .._tf32 import fp32_dot
 from .decode_flush_cuda import flush_rows_cuda, flush_rows_ws, unsupported, ws_unsupported
-from .decode_flush_head import flush_rows_head, head_unsupported
 from .decode import _common, _mixer_gate, _mixer_output, _slot_of, _state_strides
 from .ring import _ring_kernel
 from .stream import _fold_ring, _ring_B_tile, _stream_kernel, _stream_walk
@@ -326,13 +324,11 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
     coef = scratch[:lines].view(batch, heads, capacity + 2)
     compact = dict(terms_ptr=scratch[terms_at:scores_at], scores_ptr=scratch[scores_at:], COMPACT=True) \
         if cfg.compact_coef else {}
-    cuda_flush = cfg.flush_launch and cfg.flush_impl in ("cuda", "cuda_ws", "cuda_head") and unsupported(
+    cuda_flush = cfg.flush_launch and cfg.flush_impl in ("cuda", "cuda_ws") and unsupported(
         checkpoint, batch, dict(ring_x=ring_x, ring_B=ring_B, x=x, B=B, C=C, z=z)) is None
     ws_flush = cuda_flush and cfg.flush_impl == "cuda_ws" and ws_unsupported(
         checkpoint, ring_x, ring_B, x, B, z, batch) is None
-    head_flush = cuda_flush and cfg.flush_impl == "cuda_head" and head_unsupported(checkpoint) is None
-    order = cfg.flush_ws_order if ws_flush else cfg.flush_head_order if head_flush else "stride"
-    counter = scratch[lines + 4:lines + 5].view(torch.int32) if order != "stride" else None
+    counter = scratch[lines + 4:lines + 5].view(torch.int32) if ws_flush and cfg.flush_ws_order != "stride" else None
     info = torch.empty(batch, 2, dtype=torch.int32, device=x.device)
     block_n = triton.next_power_of_2(d_state)
     ring_x_here = cfg.ring_x_in_ring  # LaunchConfig allows it only with flush_launch
@@ -370,12 +366,6 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
                           z_ if flags["HAS_Z"] else None, idx_ if flags["HAS_INDICES"] else None, y, batch,
                           flush_strides, capacity, cfg.flush_ws_stages, counter, cfg.flush_ws_chunk,
                           cfg.flush_ws_order, cfg.flush_ws_max_stages, cfg.flush_ws_taper, cfg.flush_ws_l2_ahead)
-            return
-        if head_flush:
-            flush_rows_head(checkpoint, ring_x, ring_B, coef, info, x, B, C, D_ if flags["HAS_D"] else None,
-                            z_ if flags["HAS_Z"] else None, idx_ if flags["HAS_INDICES"] else None, y, batch,
-                            flush_strides, capacity, counter, order, cfg.flush_head_blocks,
-                            cfg.flush_head_max_registers)
             return
         if cuda_flush:
             flush_rows_cuda(checkpoint, ring_x, ring_B, coef, info, x, B, C, D_ if flags["HAS_D"] else None,

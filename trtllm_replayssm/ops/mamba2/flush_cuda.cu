@@ -8,7 +8,7 @@
 // (benchmarks/NOTES_mamba2.md, twenty-fifth run): both stop at ~89% of copy bandwidth. It is
 // also the form of the flush that engines without Triton can take as it is.
 
-// Operand dtypes, chunk widening, the group's operands and number_flush_rows(): ops/_flush_rows.cuh.
+// Operand dtypes, chunk widening, put() and number_flush_rows(): ops/_flush_rows.cuh.
 typedef Act<X_KIND> XA;     // x, z, y
 typedef Act<BC_KIND> BA;    // B, C
 typedef Act<RING_KIND> RA;  // ring_x, ring_B
@@ -21,6 +21,15 @@ typedef Act<D_KIND> DA;     // D
 #define ITEMS_PER_ROW (HEADS / HEADS_PER_ITEM)          // block items of a flush row
 #define PAIRS (ENTRIES * WARP_ROWS)         // weighted x of a warp item
 #define PAIR_ROUNDS ((PAIRS + 31) / 32)
+
+// The group's operands of a block item as 16-byte chunks: ring B rows (CAP x RB_CH), the token's
+// B (BC_CH), C (BC_CH).
+#define RB_CH (N / Chunk<RING_KIND>::WIDTH)
+#define BC_CH (N / Chunk<BC_KIND>::WIDTH)
+#define G_B (CAP * RB_CH)
+#define G_C (G_B + BC_CH)
+#define G_CHUNKS (G_C + BC_CH)
+#define G_ROUNDS ((G_CHUNKS + THREADS - 1) / THREADS)
 // fp32 words of shared memory: the group's bs [ENTRIES][N] and cs [N], then per warp
 // xw [ENTRIES][WARP_ROWS], xs [WARP_ROWS], zs [WARP_ROWS].
 #define WARP_OPS (ENTRIES * WARP_ROWS + 2 * WARP_ROWS)
@@ -65,12 +74,38 @@ mamba2_flush_rows(MAMBA2_FLUSH_PARAMS) {
         const long long row = rows[k], slot = slots[k];
         const int c = ring_len[k];
         const int h0 = (it % ITEMS_PER_ROW) * HEADS_PER_ITEM, g = h0 / HPG;
-        // The group's operands, shared by the item's heads: one round trip of 16-byte chunks.
+        // The group's operands, shared by the item's heads: one round trip of 16-byte chunks (the
+        // ring's entries all loaded, those from c on zeroed: they may hold anything, NaN too).
         {
+            const typename RA::T* rB = ring_B + slot * s_rB_slot + g * s_rB_group;
+            const typename BA::T* brow = Bm + row * s_B_row + g * s_B_group;
+            const typename BA::T* crow = Cm + row * s_C_row + g * s_C_group;
             uint4 raw[G_ROUNDS];
-            mamba2_group_load<RA, BA>(raw, ring_B + slot * s_rB_slot + g * s_rB_group,
-                                      Bm + row * s_B_row + g * s_B_group, Cm + row * s_C_row + g * s_C_group);
-            mamba2_group_put(raw, bs, cs, c);
+#pragma unroll
+            for (int r = 0; r < G_ROUNDS; ++r) {
+                const int q = tid + r * THREADS;
+                const void* src = nullptr;
+                if (q < G_B) src = rB + (q / RB_CH) * RB_J + (q % RB_CH) * Chunk<RING_KIND>::WIDTH;
+                else if (q < G_C) src = brow + (q - G_B) * Chunk<BC_KIND>::WIDTH;
+                else if (q < G_CHUNKS) src = crow + (q - G_C) * Chunk<BC_KIND>::WIDTH;
+                raw[r] = src ? *reinterpret_cast<const uint4*>(src) : make_uint4(0, 0, 0, 0);
+            }
+#pragma unroll
+            for (int r = 0; r < G_ROUNDS; ++r) {
+                const int q = tid + r * THREADS;
+                float v[8];
+                if (q < G_B) {
+                    Chunk<RING_KIND>::widen(raw[r], v);
+                    put<Chunk<RING_KIND>::WIDTH>(bs + (q / RB_CH) * N + (q % RB_CH) * Chunk<RING_KIND>::WIDTH, v,
+                                                 q / RB_CH < c);
+                } else if (q < G_C) {
+                    Chunk<BC_KIND>::widen(raw[r], v);
+                    put<Chunk<BC_KIND>::WIDTH>(bs + CAP * N + (q - G_B) * Chunk<BC_KIND>::WIDTH, v);
+                } else if (q < G_CHUNKS) {
+                    Chunk<BC_KIND>::widen(raw[r], v);
+                    put<Chunk<BC_KIND>::WIDTH>(cs + (q - G_C) * Chunk<BC_KIND>::WIDTH, v);
+                }
+            }
         }
         __syncthreads();
         const float4 cv = *reinterpret_cast<const float4*>(cs + 4 * col4);

@@ -43,7 +43,7 @@ KERNELS = ("v3", "v4", "staged", "write_through")
 PIPELINES = ("regs", "range", "cols")
 #: Flush launches of the "staged" kernel with flush_launch: Triton's, the CUDA C++ kernel, or its
 #: warp-specialised form.
-FLUSH_IMPLS = ("triton", "cuda", "cuda_ws", "cuda_head")
+FLUSH_IMPLS = ("triton", "cuda", "cuda_ws")
 #: How the warp-specialised flush's blocks take their items: striding by the grid, from a counter,
 #: or, step by step, from the counter when at least half of the batch's rows flush.
 WS_ORDERS = ("stride", "counter", "auto")
@@ -164,16 +164,6 @@ class LaunchConfig:
     # run) at Nemotron-H dims, so launch_config asks it where L2_AHEAD_GPUS lists it (figures there); 2
     # lengthened it by 30-160 us on an H100.
     flush_ws_l2_ahead: int = 0
-    # "cuda_head": the flush rows' (row, head) items each folded by one block that holds the head's
-    # tile in registers (flush_head.cu, decode_flush_head.py; d_state 128), walked by a wave of
-    # flush_head_blocks blocks per SM in flush_head_order (WS_ORDERS, as flush_ws_order: "auto"
-    # takes the ring launch's item counter in the steps where at least half of the rows flush).
-    # An option: the form that folded at the copy's rate as a probe (fifty-eighth run).
-    flush_head_order: str = "auto"
-    flush_head_blocks: int = 2
-    # "cuda_head": None, or a register cap a thread (__maxnreg__) instead of the bound for
-    # flush_head_blocks blocks per SM, so that the stream launch's programs fit beside the wave.
-    flush_head_max_registers: int | None = None
 
     def __post_init__(self):
         if self.kernel not in KERNELS:
@@ -225,15 +215,6 @@ class LaunchConfig:
             raise ValueError(f"LaunchConfig.flush_ws_l2_ahead: expected 0, 1 or 2, got {self.flush_ws_l2_ahead!r}")
         if self.flush_ws_l2_ahead and self.flush_impl != "cuda_ws":
             raise ValueError(f"LaunchConfig.flush_ws_l2_ahead: needs flush_impl='cuda_ws', got {self.flush_impl!r}")
-        if self.flush_head_order not in WS_ORDERS:
-            raise ValueError(f"LaunchConfig.flush_head_order: expected one of {WS_ORDERS}, got "
-                             f"{self.flush_head_order!r}")
-        if type(self.flush_head_blocks) is not int or not 1 <= self.flush_head_blocks <= 8:
-            raise ValueError(f"LaunchConfig.flush_head_blocks: expected an int in [1, 8], got {self.flush_head_blocks!r}")
-        if self.flush_head_max_registers is not None and (
-                type(self.flush_head_max_registers) is not int or not 32 <= self.flush_head_max_registers <= 255):
-            raise ValueError("LaunchConfig.flush_head_max_registers: expected None or an int in [32, 255], got "
-                             f"{self.flush_head_max_registers!r}")
         if self.flush_ws_taper and self.flush_ws_order == "stride":
             raise ValueError("LaunchConfig.flush_ws_taper: > 0 needs flush_ws_order 'counter' or 'auto' "
                              "(the counter's takes)")

@@ -194,11 +194,11 @@ for what in "$@"; do
           --l2-flush "$mode" --dims nemotron_h --batches 256 128 512 --repeats 2 --json "$OUT/mamba2_flush_$mode.json"
       done ;;
     # The fold alone in three forms: a grid of 64-row blocks, the same blocks as a wave fed by a
-    # counter, and the warp-specialised wave (the fifty-fifth and fifty-eighth runs, H100s). ~1 min.
+    # counter, and the warp-specialised wave (the fifty-fifth and fifty-eighth runs, H100s). --only
+    # matches name prefixes: the grid's name also selects its waves (striding, counter-fed). ~1 min.
     fold-counter)
       step fold_counter "${BENCH_LIMIT:-150}" bash -c 'cd benchmarks && python3 bench_fold_ceiling.py --rounds 40 \
-        --standard --only "cuda grid r8 w8 b2 xs ys" "cuda grid r8 w8 b2 xs ys persist counter" \
-        "cuda ws c16 s5 b1 h1 pstore" "cuda grid r8 w8 b2 xs ys persist counter" "cuda grid r8 w8 b2 xs ys"' ;;
+        --standard --only "cuda grid r8 w8 b2 xs ys" "cuda ws c16 s5 b1 h1 pstore"' ;;
     *) echo "unknown step $what (expected tests, formats, builder, bench, bench-mamba2, paper, options-tests," \
             "options-nonflush, parts, options-flush, options-stream-tiles, options-ws-l2, ws-l2-default, ws-l2-prefetch," \
             "ws-l2-prefetch-nano, device-launch, l2-flush, fold-counter)"; exit 2 ;;

@@ -17,7 +17,8 @@
 #          run's), ws-l2-prefetch (the flush default with and without that prefetch;
 #          ws-l2-prefetch-nano: its flush steps at Nemotron-3-Nano dims), device-launch (a grid
 #          launched from the device inside a graph), fold-counter (the fold alone as a grid, a
-#          counter-fed wave and a warp-specialised wave); default: tests formats bench builder
+#          counter-fed wave and a warp-specialised wave), clocks (the GPU's clocks and power while the
+#          all-flush step and the plain table run); default: tests formats bench builder
 #   limits (seconds) and extra benchmark arguments come from the environment:
 #   GPU_TESTS_LIMIT GPU_TESTS_WORKERS GPU_TESTS_ARGS FORMATS_LIMIT BUILDER_LIMIT BENCH_LIMIT
 #   MAMBA2_BENCH_ARGS GDN_BENCH_ARGS KDA_BENCH_ARGS PAPER_ROOT
@@ -199,9 +200,33 @@ for what in "$@"; do
     fold-counter)
       step fold_counter "${BENCH_LIMIT:-150}" bash -c 'cd benchmarks && python3 bench_fold_ceiling.py --rounds 40 \
         --standard --only "cuda grid r8 w8 b2 xs ys" "cuda ws c16 s5 b1 h1 pstore"' ;;
+    # The GPU's clocks, power and clock-event reasons sampled every 50 ms (nvidia-smi) while the
+    # Mamba-2 all-flush step replays alone (Nemotron-H 512, 600 rounds) and while the plain table
+    # runs at 512 and 256, three repeats; benchmarks/gpu_clocks.py prints them part by part. On
+    # one H200 the all-flush step grew from repeat to repeat (fifty-ninth run). ~1.5 min.
+    clocks)
+      reasons=clocks_event_reasons.active
+      nvidia-smi --query-gpu=$reasons --format=csv >/dev/null 2>&1 || reasons=clocks_throttle_reasons.active
+      nvidia-smi --query-gpu=power.limit,enforced.power.limit,clocks.max.sm,clocks.max.mem --format=csv \
+        | tee "$OUT/clock_limits.txt"
+      : > "$OUT/clock_marks.txt"
+      nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,temperature.memory,$reasons \
+        --format=csv,noheader,nounits -lms 50 > "$OUT/clocks.csv" &
+      sampler=$!
+      mark() { echo "$(date '+%Y/%m/%d %H:%M:%S.%N') $1" >> "$OUT/clock_marks.txt"; }
+      mark idle; sleep 2
+      mark all-flush-512
+      step clocks_flush_512 "${BENCH_LIMIT:-120}" python3 benchmarks/probe_flush_captures.py --batch 512 \
+        --allocations 1 --captures 1 --rounds 600
+      mark plain-table
+      step clocks_bench "${BENCH_LIMIT:-200}" python3 benchmarks/bench_mamba2_decode.py --dims nemotron_h \
+        --batches 512 256 --repeats 3 --json "$OUT/clocks_bench.json"
+      mark after; sleep 1
+      kill "$sampler"
+      step clocks_summary 30 python3 benchmarks/gpu_clocks.py "$OUT" ;;
     *) echo "unknown step $what (expected tests, formats, builder, bench, bench-mamba2, paper, options-tests," \
             "options-nonflush, parts, options-flush, options-stream-tiles, options-ws-l2, ws-l2-default, ws-l2-prefetch," \
-            "ws-l2-prefetch-nano, device-launch, l2-flush, fold-counter)"; exit 2 ;;
+            "ws-l2-prefetch-nano, device-launch, l2-flush, fold-counter, clocks)"; exit 2 ;;
   esac
 done
 exit $status

@@ -201,7 +201,8 @@ for what in "$@"; do
       step fold_counter "${BENCH_LIMIT:-150}" bash -c 'cd benchmarks && python3 bench_fold_ceiling.py --rounds 40 \
         --standard --only "cuda grid r8 w8 b2 xs ys" "cuda ws c16 s5 b1 h1 pstore"' ;;
     # The GPU's clocks, power and clock-event reasons sampled every 50 ms (nvidia-smi) while the
-    # Mamba-2 all-flush step replays alone (Nemotron-H 512, 600 rounds) and while the plain table
+    # Mamba-2 all-flush step replays alone (Nemotron-H 512, 4000 rounds: ~5 s of replays after the
+    # probe's setup, which the part's samples also hold) and while the plain table
     # runs at 512 and 256, three repeats; benchmarks/gpu_clocks.py prints them part by part. On
     # one H200 the all-flush step grew from repeat to repeat (fifty-ninth run). ~1.5 min.
     clocks)
@@ -217,7 +218,7 @@ for what in "$@"; do
       mark idle; sleep 2
       mark all-flush-512
       step clocks_flush_512 "${BENCH_LIMIT:-120}" python3 benchmarks/probe_flush_captures.py --batch 512 \
-        --allocations 1 --captures 1 --rounds 600
+        --allocations 1 --captures 1 --rounds 4000
       mark plain-table
       step clocks_bench "${BENCH_LIMIT:-200}" python3 benchmarks/bench_mamba2_decode.py --dims nemotron_h \
         --batches 512 256 --repeats 3 --json "$OUT/clocks_bench.json"

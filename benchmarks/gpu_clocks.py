@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import math
 import statistics
 import sys
 from pathlib import Path
@@ -47,7 +48,8 @@ def parse_time(text: str) -> dt.datetime:
 
 def read_samples(path: Path) -> list[dict]:
     """The samples of ``clocks.csv``; lines that are not a full sample (a header, a cut last line,
-    ``[N/A]`` fields) are skipped."""
+    ``[N/A]`` in any field but the memory temperature) are skipped. A memory temperature the board
+    does not report is kept as NaN."""
     samples = []
     for line in path.read_text().splitlines():
         fields = [f.strip() for f in line.split(",")]
@@ -89,7 +91,7 @@ def summarize(samples: list[dict], marks: list[tuple[dt.datetime, str]]) -> list
             power = [s["power_w"] for s in part]
             row.update(sm_median=statistics.median(sm), sm_min=min(sm), power_median=statistics.median(power),
                        power_max=max(power), gpu_c_max=max(s["gpu_c"] for s in part),
-                       mem_c_max=max((s["mem_c"] for s in part if s["mem_c"] == s["mem_c"]), default=float("nan")),
+                       mem_c_max=max((s["mem_c"] for s in part if not math.isnan(s["mem_c"])), default=float("nan")),
                        reasons={name_: sum(1 for s in part if s["reasons"] & bit) / len(part)
                                 for bit, name_ in REASONS.items() if any(s["reasons"] & bit for s in part)})
         rows.append(row)

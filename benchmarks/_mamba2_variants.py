@@ -116,6 +116,7 @@ def _short(cfg) -> str:
                 + (f" {cfg.flush_ws_order}{cfg.flush_ws_chunk}" if cfg.flush_ws_order != "stride" else "")
                 + (f"t{cfg.flush_ws_taper}" if cfg.flush_ws_taper else "")
                 + (f" l2a{cfg.flush_ws_l2_ahead}" if cfg.flush_ws_l2_ahead else "")
+                + (f" cw{cfg.flush_ws_consumers}" if cfg.flush_ws_consumers != 16 else "")
                 + _ring_warps(cfg))
     if cfg.kernel == "staged" and cfg.flush_launch and cfg.flush_impl == "cuda":
         # The CUDA flush launch reads only its own fields and flush_heads.

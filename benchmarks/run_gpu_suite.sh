@@ -16,7 +16,8 @@
 #          prefetch of its next item), ws-l2-default (the flush default against the forty-eighth
 #          run's), ws-l2-prefetch (the flush default with and without that prefetch;
 #          ws-l2-prefetch-nano: its flush steps at Nemotron-3-Nano dims), device-launch (a grid
-#          launched from the device inside a graph), fold-counter (the fold alone as a grid, a
+#          launched from the device inside a graph), ws-consumers (the flush with 16 / 8 / 4
+#          consumer warps), fold-counter (the fold alone as a grid, a
 #          counter-fed wave and a warp-specialised wave), clocks (the GPU's clocks and power while the
 #          all-flush step and the plain table run); default: tests formats bench builder
 #   limits (seconds) and extra benchmark arguments come from the environment:
@@ -194,6 +195,19 @@ for what in "$@"; do
         step "bench_mamba2_flush_$mode" "${BENCH_LIMIT:-150}" python3 benchmarks/bench_mamba2_decode.py \
           --l2-flush "$mode" --dims nemotron_h --batches 256 128 512 --repeats 2 --json "$OUT/mamba2_flush_$mode.json"
       done ;;
+    # The warp-specialised flush with 16 (the default), 8 and 4 consumer warps (4, 8, 16 rows a
+    # warp at Nemotron-H dims): fewer warps widen each 16-bit ring B entry for more FMAs (the block's
+    # sm_90 SASS: ~20% / ~30% fewer instructions an item). Its GPU cases, then the three in turn,
+    # three times each, at 256 and 512 (each row replaces a field of the batch-256 default, so at
+    # 512 the rows compare among themselves). ~4 min.
+    ws-consumers)
+      step gpu_tests_ws_consumers "${GPU_TESTS_LIMIT:-240}" python3 -m pytest -q -m gpu -n 8 -p no:cacheprovider \
+        tests/test_mamba2_flush_cuda.py -k cw
+      step variants_ws_consumers "${BENCH_LIMIT:-300}" python3 benchmarks/bench_mamba2_decode.py \
+        --variants --variant-rounds 20 --budget-s 280 --variant-batches 256 512 \
+        --derive "flush_ws_consumers=16" "flush_ws_consumers=8" "flush_ws_consumers=4" \
+        "flush_ws_consumers=16" "flush_ws_consumers=8" "flush_ws_consumers=4" \
+        "flush_ws_consumers=16" "flush_ws_consumers=8" "flush_ws_consumers=4" --json "$OUT/variants_ws_consumers.json" ;;
     # The fold alone in three forms: a grid of 64-row blocks, the same blocks as a wave fed by a
     # counter, and the warp-specialised wave (the fifty-fifth and fifty-eighth runs, H100s). --only
     # matches name prefixes: the grid's name also selects its waves (striding, counter-fed). ~1 min.
@@ -227,7 +241,7 @@ for what in "$@"; do
       step clocks_summary 30 python3 benchmarks/gpu_clocks.py "$OUT" ;;
     *) echo "unknown step $what (expected tests, formats, builder, bench, bench-mamba2, paper, options-tests," \
             "options-nonflush, parts, options-flush, options-stream-tiles, options-ws-l2, ws-l2-default, ws-l2-prefetch," \
-            "ws-l2-prefetch-nano, device-launch, l2-flush, fold-counter, clocks)"; exit 2 ;;
+            "ws-l2-prefetch-nano, device-launch, l2-flush, ws-consumers, fold-counter, clocks)"; exit 2 ;;
   esac
 done
 exit $status

@@ -189,6 +189,8 @@ def test_mamba2_variant_label_names_the_cuda_flush():
     unasked = dataclasses.replace(base, flush_ws_l2_ahead=0, flush_ws_max_stages=0, flush_ws_taper=0, flush_ws_chunk=4)
     assert variants.short(unasked).endswith("+flush cuda_ws side auto4 ring-x-in-ring")
     assert "s4 side" in variants.short(dataclasses.replace(unasked, flush_ws_stages=4))
+    assert variants.short(dataclasses.replace(unasked, flush_ws_consumers=8)).endswith("auto4 cw8 ring-x-in-ring")
+    assert " cw" not in variants.short(unasked)
     # the stream launch's register cap, in both CUDA flush forms' labels
     assert variants.short(dataclasses.replace(base, max_registers=48)).startswith("staged bp16 w2 r48 +flush cuda_ws")
     assert variants.short(dataclasses.replace(cuda, max_registers=40)).startswith("staged bp16 w2 r40 +flush cuda h16")

@@ -132,6 +132,33 @@ def test_ws_shared_memory_and_stages():
                           4, "auto", 4, 0, bad)
 
 
+def test_ws_consumer_warps():
+    # Fewer consumer warps fold more rows each; the block's threads follow, its shared memory does
+    # not (the weighted x holds the head's rows whoever folds them).
+    args = (128, 8, 64, 128, 16, torch.bfloat16, torch.bfloat16, torch.bfloat16, None, False, True, None, 4, "auto", 2,
+            2, 0)
+    for cw, threads in [(16, 544), (8, 288), (4, 160)]:
+        d = fc.ws_defines(*args, cw)
+        assert (d["CW"], d["THREADS"], d["P"] // d["CW"]) == (cw, threads, 64 // cw)
+    assert fc.ws_defines(*args)["CW"] == fc.WS_CONSUMERS == 16
+    for bad in (2, 12, 32, True):
+        with pytest.raises(ValueError, match=r"consumers: expected one of \(4, 8, 16\), got"):
+            fc.ws_defines(*args, bad)
+    # Nemotron-3-Nano's head_dim 80: 20 rows for each of 4 warps.
+    assert fc.ws_defines(96, 8, 80, *args[3:], 4)["CW"] == 4
+    with pytest.raises(ValueError, match="consumers: 4 warps do not split head_dim 256 into whole rows, at most 32"):
+        fc.ws_defines(8, 2, 256, *args[3:], 4)
+    with pytest.raises(ValueError, match="consumers: 16 warps do not split head_dim 72"):
+        fc.ws_defines(8, 2, 72, *args[3:], 16)
+    cfg = decode.LaunchConfig(**dict(CUDA_FLUSH, flush_impl="cuda_ws", flush_ws_consumers=8))
+    assert cfg.flush_ws_consumers == 8
+    for bad in (0, 6, 32, "8"):
+        with pytest.raises(ValueError, match=r"LaunchConfig.flush_ws_consumers: expected one of \(4, 8, 16\), got"):
+            decode.LaunchConfig(**dict(CUDA_FLUSH, flush_impl="cuda_ws", flush_ws_consumers=bad))
+    with pytest.raises(ValueError, match="flush_ws_consumers: 8 needs flush_impl='cuda_ws', got 'cuda'"):
+        decode.LaunchConfig(**dict(CUDA_FLUSH, flush_ws_consumers=8))
+
+
 def test_ws_stages_taken():
     # An exact count is taken as asked, and refused past what fits; 0 takes what fits, at most the
     # cap (launch_config's "at most 3" below batch 192 must still launch where only 2 fit: head_dim
@@ -155,12 +182,12 @@ def test_ws_stages_taken():
             decode.LaunchConfig(**dict(CUDA_FLUSH, flush_impl="cuda_ws", flush_ws_max_stages=bad))
 
 
-def _ws_reason(checkpoint, ring_B, ring_x=None, batch=4):
+def _ws_reason(checkpoint, ring_B, ring_x=None, batch=4, consumers=fc.WS_CONSUMERS):
     heads, head_dim = checkpoint.shape[1], checkpoint.shape[2]
     ring_x = torch.zeros(4, heads, ring_B.shape[2], head_dim, device=checkpoint.device) if ring_x is None else ring_x
     x = torch.zeros(batch, heads, head_dim, device=checkpoint.device)
     B = torch.zeros(batch, ring_B.shape[1], checkpoint.shape[3], device=checkpoint.device)
-    return fc.ws_unsupported(checkpoint, ring_x, ring_B, x, B, x, batch)
+    return fc.ws_unsupported(checkpoint, ring_x, ring_B, x, B, x, batch, consumers)
 
 
 def test_ws_unsupported_names_each_reason():
@@ -170,6 +197,10 @@ def test_ws_unsupported_names_each_reason():
     assert "not contiguous" in _ws_reason(torch.zeros(4, 2, 64, 128), torch.zeros(4, 2, 16, 256)[..., :128])
     assert "not contiguous" in _ws_reason(torch.zeros(4, 2, 64, 128), ring_B, torch.zeros(4, 2, 16, 128)[..., :64])
     assert "head_dim 72" in _ws_reason(torch.zeros(4, 2, 72, 128), ring_B)
+    # 256 rows are 64 a warp over 4 consumer warps: more than a warp's 32 lanes hold.
+    assert "head_dim 256: expected a multiple of 4, at most 128 (4 consumer warps)" in _ws_reason(
+        torch.zeros(4, 2, 256, 128), ring_B, consumers=4)
+    assert "CUDA device" in _ws_reason(torch.zeros(4, 2, 256, 128), ring_B, consumers=8)
     # A ring of 32 entries is served (its coef lines are bulk-copied, not spread over one warp's lanes).
     assert "CUDA device" in _ws_reason(torch.zeros(4, 2, 64, 128), torch.zeros(4, 2, 32, 128))
 
@@ -313,19 +344,20 @@ def test_defaults_assemble_without_spills(sm, tmp_path):
 @pytest.mark.skipif(not HAVE_PTXAS, reason="Triton's ptxas is not installed")
 @pytest.mark.parametrize("sm", [90, 100, 103])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-@pytest.mark.parametrize("order,taper,ahead", [(order, 0, 0) for order in WS_ORDERS]
-                         + [("counter", 2, 0), ("auto", 2, 0), ("stride", 0, 1), ("stride", 0, 2),
-                            ("auto", 2, 1), ("auto", 2, 2)])
-def test_ws_kernel_assembles_without_spills(sm, dtype, order, taper, ahead, tmp_path):
-    # One 544-thread block per SM: within 120 registers a thread, no spill, at the dims it serves.
-    # (The last case without z and D: HAS_Z / HAS_D 0.) With L2_AHEAD the producer asks the L2 for
-    # the next item's tile and ring x by bulk prefetches, and only then.
+@pytest.mark.parametrize("order,taper,ahead,consumers", [(order, 0, 0, 16) for order in WS_ORDERS]
+                         + [("counter", 2, 0, 16), ("auto", 2, 0, 16), ("stride", 0, 1, 16), ("stride", 0, 2, 16),
+                            ("auto", 2, 1, 16), ("auto", 2, 2, 16), ("auto", 2, 0, 8), ("auto", 2, 0, 4)])
+def test_ws_kernel_assembles_without_spills(sm, dtype, order, taper, ahead, consumers, tmp_path):
+    # One block of (consumers + 1) warps per SM (544 threads by default: within 120 registers a
+    # thread), no spill, at the dims it serves. (The last case without z and D: HAS_Z / HAS_D 0.)
+    # With L2_AHEAD the producer asks the L2 for the next item's tile and ring x by bulk
+    # prefetches, and only then. With fewer consumer warps each holds more rows' accumulators.
     for heads, groups, head_dim, gated in [(128, 8, 64, True), (96, 8, 80, True), (8, 2, 128, True),
                                            (128, 8, 64, False)]:
         stages = fc.ws_stages(256, heads, head_dim, 128, 16, dtype.itemsize, dtype.itemsize, dtype.itemsize, gated,
                               232448)
         defs = fc.ws_defines(heads, groups, head_dim, 128, 16, dtype, dtype, dtype, torch.float32 if gated else None,
-                             gated, gated, torch.int32, stages, order, 4, taper, ahead)
+                             gated, gated, torch.int32, stages, order, 4, taper, ahead, consumers)
         ptx = _nvrtc.compile_ptx(fc.source(fc.WS_FILE), "flush_ws.cu", sm, tuple((k, str(v)) for k, v in defs.items()))
         assert "cp.async.bulk.shared::cluster.global" in ptx and "mbarrier.try_wait" in ptx
         assert ("cp.async.bulk.prefetch.L2.global" in ptx) == bool(ahead), order
@@ -356,11 +388,15 @@ def test_ws_kernel_assembles_without_spills(sm, dtype, order, taper, ahead, tmp_
                                     dict(flush_impl="cuda_ws", ring_x_in_ring=True, flush_ws_order="auto",
                                          flush_ws_l2_ahead=1),
                                     dict(flush_impl="cuda_ws", ring_x_in_ring=True, flush_ws_order="auto",
-                                         flush_ws_taper=2, flush_ws_chunk=2, flush_ws_l2_ahead=2)],
+                                         flush_ws_taper=2, flush_ws_chunk=2, flush_ws_l2_ahead=2),
+                                    dict(flush_impl="cuda_ws", ring_x_in_ring=True, flush_ws_order="auto",
+                                         flush_ws_taper=2, flush_ws_chunk=2, flush_ws_consumers=8),
+                                    dict(flush_impl="cuda_ws", ring_x_in_ring=True, flush_ws_order="auto",
+                                         flush_ws_consumers=4)],
                          ids=["default", "rows8-heads2", "ws", "ws2", "ws-ring-x", "ws-counter", "ws-compact",
                               "ws-auto", "ws-walk8", "ws-compact-walk64", "ws-auto-dt-sector",
                               "ws-auto-taper2", "ws-auto-taper2-chunk2", "ws-auto-l2_ahead1",
-                              "ws-auto-taper2-chunk2-l2_ahead2"])
+                              "ws-auto-taper2-chunk2-l2_ahead2", "ws-auto-cw8", "ws-auto-cw4"])
 @pytest.mark.parametrize("batch", [1, 3, 64])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
 @pytest.mark.parametrize("dims", [(8, 64, 128, 2), (8, 80, 128, 8), (4, 128, 64, 1), (6, 256, 128, 3)])
@@ -379,9 +415,10 @@ def test_cuda_flush_steps_gpu(dims, dtype, batch, params):
     ("cuda_ws", "auto", dict(ring_x_in_ring=True, flush_ws_taper=2)),
     ("cuda_ws", "auto", dict(ring_x_in_ring=True, flush_ws_taper=2, flush_ws_chunk=2, flush_ws_max_stages=3)),
     ("cuda_ws", "auto", dict(ring_x_in_ring=True, flush_ws_l2_ahead=1)),
-    ("cuda_ws", "auto", dict(ring_x_in_ring=True, flush_ws_l2_ahead=2))],
+    ("cuda_ws", "auto", dict(ring_x_in_ring=True, flush_ws_l2_ahead=2)),
+    ("cuda_ws", "auto", dict(ring_x_in_ring=True, flush_ws_taper=2, flush_ws_chunk=2, flush_ws_consumers=8))],
     ids=["cuda", "ws", "ws-ring-x", "ws-counter", "ws-compact", "ws-auto-compact-walk32", "ws-auto-dt-sector",
-         "ws-auto-taper2", "ws-auto-taper2-chunk2", "ws-auto-l2_ahead1", "ws-auto-l2_ahead2"])
+         "ws-auto-taper2", "ws-auto-taper2-chunk2", "ws-auto-l2_ahead1", "ws-auto-l2_ahead2", "ws-auto-cw8"])
 def test_cuda_flush_nemotron_dims_four_windows_gpu(impl, order, options):
     # The accuracy target: the fp32 checkpoint within 1e-5 of float64 over 4 windows at L=16.
     run = kernel_replay(decode.LaunchConfig(**dict(CUDA_FLUSH, flush_persistent=4, flush_list_items="heads",

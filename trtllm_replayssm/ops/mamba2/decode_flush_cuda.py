@@ -21,7 +21,8 @@ block-wide barriers.
 (flush row, head) pairs, walked by one block per SM in which a producer thread bulk-copies each
 item's checkpoint tile and every operand it reads (the group's ring ``B``, the head's ring ``x``,
 the token's ``B``, ``C``, ``x``, ``z``, its coef line) into one of 2 to :data:`WS_MAX_STAGES`
-stages and sends the folded tiles back by bulk stores, while :data:`WS_CONSUMERS` warps fold them.
+stages and sends the folded tiles back by bulk stores, while :data:`WS_CONSUMERS` warps (by default;
+``LaunchConfig.flush_ws_consumers``) fold them.
 It is the default flush launch from batch 128 at ``d_state`` 128 (at most 3 stages below batch 192): on
 an H200 at Nemotron-H batch 256 the flush step took 592-599 us against 614 us for the Triton launch
 (``benchmarks/NOTES_mamba2.md``, thirty-fourth run), 568 us with the ``"auto"`` order, and at 128
@@ -46,10 +47,10 @@ from .. import _nvrtc
 from .._flush_rows import KINDS as _KINDS
 from .._flush_rows import checkpoint_reason, chunked, launch_plan
 from .._flush_rows import source as _source
-from .launch import WS_ORDERS
+from .launch import WS_CONSUMER_CHOICES, WS_CONSUMERS, WS_ORDERS
 
-__all__ = ["THREADS", "WS_CONSUMERS", "WS_MAX_STAGES", "WS_STREAM_RESERVE", "defines", "flush_rows_cuda",
-           "flush_rows_ws", "have_nvrtc", "rows_per_instr", "shared_bytes", "unsupported", "warp_rows", "ws_defines",
+__all__ = ["THREADS", "WS_CONSUMERS", "WS_CONSUMER_CHOICES", "WS_MAX_STAGES", "WS_STREAM_RESERVE", "defines",
+           "flush_rows_cuda", "flush_rows_ws", "have_nvrtc", "rows_per_instr", "shared_bytes", "unsupported", "warp_rows", "ws_defines",
            "ws_pick_stages", "ws_shared_bytes", "ws_shared_limit", "ws_stage_bytes", "ws_stages", "ws_unsupported"]
 
 #: Threads per block: 8 warps, each walking its own warp items.
@@ -68,10 +69,10 @@ WS_SIGNATURE = SIGNATURE + (_P,)
 
 KERNEL_FILE = str(Path(__file__).with_name("flush_cuda.cu"))
 WS_FILE = str(Path(__file__).with_name("flush_ws.cu"))
-#: ``flush_impl="cuda_ws"``: consumer warps of a block (a producer warp beside them) and the most
-#: head tiles in flight per block. Five stages were the probe's best (benchmarks/fold_ws.cu); in
-#: the step a block takes fewer where five would crowd out the stream launch (WS_STREAM_RESERVE).
-WS_CONSUMERS, WS_MAX_STAGES = 16, 5
+#: ``flush_impl="cuda_ws"``: the most head tiles in flight per block (its consumer warps:
+#: ``launch.WS_CONSUMERS``). Five stages were the probe's best (benchmarks/fold_ws.cu); in the step
+#: a block takes fewer where five would crowd out the stream launch (WS_STREAM_RESERVE).
+WS_MAX_STAGES = 5
 #: Shared memory (bytes) a ``flush_ws.cu`` block leaves free on its SM for the stream launch's
 #: programs, which run beside it (``flush_stream``). H200, Nemotron-H batch 256: five stages (a
 #: 208 KB block, 20 KB left) slowed every non-flush step from 279 to 302 us, four (168 KB) did not.
@@ -222,10 +223,10 @@ def ws_stage_bytes(head_dim: int, d_state: int, capacity: int, ring_bytes: int, 
 def ws_shared_bytes(batch: int, heads: int, head_dim: int, d_state: int, capacity: int, ring_bytes: int,
                     bc_bytes: int, x_bytes: int, has_z: bool, stages: int) -> int:
     """Dynamic shared memory of a ``flush_ws.cu`` block: barriers, ``stages`` stages
-    (:func:`ws_stage_bytes`), each consumer warp's weighted ``x`` (``capacity + 1`` entries of its
-    rows, fp32), every head's ``D`` (fp32), and the batch's flush rows (slot int64, row and ``c``
-    int32)."""
-    words = WS_CONSUMERS * (capacity + 1) * (head_dim // WS_CONSUMERS) + heads
+    (:func:`ws_stage_bytes`), the consumer warps' weighted ``x`` (``capacity + 1`` entries of each
+    warp's rows, fp32: ``capacity + 1`` entries of the head's rows, however many warps share them),
+    every head's ``D`` (fp32), and the batch's flush rows (slot int64, row and ``c`` int32)."""
+    words = (capacity + 1) * head_dim + heads
     return (128 + stages * ws_stage_bytes(head_dim, d_state, capacity, ring_bytes, bc_bytes, x_bytes, has_z)
             + 4 * (words + words % 2) + 16 * batch)
 
@@ -276,19 +277,20 @@ def ws_pick_stages(asked: int, cap: int, most: int) -> int:
 
 
 def ws_unsupported(checkpoint: torch.Tensor, ring_x: torch.Tensor, ring_B: torch.Tensor, x: torch.Tensor,
-                   B: torch.Tensor, z: torch.Tensor | None, batch: int) -> str | None:
+                   B: torch.Tensor, z: torch.Tensor | None, batch: int, consumers: int = WS_CONSUMERS) -> str | None:
     """Why a step that :func:`unsupported` accepts cannot take the warp-specialised form (``None``
     when it can): ``d_state`` other than 128, a head's checkpoint rows, its ring ``x`` entries or
     the ring's ``B`` entries not contiguous (each is one bulk copy), ``head_dim`` not split evenly
-    over the consumer warps, no bulk copies (a device before sm_90, or not CUDA), or too little
-    shared memory for two stages."""
+    over the ``consumers`` warps (at most 32 rows each), no bulk copies (a device before sm_90, or
+    not CUDA), or too little shared memory for two stages."""
     _, heads, head_dim, d_state = checkpoint.shape
     if d_state != 128:
         return f"d_state {d_state}: the warp-specialised flush takes d_state 128"
     if checkpoint.stride(2) != d_state or ring_B.stride(2) != d_state or ring_x.stride(2) != head_dim:
         return "a head's checkpoint rows or the ring's x or B entries are not contiguous"
-    if head_dim % WS_CONSUMERS or head_dim // WS_CONSUMERS > 32:
-        return f"head_dim {head_dim}: expected a multiple of {WS_CONSUMERS}, at most {32 * WS_CONSUMERS}"
+    if head_dim % consumers or head_dim // consumers > 32:
+        return (f"head_dim {head_dim}: expected a multiple of {consumers}, at most {32 * consumers} "
+                f"({consumers} consumer warps)")
     if checkpoint.device.type != "cuda":
         return "bulk copies need a CUDA device"
     index = checkpoint.device.index if checkpoint.device.index is not None else torch.cuda.current_device()
@@ -302,12 +304,19 @@ def ws_unsupported(checkpoint: torch.Tensor, ring_x: torch.Tensor, ring_B: torch
 
 def ws_defines(heads: int, groups: int, head_dim: int, d_state: int, capacity: int, x_dtype, bc_dtype, ring_dtype,
                d_dtype, has_d: bool, has_z: bool, idx_dtype, stages: int, order: str = "stride",
-               chunk: int = 4, taper: int = 0, l2_ahead: int = 0) -> dict:
+               chunk: int = 4, taper: int = 0, l2_ahead: int = 0, consumers: int = WS_CONSUMERS) -> dict:
     """The ``-D`` values ``flush_ws.cu`` is compiled with; ``order``: how a block takes its items
     (:data:`WS_ORDERS`; ``ORDER`` is its index), ``chunk``: consecutive items per take from the counter,
     ``taper``: > 0, one item a take once fewer than ``taper`` chunks a block remain
     (``LaunchConfig.flush_ws_taper``), ``l2_ahead``: 0, or the producer asks the L2 for each item
-    this many loads before its own (1 or 2; ``LaunchConfig.flush_ws_l2_ahead``)."""
+    this many loads before its own (1 or 2; ``LaunchConfig.flush_ws_l2_ahead``), ``consumers``: the
+    consumer warps (:data:`WS_CONSUMER_CHOICES`; ``LaunchConfig.flush_ws_consumers``), each folding
+    ``head_dim / consumers`` rows of a head (at most 32)."""
+    if consumers not in WS_CONSUMER_CHOICES:
+        raise ValueError(f"consumers: expected one of {WS_CONSUMER_CHOICES}, got {consumers!r}")
+    if head_dim % consumers or head_dim // consumers > 32:
+        raise ValueError(f"consumers: {consumers} warps do not split head_dim {head_dim} into whole rows, at most 32 "
+                         "each")
     if order not in WS_ORDERS:
         raise ValueError(f"order: expected one of {WS_ORDERS}, got {order!r}")
     if chunk < 1:
@@ -320,7 +329,7 @@ def ws_defines(heads: int, groups: int, head_dim: int, d_state: int, capacity: i
         if dt not in _KINDS:
             raise ValueError(f"{name}: expected one of {tuple(_KINDS)}, got {dt}")
     return dict(P=head_dim, N=d_state, CAP=capacity, HEADS=heads, HPG=heads // groups,
-                CW=WS_CONSUMERS, STAGES=stages, THREADS=(WS_CONSUMERS + 1) * 32, X_KIND=_KINDS[x_dtype],
+                CW=consumers, STAGES=stages, THREADS=(consumers + 1) * 32, X_KIND=_KINDS[x_dtype],
                 BC_KIND=_KINDS[bc_dtype], RING_KIND=_KINDS[ring_dtype],
                 D_KIND=_KINDS.get(d_dtype, 0) if has_d else 0, HAS_D=int(has_d), HAS_Z=int(has_z),
                 HAS_INDICES=int(idx_dtype is not None), IDX_64=int(idx_dtype == torch.int64),
@@ -329,7 +338,7 @@ def ws_defines(heads: int, groups: int, head_dim: int, d_state: int, capacity: i
 
 def flush_rows_ws(checkpoint, ring_x, ring_B, coef, info, x, B, C, D, z, idx, y, batch, strides, capacity,
                   stages: int = 0, counter: torch.Tensor | None = None, chunk: int = 4, order: str | None = None,
-                  max_stages: int = 0, taper: int = 0, l2_ahead: int = 0):
+                  max_stages: int = 0, taper: int = 0, l2_ahead: int = 0, consumers: int = WS_CONSUMERS):
     """Launch ``mamba2_flush_ws`` on the current stream: the arguments of :func:`flush_rows_cuda`
     (its ``strides``: the staged step's 16 flush strides), for a step :func:`ws_unsupported`
     accepts. ``coef`` must start on a 16-byte boundary with 12 readable bytes past its end (its
@@ -345,7 +354,8 @@ def flush_rows_ws(checkpoint, ring_x, ring_B, coef, info, x, B, C, D, z, idx, y,
     item a take once fewer than ``taper`` chunks a block remain (0: ``chunk`` to the end).
     ``l2_ahead`` (``LaunchConfig.flush_ws_l2_ahead``): 0, or the producer asks the L2 for an
     item's checkpoint tile and ring ``x`` this many loads (1 or 2) before its own, while its stages
-    are all busy; with ``"auto"``, only in the steps that take the counter's order."""
+    are all busy; with ``"auto"``, only in the steps that take the counter's order. ``consumers``
+    (``LaunchConfig.flush_ws_consumers``): the block's consumer warps beside its producer warp."""
     order = order or ("stride" if counter is None else "counter")
     if order not in WS_ORDERS:
         raise ValueError(f"order: expected one of {WS_ORDERS}, got {order!r}")
@@ -366,7 +376,7 @@ def flush_rows_ws(checkpoint, ring_x, ring_B, coef, info, x, B, C, D, z, idx, y,
     stages = ws_pick_stages(stages, max_stages, most)
     defs = ws_defines(heads, groups, head_dim, d_state, capacity, x.dtype, B.dtype, ring_x.dtype,
                       None if D is None else D.dtype, D is not None, z is not None,
-                      None if idx is None else idx.dtype, stages, order, chunk, taper, l2_ahead)
+                      None if idx is None else idx.dtype, stages, order, chunk, taper, l2_ahead, consumers)
     shared = ws_shared_bytes(batch, heads, head_dim, d_state, capacity, *sizes, stages)
     threads = defs["THREADS"]
     kernel, blocks = launch_plan(WS_FILE, "mamba2_flush_ws", WS_SIGNATURE, tuple(defs.items()), index, batch * heads,

@@ -327,7 +327,7 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
     cuda_flush = cfg.flush_launch and cfg.flush_impl in ("cuda", "cuda_ws") and unsupported(
         checkpoint, batch, dict(ring_x=ring_x, ring_B=ring_B, x=x, B=B, C=C, z=z)) is None
     ws_flush = cuda_flush and cfg.flush_impl == "cuda_ws" and ws_unsupported(
-        checkpoint, ring_x, ring_B, x, B, z, batch) is None
+        checkpoint, ring_x, ring_B, x, B, z, batch, cfg.flush_ws_consumers) is None
     counter = scratch[lines + 4:lines + 5].view(torch.int32) if ws_flush and cfg.flush_ws_order != "stride" else None
     info = torch.empty(batch, 2, dtype=torch.int32, device=x.device)
     block_n = triton.next_power_of_2(d_state)
@@ -365,7 +365,8 @@ def replay_step_staged(checkpoint, ring_x, ring_dt, ring_B, committed, flush_at,
             flush_rows_ws(checkpoint, ring_x, ring_B, coef, info, x, B, C, D_ if flags["HAS_D"] else None,
                           z_ if flags["HAS_Z"] else None, idx_ if flags["HAS_INDICES"] else None, y, batch,
                           flush_strides, capacity, cfg.flush_ws_stages, counter, cfg.flush_ws_chunk,
-                          cfg.flush_ws_order, cfg.flush_ws_max_stages, cfg.flush_ws_taper, cfg.flush_ws_l2_ahead)
+                          cfg.flush_ws_order, cfg.flush_ws_max_stages, cfg.flush_ws_taper, cfg.flush_ws_l2_ahead,
+                          cfg.flush_ws_consumers)
             return
         if cuda_flush:
             flush_rows_cuda(checkpoint, ring_x, ring_B, coef, info, x, B, C, D_ if flags["HAS_D"] else None,

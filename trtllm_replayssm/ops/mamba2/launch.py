@@ -14,8 +14,8 @@ import triton
 
 from .._prefetch import PREFETCH_MODES
 
-__all__ = ["DOT_FOLDS", "FLUSH_IMPLS", "FOLDS", "KERNELS", "L2_AHEAD_GPUS", "PIPELINES", "WS_ORDERS",
-           "LaunchConfig", "gpu_name", "launch_config"]
+__all__ = ["DOT_FOLDS", "FLUSH_IMPLS", "FOLDS", "KERNELS", "L2_AHEAD_GPUS", "PIPELINES", "WS_CONSUMERS",
+           "WS_CONSUMER_CHOICES", "WS_ORDERS", "LaunchConfig", "gpu_name", "launch_config"]
 
 #: Where the warp-specialised flush's L2 prefetch of its next item (``flush_ws_l2_ahead=1``) is the
 #: default, with the fiftieth run's takes of 2 and taper 2 at every batch it serves: GPU name (as
@@ -47,6 +47,9 @@ FLUSH_IMPLS = ("triton", "cuda", "cuda_ws")
 #: How the warp-specialised flush's blocks take their items: striding by the grid, from a counter,
 #: or, step by step, from the counter when at least half of the batch's rows flush.
 WS_ORDERS = ("stride", "counter", "auto")
+#: ``flush_impl="cuda_ws"``: the consumer warps of a block (a producer warp beside them) by default,
+#: and the counts ``LaunchConfig.flush_ws_consumers`` may ask for.
+WS_CONSUMERS, WS_CONSUMER_CHOICES = 16, (4, 8, 16)
 
 
 @dataclass(frozen=True)
@@ -164,6 +167,13 @@ class LaunchConfig:
     # run) at Nemotron-H dims, so launch_config asks it where L2_AHEAD_GPUS lists it (figures there); 2
     # lengthened it by 30-160 us on an H100.
     flush_ws_l2_ahead: int = 0
+    # "cuda_ws": the block's consumer warps (4, 8 or 16; each folds head_dim / this rows of a
+    # head, at most 32). Per ring entry a warp widens its lanes' four 16-bit B values (4 integer
+    # instructions in the sm_90 SASS) and reads its rows' weights beside the rows x 4 FMAs: 22
+    # instructions for 16 FMAs with 4 rows a warp (Nemotron-H's head_dim 64 over 16 warps), 39 for
+    # 32 with 8 rows. An option for measuring whether the fold's issue slots (or the power they
+    # draw) cost the flush step anything.
+    flush_ws_consumers: int = 16
 
     def __post_init__(self):
         if self.kernel not in KERNELS:
@@ -215,6 +225,12 @@ class LaunchConfig:
             raise ValueError(f"LaunchConfig.flush_ws_l2_ahead: expected 0, 1 or 2, got {self.flush_ws_l2_ahead!r}")
         if self.flush_ws_l2_ahead and self.flush_impl != "cuda_ws":
             raise ValueError(f"LaunchConfig.flush_ws_l2_ahead: needs flush_impl='cuda_ws', got {self.flush_impl!r}")
+        if self.flush_ws_consumers not in WS_CONSUMER_CHOICES:
+            raise ValueError(f"LaunchConfig.flush_ws_consumers: expected one of {WS_CONSUMER_CHOICES}, "
+                             f"got {self.flush_ws_consumers!r}")
+        if self.flush_ws_consumers != WS_CONSUMERS and self.flush_impl != "cuda_ws":
+            raise ValueError(f"LaunchConfig.flush_ws_consumers: {self.flush_ws_consumers} needs flush_impl='cuda_ws', "
+                             f"got {self.flush_impl!r}")
         if self.flush_ws_taper and self.flush_ws_order == "stride":
             raise ValueError("LaunchConfig.flush_ws_taper: > 0 needs flush_ws_order 'counter' or 'auto' "
                              "(the counter's takes)")

@@ -19,7 +19,8 @@
 #          launched from the device inside a graph), ws-consumers (the flush with 16 / 8 / 4
 #          consumer warps), fold-counter (the fold alone as a grid, a
 #          counter-fed wave and a warp-specialised wave), clocks (the GPU's clocks and power while the
-#          all-flush step and the plain table run); default: tests formats bench builder
+#          all-flush step and the plain table run), clocks-consumers (the all-flush step with 16 and
+#          8 consumer warps, clocks sampled); default: tests formats bench builder
 #   limits (seconds) and extra benchmark arguments come from the environment:
 #   GPU_TESTS_LIMIT GPU_TESTS_WORKERS GPU_TESTS_ARGS FORMATS_LIMIT BUILDER_LIMIT BENCH_LIMIT
 #   MAMBA2_BENCH_ARGS GDN_BENCH_ARGS KDA_BENCH_ARGS PAPER_ROOT
@@ -45,6 +46,26 @@ step() {  # step NAME SECONDS CMD...: run CMD under a time limit, log to $OUT/NA
   local rc=${PIPESTATUS[0]}
   echo "=== $name rc=$rc in $((SECONDS - t0))s"
   [ "$rc" = 0 ] || status=1
+}
+# nvidia-smi sampling every 50 ms into $OUT/clocks.csv (SM and memory clocks, power, temperatures,
+# clock-event reasons), each part's start marked in $OUT/clock_marks.txt; the stop prints each
+# part's clocks and power (benchmarks/gpu_clocks.py).
+mark() { echo "$(date '+%Y/%m/%d %H:%M:%S.%N') $1" >> "$OUT/clock_marks.txt"; }
+clock_sampler_start() {
+  local reasons=clocks_event_reasons.active
+  nvidia-smi --query-gpu=$reasons --format=csv >/dev/null 2>&1 || reasons=clocks_throttle_reasons.active
+  nvidia-smi --query-gpu=power.limit,enforced.power.limit,clocks.max.sm,clocks.max.mem --format=csv \
+    | tee "$OUT/clock_limits.txt"
+  : > "$OUT/clock_marks.txt"
+  nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,temperature.memory,$reasons \
+    --format=csv,noheader,nounits -lms 50 > "$OUT/clocks.csv" &
+  sampler=$!
+  mark idle; sleep 2
+}
+clock_sampler_stop() {
+  mark after; sleep 1
+  kill "$sampler"
+  step clocks_summary 30 python3 benchmarks/gpu_clocks.py "$OUT"
 }
 [ $# -gt 0 ] || set -- tests formats bench builder
 for what in "$@"; do
@@ -220,28 +241,35 @@ for what in "$@"; do
     # runs at 512 and 256, three repeats; benchmarks/gpu_clocks.py prints them part by part. On
     # one H200 the all-flush step grew from repeat to repeat (fifty-ninth run). ~1.5 min.
     clocks)
-      reasons=clocks_event_reasons.active
-      nvidia-smi --query-gpu=$reasons --format=csv >/dev/null 2>&1 || reasons=clocks_throttle_reasons.active
-      nvidia-smi --query-gpu=power.limit,enforced.power.limit,clocks.max.sm,clocks.max.mem --format=csv \
-        | tee "$OUT/clock_limits.txt"
-      : > "$OUT/clock_marks.txt"
-      nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,temperature.memory,$reasons \
-        --format=csv,noheader,nounits -lms 50 > "$OUT/clocks.csv" &
-      sampler=$!
-      mark() { echo "$(date '+%Y/%m/%d %H:%M:%S.%N') $1" >> "$OUT/clock_marks.txt"; }
-      mark idle; sleep 2
+      clock_sampler_start
       mark all-flush-512
       step clocks_flush_512 "${BENCH_LIMIT:-120}" python3 benchmarks/probe_flush_captures.py --batch 512 \
         --allocations 1 --captures 1 --rounds 4000
       mark plain-table
       step clocks_bench "${BENCH_LIMIT:-200}" python3 benchmarks/bench_mamba2_decode.py --dims nemotron_h \
         --batches 512 256 --repeats 3 --json "$OUT/clocks_bench.json"
-      mark after; sleep 1
-      kill "$sampler"
-      step clocks_summary 30 python3 benchmarks/gpu_clocks.py "$OUT" ;;
+      clock_sampler_stop ;;
+    # The all-flush step alone with 16 (the default) and 8 consumer warps in turn, a process each,
+    # twice, at Nemotron-H 256 and 512 (each batch's default with the field replaced), the clocks
+    # sampled as in `clocks`: with 8 warps each 16-bit ring B entry a warp widens serves twice the
+    # FMAs (~20% fewer instructions an item), which matters where the board's power cap lowers the
+    # SM clock (the sixtieth run: 700 W reached, 1380-1845 MHz in the all-flush step). ~2 min.
+    clocks-consumers)
+      clock_sampler_start
+      for b in 256 512; do
+        for r in 1 2; do
+          for cw in 16 8; do
+            mark "flush-$b-cw$cw"
+            step "clocks_flush_${b}_cw${cw}_$r" "${BENCH_LIMIT:-60}" python3 benchmarks/probe_flush_captures.py \
+              --batch $b --derive "flush_ws_consumers=$cw" --allocations 1 --captures 1 \
+              --rounds $((b == 256 ? 3000 : 1500))
+          done
+        done
+      done
+      clock_sampler_stop ;;
     *) echo "unknown step $what (expected tests, formats, builder, bench, bench-mamba2, paper, options-tests," \
             "options-nonflush, parts, options-flush, options-stream-tiles, options-ws-l2, ws-l2-default, ws-l2-prefetch," \
-            "ws-l2-prefetch-nano, device-launch, l2-flush, ws-consumers, fold-counter, clocks)"; exit 2 ;;
+            "ws-l2-prefetch-nano, device-launch, l2-flush, ws-consumers, fold-counter, clocks, clocks-consumers)"; exit 2 ;;
   esac
 done
 exit $status

@@ -35,6 +35,7 @@ REASONS = {
     0x40: "hw thermal",
     0x80: "hw power brake",
 }
+POWER_CAP = 0x4
 TIME_FORMAT = "%Y/%m/%d %H:%M:%S.%f"
 
 
@@ -77,8 +78,10 @@ def read_marks(path: Path) -> list[tuple[dt.datetime, str]]:
 
 def summarize(samples: list[dict], marks: list[tuple[dt.datetime, str]]) -> list[dict]:
     """Per part (from its mark to the next; the last to the last sample): the number of samples,
-    the SM clock's median and minimum, the power's median and maximum, the hottest temperatures,
-    and for each reason seen the share of samples it was active in."""
+    the SM clock's median and minimum, its median over the samples under the power cap
+    (``sm_capped_median``: NaN where none was; a part's medians also hold its process's set-up,
+    at idle clocks), the power's median and maximum, the hottest temperatures, and for each reason
+    seen the share of samples it was active in."""
     if not marks:
         raise ValueError("marks: expected at least one part")
     rows = []
@@ -89,7 +92,10 @@ def summarize(samples: list[dict], marks: list[tuple[dt.datetime, str]]) -> list
         if part:
             sm = [s["sm_mhz"] for s in part]
             power = [s["power_w"] for s in part]
-            row.update(sm_median=statistics.median(sm), sm_min=min(sm), power_median=statistics.median(power),
+            capped = [s["sm_mhz"] for s in part if s["reasons"] & POWER_CAP]
+            row.update(sm_median=statistics.median(sm), sm_min=min(sm),
+                       sm_capped_median=statistics.median(capped) if capped else float("nan"),
+                       power_median=statistics.median(power),
                        power_max=max(power), gpu_c_max=max(s["gpu_c"] for s in part),
                        mem_c_max=max((s["mem_c"] for s in part if not math.isnan(s["mem_c"])), default=float("nan")),
                        reasons={name_: sum(1 for s in part if s["reasons"] & bit) / len(part)
@@ -99,14 +105,15 @@ def summarize(samples: list[dict], marks: list[tuple[dt.datetime, str]]) -> list
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| part | samples | SM MHz median (min) | power W median (max) | GPU / memory C max "
-             "| reasons (share of samples) |", "|---|---|---|---|---|---|"]
+    lines = ["| part | samples | SM MHz median (min) | SM MHz under the power cap | power W median (max) "
+             "| GPU / memory C max | reasons (share of samples) |", "|---|---|---|---|---|---|---|"]
     for r in rows:
         if not r["samples"]:
-            lines.append(f"| {r['part']} | 0 | | | | |")
+            lines.append(f"| {r['part']} | 0 | | | | | |")
             continue
         reasons = ", ".join(f"{k} {v:.0%}" for k, v in r["reasons"].items()) or "none"
-        lines.append(f"| {r['part']} | {r['samples']} | {r['sm_median']:.0f} ({r['sm_min']:.0f}) | "
+        capped = "" if math.isnan(r["sm_capped_median"]) else f"{r['sm_capped_median']:.0f}"
+        lines.append(f"| {r['part']} | {r['samples']} | {r['sm_median']:.0f} ({r['sm_min']:.0f}) | {capped} | "
                      f"{r['power_median']:.0f} ({r['power_max']:.0f}) | {r['gpu_c_max']:.0f} / {r['mem_c_max']:.0f} | "
                      f"{reasons} |")
     return "\n".join(lines)

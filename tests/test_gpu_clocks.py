@@ -50,8 +50,12 @@ def test_parts_summarized(out):
     assert flush["mem_c_max"] == 68  # the first sample's "[N/A]" left out, not taken as the most
     assert flush["reasons"] == {"sw power cap": 0.75}
     assert plain["samples"] == 1 and plain["reasons"] == {}
+    # Under the cap: the three samples with bit 0x4, not the one at 1980 MHz before it.
+    assert flush["sm_capped_median"] == 1755
+    assert gpu_clocks.math.isnan(plain["sm_capped_median"])
     text = gpu_clocks.table(rows)
-    assert "| all-flush-512 | 4 | 1778 (1710) |" in text and "sw power cap 75%" in text
+    assert "| all-flush-512 | 4 | 1778 (1710) | 1755 |" in text and "sw power cap 75%" in text
+    assert "| plain-table | 1 | 1980 (1980) |  |" in text
 
 
 def test_part_without_samples(out):
@@ -59,7 +63,7 @@ def test_part_without_samples(out):
     rows = gpu_clocks.summarize(gpu_clocks.read_samples(out / "clocks.csv"),
                                 gpu_clocks.read_marks(out / "clock_marks.txt"))
     assert rows[-1] == {"part": "after", "samples": 0}
-    assert "| after | 0 |" in gpu_clocks.table(rows)
+    assert "| after | 0 | | | | | |" in gpu_clocks.table(rows)
 
 
 def test_main_prints_the_table(out, capsys):

@@ -141,7 +141,7 @@ def test_ws_consumer_warps():
         d = fc.ws_defines(*args, cw)
         assert (d["CW"], d["THREADS"], d["P"] // d["CW"]) == (cw, threads, 64 // cw)
     assert fc.ws_defines(*args)["CW"] == fc.WS_CONSUMERS == 16
-    for bad in (2, 12, 32, True):
+    for bad in (2, 12, 32, True, 8.0):
         with pytest.raises(ValueError, match=r"consumers: expected one of \(4, 8, 16\), got"):
             fc.ws_defines(*args, bad)
     # Nemotron-3-Nano's head_dim 80: 20 rows for each of 4 warps.
@@ -152,7 +152,7 @@ def test_ws_consumer_warps():
         fc.ws_defines(8, 2, 72, *args[3:], 16)
     cfg = decode.LaunchConfig(**dict(CUDA_FLUSH, flush_impl="cuda_ws", flush_ws_consumers=8))
     assert cfg.flush_ws_consumers == 8
-    for bad in (0, 6, 32, "8"):
+    for bad in (0, 6, 32, "8", 8.0):
         with pytest.raises(ValueError, match=r"LaunchConfig.flush_ws_consumers: expected one of \(4, 8, 16\), got"):
             decode.LaunchConfig(**dict(CUDA_FLUSH, flush_impl="cuda_ws", flush_ws_consumers=bad))
     with pytest.raises(ValueError, match="flush_ws_consumers: 8 needs flush_impl='cuda_ws', got 'cuda'"):

@@ -50,8 +50,9 @@ from .._flush_rows import source as _source
 from .launch import WS_CONSUMER_CHOICES, WS_CONSUMERS, WS_ORDERS
 
 __all__ = ["THREADS", "WS_CONSUMERS", "WS_CONSUMER_CHOICES", "WS_MAX_STAGES", "WS_STREAM_RESERVE", "defines",
-           "flush_rows_cuda", "flush_rows_ws", "have_nvrtc", "rows_per_instr", "shared_bytes", "unsupported", "warp_rows", "ws_defines",
-           "ws_pick_stages", "ws_shared_bytes", "ws_shared_limit", "ws_stage_bytes", "ws_stages", "ws_unsupported"]
+           "flush_rows_cuda", "flush_rows_ws", "have_nvrtc", "rows_per_instr", "shared_bytes", "unsupported",
+           "warp_rows", "ws_defines", "ws_pick_stages", "ws_shared_bytes", "ws_shared_limit", "ws_stage_bytes",
+           "ws_stages", "ws_unsupported"]
 
 #: Threads per block: 8 warps, each walking its own warp items.
 THREADS = 256
@@ -312,7 +313,7 @@ def ws_defines(heads: int, groups: int, head_dim: int, d_state: int, capacity: i
     this many loads before its own (1 or 2; ``LaunchConfig.flush_ws_l2_ahead``), ``consumers``: the
     consumer warps (:data:`WS_CONSUMER_CHOICES`; ``LaunchConfig.flush_ws_consumers``), each folding
     ``head_dim / consumers`` rows of a head (at most 32)."""
-    if consumers not in WS_CONSUMER_CHOICES:
+    if type(consumers) is not int or consumers not in WS_CONSUMER_CHOICES:
         raise ValueError(f"consumers: expected one of {WS_CONSUMER_CHOICES}, got {consumers!r}")
     if head_dim % consumers or head_dim // consumers > 32:
         raise ValueError(f"consumers: {consumers} warps do not split head_dim {head_dim} into whole rows, at most 32 "

@@ -171,8 +171,10 @@ class LaunchConfig:
     # head, at most 32). Per ring entry a warp widens its lanes' four 16-bit B values (4 integer
     # instructions in the sm_90 SASS) and reads its rows' weights beside the rows x 4 FMAs: 22
     # instructions for 16 FMAs with 4 rows a warp (Nemotron-H's head_dim 64 over 16 warps), 39 for
-    # 32 with 8 rows. An option for measuring whether the fold's issue slots (or the power they
-    # draw) cost the flush step anything.
+    # 32 with 8 rows. An option: the H200 holds its 700 W cap through back-to-back steps by lowering
+    # the SM clock, which the fold's instructions then pay for. There (sixtieth run, one call) 8
+    # warps read Nemotron-H 256's all-flush step at 559.0-560.3 us against 561.9-564.9 for 16 in
+    # most rows, but within the call's drift (587 and 622 in two rows); 4 warps lost.
     flush_ws_consumers: int = 16
 
     def __post_init__(self):
@@ -225,7 +227,7 @@ class LaunchConfig:
             raise ValueError(f"LaunchConfig.flush_ws_l2_ahead: expected 0, 1 or 2, got {self.flush_ws_l2_ahead!r}")
         if self.flush_ws_l2_ahead and self.flush_impl != "cuda_ws":
             raise ValueError(f"LaunchConfig.flush_ws_l2_ahead: needs flush_impl='cuda_ws', got {self.flush_impl!r}")
-        if self.flush_ws_consumers not in WS_CONSUMER_CHOICES:
+        if type(self.flush_ws_consumers) is not int or self.flush_ws_consumers not in WS_CONSUMER_CHOICES:
             raise ValueError(f"LaunchConfig.flush_ws_consumers: expected one of {WS_CONSUMER_CHOICES}, "
                              f"got {self.flush_ws_consumers!r}")
         if self.flush_ws_consumers != WS_CONSUMERS and self.flush_impl != "cuda_ws":

@@ -16,6 +16,7 @@ from _derive import parse_fields
 
 from trtllm_replayssm.config import ReplaySSMConfig
 from trtllm_replayssm.ops.mamba2 import Mamba2ReplayState, decode
+from trtllm_replayssm.ops.mamba2.launch import WS_CONSUMERS
 from trtllm_replayssm.ops.mamba2.state import RING_DT_LAYOUTS
 
 
@@ -116,7 +117,7 @@ def _short(cfg) -> str:
                 + (f" {cfg.flush_ws_order}{cfg.flush_ws_chunk}" if cfg.flush_ws_order != "stride" else "")
                 + (f"t{cfg.flush_ws_taper}" if cfg.flush_ws_taper else "")
                 + (f" l2a{cfg.flush_ws_l2_ahead}" if cfg.flush_ws_l2_ahead else "")
-                + (f" cw{cfg.flush_ws_consumers}" if cfg.flush_ws_consumers != 16 else "")
+                + (f" cw{cfg.flush_ws_consumers}" if cfg.flush_ws_consumers != WS_CONSUMERS else "")
                 + _ring_warps(cfg))
     if cfg.kernel == "staged" and cfg.flush_launch and cfg.flush_impl == "cuda":
         # The CUDA flush launch reads only its own fields and flush_heads.

@@ -253,7 +253,8 @@ for what in "$@"; do
     # twice, at Nemotron-H 256 and 512 (each batch's default with the field replaced), the clocks
     # sampled as in `clocks`: with 8 warps each 16-bit ring B entry a warp widens serves twice the
     # FMAs (~20% fewer instructions an item), which matters where the board's power cap lowers the
-    # SM clock (the sixtieth run: 700 W reached, 1380-1845 MHz in the all-flush step). ~2 min.
+    # SM clock (the sixtieth run: 700 W reached; the SM clock's median 1725 MHz over the all-flush
+    # step's capped samples, against 1980). ~2 min.
     clocks-consumers)
       clock_sampler_start
       for b in 256 512; do

@@ -51,8 +51,8 @@ from .launch import WS_CONSUMER_CHOICES, WS_CONSUMERS, WS_ORDERS
 
 __all__ = ["THREADS", "WS_CONSUMERS", "WS_CONSUMER_CHOICES", "WS_MAX_STAGES", "WS_STREAM_RESERVE", "defines",
            "flush_rows_cuda", "flush_rows_ws", "have_nvrtc", "rows_per_instr", "shared_bytes", "unsupported",
-           "warp_rows", "ws_defines", "ws_pick_stages", "ws_shared_bytes", "ws_shared_limit", "ws_stage_bytes",
-           "ws_stages", "ws_unsupported"]
+           "warp_rows", "ws_defines", "ws_pick_stages", "ws_rows_split", "ws_shared_bytes", "ws_shared_limit",
+           "ws_stage_bytes", "ws_stages", "ws_unsupported"]
 
 #: Threads per block: 8 warps, each walking its own warp items.
 THREADS = 256
@@ -277,6 +277,12 @@ def ws_pick_stages(asked: int, cap: int, most: int) -> int:
     return asked or min(most, cap or most)
 
 
+def ws_rows_split(head_dim: int, consumers: int) -> bool:
+    """Whether ``consumers`` warps take ``head_dim`` rows of a head in equal whole parts of at most
+    32 (a row's output is one lane of its warp)."""
+    return head_dim % consumers == 0 and head_dim // consumers <= 32
+
+
 def ws_unsupported(checkpoint: torch.Tensor, ring_x: torch.Tensor, ring_B: torch.Tensor, x: torch.Tensor,
                    B: torch.Tensor, z: torch.Tensor | None, batch: int, consumers: int = WS_CONSUMERS) -> str | None:
     """Why a step that :func:`unsupported` accepts cannot take the warp-specialised form (``None``
@@ -289,7 +295,7 @@ def ws_unsupported(checkpoint: torch.Tensor, ring_x: torch.Tensor, ring_B: torch
         return f"d_state {d_state}: the warp-specialised flush takes d_state 128"
     if checkpoint.stride(2) != d_state or ring_B.stride(2) != d_state or ring_x.stride(2) != head_dim:
         return "a head's checkpoint rows or the ring's x or B entries are not contiguous"
-    if head_dim % consumers or head_dim // consumers > 32:
+    if not ws_rows_split(head_dim, consumers):
         return (f"head_dim {head_dim}: expected a multiple of {consumers}, at most {32 * consumers} "
                 f"({consumers} consumer warps)")
     if checkpoint.device.type != "cuda":
@@ -315,7 +321,7 @@ def ws_defines(heads: int, groups: int, head_dim: int, d_state: int, capacity: i
     ``head_dim / consumers`` rows of a head (at most 32)."""
     if type(consumers) is not int or consumers not in WS_CONSUMER_CHOICES:
         raise ValueError(f"consumers: expected one of {WS_CONSUMER_CHOICES}, got {consumers!r}")
-    if head_dim % consumers or head_dim // consumers > 32:
+    if not ws_rows_split(head_dim, consumers):
         raise ValueError(f"consumers: {consumers} warps do not split head_dim {head_dim} into whole rows, at most 32 "
                          "each")
     if order not in WS_ORDERS:

@@ -169,13 +169,14 @@ class LaunchConfig:
     flush_ws_l2_ahead: int = 0
     # "cuda_ws": the block's consumer warps (4, 8 or 16; each folds head_dim / this rows of a
     # head, at most 32). Per ring entry a warp widens its lanes' four 16-bit B values (4 integer
-    # instructions in the sm_90 SASS) and reads its rows' weights beside the rows x 4 FMAs: 22
-    # instructions for 16 FMAs with 4 rows a warp (Nemotron-H's head_dim 64 over 16 warps), 39 for
-    # 32 with 8 rows. An option: the H200 holds its 700 W cap through back-to-back steps by lowering
-    # the SM clock, which the fold's instructions then pay for. There (sixtieth run, one call) 8
-    # warps read Nemotron-H 256's all-flush step at 559.0-560.3 us against 561.9-564.9 for 16 in
-    # most rows, but within the call's drift (587 and 622 in two rows); 4 warps lost.
-    flush_ws_consumers: int = 16
+    # instructions in the sm_90 SASS) and reads its rows' weights beside the rows x 4 FMAs: ~22
+    # instructions for 16 FMAs with 4 rows a warp (Nemotron-H's head_dim 64 over 16 warps); with 8
+    # warps the item loop's SASS holds ~20% fewer instructions an item. An option: the H200 holds
+    # its 700 W cap through back-to-back steps by lowering the SM clock, which the fold's
+    # instructions then pay for. There (sixtieth run, two calls) 8 warps read Nemotron-H 256's
+    # all-flush step at 559.0-560.3 us against 561.9-564.9 for 16 in most rows, but within the
+    # calls' drift (587 and 622 in two rows); 4 warps lost.
+    flush_ws_consumers: int = WS_CONSUMERS
 
     def __post_init__(self):
         if self.kernel not in KERNELS:

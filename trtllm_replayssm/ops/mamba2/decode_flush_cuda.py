@@ -47,7 +47,7 @@ from .. import _nvrtc
 from .._flush_rows import KINDS as _KINDS
 from .._flush_rows import checkpoint_reason, chunked, launch_plan
 from .._flush_rows import source as _source
-from .launch import WS_CONSUMER_CHOICES, WS_CONSUMERS, WS_ORDERS
+from .launch import WS_CONSUMER_CHOICES, WS_CONSUMERS, WS_ORDERS, ws_consumers_allowed
 
 __all__ = ["THREADS", "WS_CONSUMERS", "WS_CONSUMER_CHOICES", "WS_MAX_STAGES", "WS_STREAM_RESERVE", "defines",
            "flush_rows_cuda", "flush_rows_ws", "have_nvrtc", "rows_per_instr", "shared_bytes", "unsupported",
@@ -319,7 +319,7 @@ def ws_defines(heads: int, groups: int, head_dim: int, d_state: int, capacity: i
     this many loads before its own (1 or 2; ``LaunchConfig.flush_ws_l2_ahead``), ``consumers``: the
     consumer warps (:data:`WS_CONSUMER_CHOICES`; ``LaunchConfig.flush_ws_consumers``), each folding
     ``head_dim / consumers`` rows of a head (at most 32)."""
-    if type(consumers) is not int or consumers not in WS_CONSUMER_CHOICES:
+    if not ws_consumers_allowed(consumers):
         raise ValueError(f"consumers: expected one of {WS_CONSUMER_CHOICES}, got {consumers!r}")
     if not ws_rows_split(head_dim, consumers):
         raise ValueError(f"consumers: {consumers} warps do not split head_dim {head_dim} into whole rows, at most 32 "

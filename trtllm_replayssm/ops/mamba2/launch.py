@@ -15,7 +15,7 @@ import triton
 from .._prefetch import PREFETCH_MODES
 
 __all__ = ["DOT_FOLDS", "FLUSH_IMPLS", "FOLDS", "KERNELS", "L2_AHEAD_GPUS", "PIPELINES", "WS_CONSUMERS",
-           "WS_CONSUMER_CHOICES", "WS_ORDERS", "LaunchConfig", "gpu_name", "launch_config"]
+           "WS_CONSUMER_CHOICES", "WS_ORDERS", "LaunchConfig", "gpu_name", "launch_config", "ws_consumers_allowed"]
 
 #: Where the warp-specialised flush's L2 prefetch of its next item (``flush_ws_l2_ahead=1``) is the
 #: default, with the fiftieth run's takes of 2 and taper 2 at every batch it serves: GPU name (as
@@ -50,6 +50,12 @@ WS_ORDERS = ("stride", "counter", "auto")
 #: ``flush_impl="cuda_ws"``: the consumer warps of a block (a producer warp beside them) by default,
 #: and the counts ``LaunchConfig.flush_ws_consumers`` may ask for.
 WS_CONSUMERS, WS_CONSUMER_CHOICES = 16, (4, 8, 16)
+
+
+def ws_consumers_allowed(consumers) -> bool:
+    """Whether ``consumers`` is one of :data:`WS_CONSUMER_CHOICES` as an ``int`` (8.0 and ``True``
+    are not: the count becomes a ``#define`` and a launch's thread count)."""
+    return type(consumers) is int and consumers in WS_CONSUMER_CHOICES
 
 
 @dataclass(frozen=True)
@@ -228,7 +234,7 @@ class LaunchConfig:
             raise ValueError(f"LaunchConfig.flush_ws_l2_ahead: expected 0, 1 or 2, got {self.flush_ws_l2_ahead!r}")
         if self.flush_ws_l2_ahead and self.flush_impl != "cuda_ws":
             raise ValueError(f"LaunchConfig.flush_ws_l2_ahead: needs flush_impl='cuda_ws', got {self.flush_impl!r}")
-        if type(self.flush_ws_consumers) is not int or self.flush_ws_consumers not in WS_CONSUMER_CHOICES:
+        if not ws_consumers_allowed(self.flush_ws_consumers):
             raise ValueError(f"LaunchConfig.flush_ws_consumers: expected one of {WS_CONSUMER_CHOICES}, "
                              f"got {self.flush_ws_consumers!r}")
         if self.flush_ws_consumers != WS_CONSUMERS and self.flush_impl != "cuda_ws":

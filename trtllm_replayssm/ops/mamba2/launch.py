@@ -181,7 +181,10 @@ class LaunchConfig:
     # its 700 W cap through back-to-back steps by lowering the SM clock, which the fold's
     # instructions then pay for. There (sixtieth run, two calls) 8 warps read Nemotron-H 256's
     # all-flush step at 559.0-560.3 us against 561.9-564.9 for 16 in most rows, but within the
-    # calls' drift (587 and 622 in two rows); 4 warps lost.
+    # calls' drift (587 and 622 in two rows); 4 warps lost. On an H100 that stays below its cap
+    # in that step (sixty-second run: 651-692 W at 512, SM 1980 MHz) 8 warps drew 15-28 W less and took
+    # up to 1.4 us longer (256: 753.8-754.0 against 753.6-753.8 us; 512: 1498.4-1498.8 against
+    # 1497.3-1497.7).
     flush_ws_consumers: int = WS_CONSUMERS
 
     def __post_init__(self):

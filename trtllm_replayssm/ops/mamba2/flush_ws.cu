@@ -104,9 +104,10 @@ __device__ __forceinline__ void add_outer(float4 (&acc)[RW], const float* a, flo
 // stay the checkpoint's next ones. ORDER 2 chooses per step, from the number of flush rows every
 // block counts alike: the counter when at least half of the batch's rows flush (an in-phase step),
 // else the stride, one item a take (a staggered step: a server's slots flush about 1/16 of the rows
-// at a time, and there the counter read 7% slower in some captures at Nemotron-H 512). On an H200 an in-place update of 1 GiB as one wave of blocks striding
-// over it takes 543-579 us against 525-541 us as a grid, and 529-544 us with the passes taken
-// from a counter (probe_memory_rates.py, the thirty-eighth run).
+// at a time, and there the counter read 7% slower in some captures at Nemotron-H 512). On an H200
+// an in-place update of 1 GiB as one wave of blocks striding over it takes 543-579 us against
+// 525-541 us as a grid, and 529-544 us with the passes taken from a counter (probe_memory_rates.py,
+// the thirty-eighth run).
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 mamba2_flush_ws(MAMBA2_FLUSH_PARAMS, int* __restrict__ item_counter) {
     extern __shared__ __align__(128) unsigned char buf[];

@@ -93,19 +93,22 @@ def _gemv_kept(S_ptr, C_ptr, y_ptr, TILES_PER_HEAD: tl.constexpr, BLOCK_P: tl.co
 
 @triton.jit
 def _gemv_persistent(S_ptr, C_ptr, y_ptr, n_tiles, TILES_PER_HEAD: tl.constexpr, BLOCK_P: tl.constexpr,
-                     N: tl.constexpr, STAGES: tl.constexpr):
+                     N: tl.constexpr, STAGES: tl.constexpr, STORE_EVICT: tl.constexpr = ""):
     for t in tl.range(tl.program_id(0), n_tiles, tl.num_programs(0), num_stages=STAGES):
         rows = (t * BLOCK_P + tl.arange(0, BLOCK_P)).to(tl.int64)
         S = tl.load(S_ptr + rows[:, None] * N + tl.arange(0, N)[None, :])
-        _gemv_rows(S, C_ptr, y_ptr, t, rows, TILES_PER_HEAD, N)
+        # Passed on rather than left to _gemv_rows' default: Triton 3.6 fails to compile a call
+        # of a jit function whose constexpr argument is left to its default.
+        _gemv_rows(S, C_ptr, y_ptr, t, rows, TILES_PER_HEAD, N, STORE_EVICT)
 
 
 @triton.jit
 def _gemv_tma(S_desc, C_ptr, y_ptr, n_tiles, TILES_PER_HEAD: tl.constexpr, BLOCK_P: tl.constexpr,
-              N: tl.constexpr, STAGES: tl.constexpr):
+              N: tl.constexpr, STAGES: tl.constexpr, STORE_EVICT: tl.constexpr = ""):
     for t in tl.range(tl.program_id(0), n_tiles, tl.num_programs(0), num_stages=STAGES):
         S = S_desc.load([t * BLOCK_P, 0])
-        _gemv_rows(S, C_ptr, y_ptr, t, (t * BLOCK_P + tl.arange(0, BLOCK_P)).to(tl.int64), TILES_PER_HEAD, N)
+        _gemv_rows(S, C_ptr, y_ptr, t, (t * BLOCK_P + tl.arange(0, BLOCK_P)).to(tl.int64), TILES_PER_HEAD, N,
+                   STORE_EVICT)
 
 
 def launches(S, C, y, head_dim, sms):

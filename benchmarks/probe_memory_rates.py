@@ -14,6 +14,11 @@ bytes, to separate what the memory system allows from what a kernel's form costs
   ``rows_small``: into a 1 MiB window (the row index wrapped; a line comes round again only
   every 128 MiB read, so these stores do not stay in L2 either); ``rows_bf16``: as bf16;
   ``rows_end`` (``loop`` only): kept in shared memory and written after the block's last pass;
+- ``rows_ops``: as ``rows``, each row's sum the non-flush step's ``y`` (:data:`OPS_LAYOUT`: the
+  group's ``C``, the head's coef line, 8 bf16 ring ``x`` entries); ``rows_ops_end`` (``loop``
+  only): the same kept in shared memory until the block's last pass, as ``rows_end``. They ask
+  whether the stores after the reads still save their time once a row reads what the stream
+  launch's rows read;
 - ``rmw``: each vector scaled by a runtime 1.0 and stored back in place (the standard step's
   traffic without its arithmetic); ``copy``: into a second buffer;
 
@@ -68,7 +73,15 @@ LOADS = {
 }
 STORES = {"st": "st.global.v4.f32", "cs": "st.global.cs.v4.f32", "na": "st.global.L1::no_allocate.v4.f32"}
 KINDS = {"read": 0, "rmw": 1, "copy": 2, "rows": 3, "rows_kept": 4, "rows_smem": 5, "rows_every": 6,
-         "rows_small": 7, "rows_bf16": 8, "rows_end": 9}
+         "rows_small": 7, "rows_bf16": 8, "rows_end": 9, "rows_ops": 10, "rows_ops_end": 11}
+#: The kinds that read the step's small operands beside each row (:data:`OPS_LAYOUT`).
+OPS_KINDS = ("rows_ops", "rows_ops_end")
+#: rows_ops / rows_ops_end: the buffer as a Nemotron-H checkpoint (rows of 128 fp32, 64 rows a
+#: head, 128 heads a batch row, 16 heads a group) and, beside it, the operands a non-flush
+#: step's stream launch reads for each row: the group's C (fp32 here, L2-resident), the head's
+#: coef line (RING_CAP + 2 fp32: the ring weights, Gamma, the token's weight) and RING_C bf16 ring
+#: x entries of a RING_CAP-entry ring laid out [batch row, entry, head, row].
+OPS_LAYOUT = {"P": 64, "HEADS": 128, "HPG": 16, "RING_CAP": 16, "RING_C": 8}
 #: Grid forms: one pass over the buffer; one wave striding over it; one wave taking passes from a
 #: counter (the passes in flight stay contiguous).
 GRIDS = {"grid": 0, "loop": 1, "counter": 2}
@@ -115,14 +128,22 @@ __device__ __forceinline__ void store16(float4* p, float4 v) {
 // their next pass from a counter (sink's words 2-5: the counter and the finished blocks, put back
 // to 0 by the last block), so that the passes in flight stay the buffer's next ones.
 extern "C" __global__ void __launch_bounds__(THREADS) mem_rate(
-        const float4* __restrict__ src, float4* __restrict__ dst, float* sink, long long n_vec, float scale) {
+        const float4* __restrict__ src, float4* __restrict__ dst, float* sink, long long n_vec, float scale,
+        const unsigned char* ops) {
     const long long step = (long long)U * THREADS;
     long long base = (long long)blockIdx.x * step + threadIdx.x;
     float acc = 0.f;
-#if KIND == 9
+#if KIND == 9 || KIND == 11
 #define ROWS_PER_PASS (U * THREADS / 32)
     __shared__ float end_sums[END_ROWS];
     int pass = 0;
+#endif
+#if KIND == 10 || KIND == 11
+    // ops: C [groups][128] fp32, then the coef lines [heads][RING_CAP + 2] fp32, then the ring's x.
+    const long long heads_all = (n_vec >> 5) / P;
+    const float* op_lines = (const float*)(ops + heads_all / HPG * 128 * 4);
+    const unsigned short* op_ring = (const unsigned short*)(op_lines + heads_all * (RING_CAP + 2));
+    const int lane = threadIdx.x & 31;
 #endif
 #if LOOP == 2
     unsigned long long* counter = (unsigned long long*)(sink + 2);
@@ -168,6 +189,32 @@ extern "C" __global__ void __launch_bounds__(THREADS) mem_rate(
                 end_sums[pass * ROWS_PER_PASS + u * (THREADS / 32) + (threadIdx.x >> 5)] = s * scale;
         }
         ++pass;
+#elif KIND == 10 || KIND == 11
+        // The stream launch's work for a row: y = Gamma (S_row . C) + sum_{j<RING_C} coef_j x_j,
+        // the ring terms on lanes 0 .. RING_C-1 before the warp's sum. 10: y stored as it comes;
+        // 11: kept in shared memory and written after the block's last pass (LOOP only).
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const long long row = (base + (long long)u * THREADS) >> 5;
+            const long long hd = row / P;
+            const long long b = hd / HEADS;
+            const int head = (int)(hd % HEADS), p = (int)(row % P);
+            const float4 cv = ((const float4*)ops)[(hd / HPG) * 32 + lane];
+            const float* line = op_lines + hd * (RING_CAP + 2);
+            float s = ((v[u].x * cv.x + v[u].y * cv.y) + (v[u].z * cv.z + v[u].w * cv.w)) * line[RING_CAP];
+            if (lane < RING_C)
+                s += line[lane] * __uint_as_float((unsigned int)op_ring[((b * RING_CAP + lane) * HEADS + head) * P + p] << 16);
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+#if KIND == 10
+            if (lane == 0) ((float*)dst)[row] = s * scale;
+#else
+            if (lane == 0) end_sums[pass * ROWS_PER_PASS + u * (THREADS / 32) + (threadIdx.x >> 5)] = s * scale;
+#endif
+        }
+#if KIND == 11
+        ++pass;
+#endif
 #elif KIND == 4 || KIND == 5
         // As KIND 3, the row sums kept (4: summed into acc, nothing stored) or staged in shared
         // memory and written by the block's first threads as consecutive floats (5: whole sectors).
@@ -199,7 +246,7 @@ extern "C" __global__ void __launch_bounds__(THREADS) mem_rate(
         counter[1] = 0;
     }
 #endif
-#if KIND == 9
+#if KIND == 9 || KIND == 11
     __syncthreads();
     for (int i = threadIdx.x; i < pass * ROWS_PER_PASS; i += THREADS)
         ((float*)dst)[((long long)blockIdx.x + (long long)(i / ROWS_PER_PASS) * gridDim.x) * ROWS_PER_PASS
@@ -225,7 +272,7 @@ def forms(kinds, loads, stores, units, threads, grids):
             continue
         if kind == "rows_smem" and g != "grid":
             continue  # its row index assumes one pass
-        if kind == "rows_end" and g != "loop":
+        if kind in ("rows_end", "rows_ops_end") and g != "loop":
             continue  # one pass per block: nothing to keep
         yield kind, ld, st if kind in STORING else "-", u, t, g
 
@@ -233,13 +280,32 @@ def forms(kinds, loads, stores, units, threads, grids):
 def defines_for(kind, u, threads, grid, every=4) -> dict:
     """The ``-D`` values ``mem_rate`` is compiled with for one form."""
     return {"KIND": KINDS[kind], "U": u, "THREADS": threads, "LOOP": GRIDS[grid], "EVERY": every,
-            "END_ROWS": END_ROWS}
+            "END_ROWS": END_ROWS, **OPS_LAYOUT}
+
+
+def ops_bytes(n_vec: int) -> tuple[int, int, int]:
+    """Bytes of the rows_ops kinds' C, coef lines and ring ``x`` for a buffer of ``n_vec``
+    16-byte vectors (whole batch rows of :data:`OPS_LAYOUT`)."""
+    lay = OPS_LAYOUT
+    heads = n_vec // 32 // lay["P"]
+    if heads == 0 or heads % lay["HEADS"]:
+        raise ValueError(f"--mib: rows_ops needs whole batch rows of {lay['HEADS'] * lay['P'] * 512 >> 20} MiB")
+    return heads // lay["HPG"] * 128 * 4, heads * (lay["RING_CAP"] + 2) * 4, heads // lay["HEADS"] * lay["RING_CAP"] * lay["HEADS"] * lay["P"] * 2
+
+
+def ops_buffer(n_vec: int, device) -> torch.Tensor:
+    """The rows_ops kinds' operands (:func:`ops_bytes`): every C, weight and ring entry 1.0."""
+    c, lines, ring = ops_bytes(n_vec)
+    buf = torch.empty(c + lines + ring, dtype=torch.uint8, device=device)
+    buf[:c + lines].view(torch.float32).fill_(1.0)
+    buf[c + lines:].view(torch.bfloat16).fill_(1.0)
+    return buf
 
 
 def kernel_for(kind, ld, st, u, threads, grid, device, every=4):
     from trtllm_replayssm.ops._nvrtc import load_kernel
 
-    sig = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_float)
+    sig = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_float, ctypes.c_void_p)
     return load_kernel(source(ld, st if st in STORES else "st"), "mem_rate", defines_for(kind, u, threads, grid, every),
                        sig, device)
 
@@ -264,6 +330,11 @@ def main(argv=None):
         bad = [v for v in getattr(args, name) if v <= 0 or v & (v - 1)]
         if bad:
             p.error(f"--{name} takes powers of two, got {bad}")
+    if any(k in OPS_KINDS for k in args.kinds):
+        try:
+            ops_bytes((args.mib << 20) // 16)
+        except ValueError as exc:
+            p.error(str(exc))
 
     require_cuda(p)
     dev = torch.device("cuda")
@@ -271,6 +342,7 @@ def main(argv=None):
     src = torch.ones(n_vec * 4, device=dev)
     dst = torch.empty_like(src)
     sink = torch.zeros(8, device=dev)  # word 0: the loads' sink; 2-5: the counter form's two counters
+    ops = ops_buffer(n_vec, dev) if any(k in OPS_KINDS for k in args.kinds) else sink
     flush = L2Flusher()
     sms = torch.cuda.get_device_properties(dev).multi_processor_count
     copies = copy_bandwidths_gbps()
@@ -278,6 +350,8 @@ def main(argv=None):
     print(f"# {info}; {sms} SMs; {args.mib} MiB; copy_bandwidths_gbps (2 GiB): "
           + ", ".join(f"{k} {v:.0f}" for k, v in copies.items()))
     print(f"{'kind':<11}{'load':<8}{'store':<6}{'U':>3}{'thr':>5}{'grid':>6}{'blk/SM':>7}{'us':>9}{'GB/s':>8}")
+    # Per 512-byte row: its y (4 bytes) and RING_C bf16 ring entries (C and the lines stay in L2).
+    ops_moved = 1 + 1 / 128 + OPS_LAYOUT["RING_C"] * 2 / 512
     rows = []
     for kind, ld, st, u, t, g in forms(args.kinds, args.loads, args.stores, args.units, args.threads, args.grids):
         per_block = u * t
@@ -287,11 +361,11 @@ def main(argv=None):
             k = kernel_for(kind, ld, st, u, t, g, dev, args.every)
             resident = k.blocks_per_sm(t, 0)
             blocks = sms * resident if g != "grid" else n_vec // per_block
-            if kind == "rows_end" and -(-n_vec // per_block // blocks) * per_block // 32 > END_ROWS:
+            if kind in ("rows_end", "rows_ops_end") and -(-n_vec // per_block // blocks) * per_block // 32 > END_ROWS:
                 raise ValueError(f"a block's row sums exceed END_ROWS ({END_ROWS}): use a smaller --mib")
 
             def launch(k=k, blocks=blocks, t=t):
-                k.launch(blocks, t, 0, (src.data_ptr(), dst.data_ptr(), sink.data_ptr(), n_vec, 1.0),
+                k.launch(blocks, t, 0, (src.data_ptr(), dst.data_ptr(), sink.data_ptr(), n_vec, 1.0, ops.data_ptr()),
                          torch.cuda.current_stream().cuda_stream)
 
             us = warmed_median(capture_graph(launch), args.rounds, flush)
@@ -301,7 +375,7 @@ def main(argv=None):
             continue
         moved = (args.mib << 20) * {"read": 1, "rows_kept": 1, "rows": 1 + 1 / 128, "rows_smem": 1 + 1 / 128,
                                     "rows_every": 1 + 1 / 128 / args.every, "rows_small": 1 + 1 / 128, "rows_end": 1 + 1 / 128,
-                                    "rows_bf16": 1 + 1 / 256}.get(kind, 2)
+                                    "rows_bf16": 1 + 1 / 256, "rows_ops": ops_moved, "rows_ops_end": ops_moved}.get(kind, 2)
         gbps = moved / (us * 1e-6) / 1e9
         rows.append((kind, gbps))
         print(f"{kind:<11}{ld:<8}{st:<6}{u:>3}{t:>5}{g:>6}{resident:>7}{us:>9.1f}{gbps:>8.0f}", flush=True)

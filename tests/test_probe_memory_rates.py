@@ -28,6 +28,8 @@ def test_forms_store_only_where_the_kind_stores():
     # rows_smem indexes its rows by block: one pass only; rows_end keeps a block's passes.
     assert not any(kind == "rows_smem" and grid != "grid" for kind, *_, grid in forms)
     assert {grid for kind, *_, grid in forms if kind == "rows_end"} == {"loop"}
+    assert {grid for kind, *_, grid in forms if kind == "rows_ops_end"} == {"loop"}
+    assert {grid for kind, *_, grid in forms if kind == "rows_ops"} == set(probe.GRIDS)
     # Each read-like form once per (load, U, threads, grid), not once per store form.
     reads = [f for f in forms if f[0] == "read"]
     assert len(reads) == len(probe.LOADS) * 2 * 1 * len(probe.GRIDS)
@@ -50,6 +52,7 @@ def test_source_carries_the_named_load(load):
     (["--threads", "0"], "--threads takes powers of two"),
     (["--mib", "0"], "--mib must be positive"),
     (["--every", "0"], "--every must be positive"),
+    (["--kinds", "rows_ops", "--mib", "6"], "--mib: rows_ops needs whole batch rows of 4 MiB"),
     (["--kinds", "scan"], "invalid choice"),
 ])
 def test_bad_arguments_name_the_option(argv, match, usage_error):
@@ -66,7 +69,12 @@ def test_every_form_compiles_with_its_instructions(arch):
         ptx = _nvrtc.compile_ptx(src, "mem_rate", arch, defines)
         loads = set(re.findall(r"\bld\.global[\w.:]*\.v4\.f32", ptx))
         # NVRTC emits the non-coherent load for a C++ read through a const __restrict__ pointer.
-        assert loads == {probe.LOADS[load] or "ld.global.nc.v4.f32"}, (kind, load, loads)
+        named = probe.LOADS[load] or "ld.global.nc.v4.f32"
+        if kind in probe.OPS_KINDS:
+            # Beside the rows, the group's C is one plain 16-byte load a lane.
+            assert loads <= {named, "ld.global.v4.f32"} and named in loads, (kind, load, loads)
+        else:
+            assert loads == {named}, (kind, load, loads)
         stores = set(re.findall(r"\bst\.global[\w.:]*\.v4\.f32", ptx))
         assert stores == ({probe.STORES[store]} if kind in ("rmw", "copy") else set()), (kind, store, stores)
         # The counter form takes each pass from one 64-bit counter and counts its finished blocks.
@@ -85,3 +93,36 @@ def test_rows_end_stores_only_after_the_reads():
     assert loads and stores and barrier
     assert max(loads) < min(barrier) < min(stores)
     assert any(re.search(r"\bst\.shared", line) for line in lines[:min(barrier)])
+
+
+def test_ops_bytes_lay_out_whole_batch_rows():
+    # 8 MiB: two batch rows of 128 heads x 64 rows of 128 fp32.
+    c, lines, ring = probe.ops_bytes((8 << 20) // 16)
+    heads = 2 * 128
+    assert c == heads // 16 * 128 * 4
+    assert lines == heads * 18 * 4
+    assert ring == 2 * 16 * 128 * 64 * 2
+    with pytest.raises(ValueError, match="whole batch rows"):
+        probe.ops_bytes((2 << 20) // 16)
+
+
+@pytest.mark.skipif(_nvrtc.find_nvrtc() is None, reason="no NVRTC library here (the nvidia-cuda-nvrtc wheel)")
+def test_rows_ops_end_stores_only_after_the_reads():
+    defines = tuple((k, str(v)) for k, v in probe.defines_for("rows_ops_end", 4, 256, "loop").items())
+    lines = probe_ptx_lines(defines)
+    loads = [i for i, line in enumerate(lines) if re.search(r"\bld\.global", line)]
+    stores = [i for i, line in enumerate(lines) if re.search(r"\bst\.global", line)]
+    barrier = [i for i, line in enumerate(lines) if "bar.sync" in line]
+    assert loads and stores and barrier
+    assert max(loads) < min(barrier) < min(stores)
+    # The ring entries are 16-bit loads; the stored-as-they-come form stores among its loads.
+    assert any(re.search(r"\bld\.global(\.nc)?\.u16", line) for line in lines)
+    defines = tuple((k, str(v)) for k, v in probe.defines_for("rows_ops", 4, 256, "loop").items())
+    lines = probe_ptx_lines(defines)
+    loads = [i for i, line in enumerate(lines) if re.search(r"\bld\.global", line)]
+    stores = [i for i, line in enumerate(lines) if re.search(r"\bst\.global\.f32", line)]
+    assert stores and min(stores) < max(loads)
+
+
+def probe_ptx_lines(defines):
+    return _nvrtc.compile_ptx(probe.source("plain", "st"), "mem_rate", 90, defines).splitlines()

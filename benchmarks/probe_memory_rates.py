@@ -127,7 +127,7 @@ __device__ __forceinline__ void store16(float4* p, float4 v) {
 // LOOP 1: the grid is one wave and strides over the buffer; LOOP 2: one wave whose blocks take
 // their next pass from a counter (sink's words 2-5: the counter and the finished blocks, put back
 // to 0 by the last block), so that the passes in flight stay the buffer's next ones.
-extern "C" __global__ void __launch_bounds__(THREADS) mem_rate(
+extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS) mem_rate(
         const float4* __restrict__ src, float4* __restrict__ dst, float* sink, long long n_vec, float scale,
         const unsigned char* ops) {
     const long long step = (long long)U * THREADS;
@@ -277,10 +277,11 @@ def forms(kinds, loads, stores, units, threads, grids):
         yield kind, ld, st if kind in STORING else "-", u, t, g
 
 
-def defines_for(kind, u, threads, grid, every=4) -> dict:
-    """The ``-D`` values ``mem_rate`` is compiled with for one form."""
+def defines_for(kind, u, threads, grid, every=4, min_blocks=1) -> dict:
+    """The ``-D`` values ``mem_rate`` is compiled with for one form (``min_blocks``: the
+    ``__launch_bounds__`` blocks per SM the registers must allow)."""
     return {"KIND": KINDS[kind], "U": u, "THREADS": threads, "LOOP": GRIDS[grid], "EVERY": every,
-            "END_ROWS": END_ROWS, **OPS_LAYOUT}
+            "END_ROWS": END_ROWS, "MIN_BLOCKS": min_blocks, **OPS_LAYOUT}
 
 
 def ops_bytes(n_vec: int) -> tuple[int, int, int]:
@@ -302,11 +303,11 @@ def ops_buffer(n_vec: int, device) -> torch.Tensor:
     return buf
 
 
-def kernel_for(kind, ld, st, u, threads, grid, device, every=4):
+def kernel_for(kind, ld, st, u, threads, grid, device, every=4, min_blocks=1):
     from trtllm_replayssm.ops._nvrtc import load_kernel
 
     sig = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_float, ctypes.c_void_p)
-    return load_kernel(source(ld, st if st in STORES else "st"), "mem_rate", defines_for(kind, u, threads, grid, every),
+    return load_kernel(source(ld, st if st in STORES else "st"), "mem_rate", defines_for(kind, u, threads, grid, every, min_blocks),
                        sig, device)
 
 
@@ -321,11 +322,15 @@ def main(argv=None):
     p.add_argument("--threads", nargs="+", type=int, default=[256, 512])
     p.add_argument("--grids", nargs="+", choices=list(GRIDS), default=["grid", "loop"])
     p.add_argument("--every", type=int, default=4, help="rows_every: store every N-th row's sum")
+    p.add_argument("--min-blocks", type=int, nargs="+", default=[1],
+                   help="__launch_bounds__ blocks per SM to compile each form for (1: registers unbounded)")
     args = p.parse_args(argv)
     if args.mib <= 0:
         p.error(f"--mib must be positive, got {args.mib}")
     if args.every <= 0:
         p.error(f"--every must be positive, got {args.every}")
+    if any(m <= 0 for m in args.min_blocks):
+        p.error(f"--min-blocks must be positive, got {args.min_blocks}")
     for name in ("units", "threads"):
         bad = [v for v in getattr(args, name) if v <= 0 or v & (v - 1)]
         if bad:
@@ -349,16 +354,17 @@ def main(argv=None):
     info = device_info()
     print(f"# {info}; {sms} SMs; {args.mib} MiB; copy_bandwidths_gbps (2 GiB): "
           + ", ".join(f"{k} {v:.0f}" for k, v in copies.items()))
-    print(f"{'kind':<11}{'load':<8}{'store':<6}{'U':>3}{'thr':>5}{'grid':>6}{'blk/SM':>7}{'us':>9}{'GB/s':>8}")
+    print(f"{'kind':<13}{'load':<8}{'store':<6}{'U':>3}{'thr':>5}{'grid':>6}{'minb':>5}{'blk/SM':>7}{'us':>9}{'GB/s':>8}")
     # Per 512-byte row: its y (4 bytes) and RING_C bf16 ring entries (C and the lines stay in L2).
     ops_moved = 1 + 1 / 128 + OPS_LAYOUT["RING_C"] * 2 / 512
     rows = []
-    for kind, ld, st, u, t, g in forms(args.kinds, args.loads, args.stores, args.units, args.threads, args.grids):
+    for (kind, ld, st, u, t, g), mb in itertools.product(
+            forms(args.kinds, args.loads, args.stores, args.units, args.threads, args.grids), args.min_blocks):
         per_block = u * t
         if n_vec % per_block:
             continue
         try:
-            k = kernel_for(kind, ld, st, u, t, g, dev, args.every)
+            k = kernel_for(kind, ld, st, u, t, g, dev, args.every, mb)
             resident = k.blocks_per_sm(t, 0)
             blocks = sms * resident if g != "grid" else n_vec // per_block
             if kind in ("rows_end", "rows_ops_end") and -(-n_vec // per_block // blocks) * per_block // 32 > END_ROWS:
@@ -370,7 +376,7 @@ def main(argv=None):
 
             us = warmed_median(capture_graph(launch), args.rounds, flush)
         except Exception as exc:  # one form the toolchain refuses must not end the run
-            print(f"{kind:<11}{ld:<8}{st:<6}{u:>3}{t:>5}{g:>6}  ERROR {type(exc).__name__}: "
+            print(f"{kind:<13}{ld:<8}{st:<6}{u:>3}{t:>5}{g:>6}{mb:>5}  ERROR {type(exc).__name__}: "
                   f"{str(exc).splitlines()[0][:90] if str(exc) else ''}", flush=True)
             continue
         moved = (args.mib << 20) * {"read": 1, "rows_kept": 1, "rows": 1 + 1 / 128, "rows_smem": 1 + 1 / 128,
@@ -378,7 +384,7 @@ def main(argv=None):
                                     "rows_bf16": 1 + 1 / 256, "rows_ops": ops_moved, "rows_ops_end": ops_moved}.get(kind, 2)
         gbps = moved / (us * 1e-6) / 1e9
         rows.append((kind, gbps))
-        print(f"{kind:<11}{ld:<8}{st:<6}{u:>3}{t:>5}{g:>6}{resident:>7}{us:>9.1f}{gbps:>8.0f}", flush=True)
+        print(f"{kind:<13}{ld:<8}{st:<6}{u:>3}{t:>5}{g:>6}{mb:>5}{resident:>7}{us:>9.1f}{gbps:>8.0f}", flush=True)
     if float(src[0]) != 1.0 or float(src[-1]) != 1.0:
         raise SystemExit("the in-place updates changed the buffer (scale must be 1.0)")
     print("# best GB/s: " + ", ".join(f"{kind} {max(g for k2, g in rows if k2 == kind):.0f}"

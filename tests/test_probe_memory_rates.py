@@ -52,6 +52,7 @@ def test_source_carries_the_named_load(load):
     (["--threads", "0"], "--threads takes powers of two"),
     (["--mib", "0"], "--mib must be positive"),
     (["--every", "0"], "--every must be positive"),
+    (["--min-blocks", "0"], "--min-blocks must be positive"),
     (["--kinds", "rows_ops", "--mib", "6"], "--mib: rows_ops needs whole batch rows of 4 MiB"),
     (["--kinds", "scan"], "invalid choice"),
 ])

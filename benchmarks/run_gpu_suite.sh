@@ -20,7 +20,8 @@
 #          consumer warps), fold-counter (the fold alone as a grid, a
 #          counter-fed wave and a warp-specialised wave), clocks (the GPU's clocks and power while the
 #          all-flush step and the plain table run), clocks-consumers (the all-flush step with 16 and
-#          8 consumer warps, clocks sampled); default: tests formats bench builder
+#          8 consumer warps, clocks sampled), clocks-fold (the fold alone in four forms and the
+#          standard step, power sampled); default: tests formats bench builder
 #   limits (seconds) and extra benchmark arguments come from the environment:
 #   GPU_TESTS_LIMIT GPU_TESTS_WORKERS GPU_TESTS_ARGS FORMATS_LIMIT BUILDER_LIMIT BENCH_LIMIT
 #   MAMBA2_BENCH_ARGS GDN_BENCH_ARGS KDA_BENCH_ARGS PAPER_ROOT
@@ -268,9 +269,30 @@ for what in "$@"; do
         done
       done
       clock_sampler_stop ;;
+    # Power, not time: the fold alone (bench_fold_ceiling.py at Nemotron-H 512, 3000 rounds a
+    # process) in four forms and the standard step, twice, the clocks sampled as in `clocks`. On a
+    # board below its cap the fold's instructions cost watts before they cost time (the sixty-second
+    # run: 8 consumer warps, 15-28 W less and no time); where the cap lowers the SM clock (an H200)
+    # the watts become time. Forms: no fold (load, scale, store), the FMA grid, the same grid with
+    # the product on the tensor cores (bf16 mma.sync, x in three parts: exact to fp32), the
+    # warp-specialised FMA wave (the step's flush kernel's form). ~2.5 min.
+    clocks-fold)
+      clock_sampler_start
+      for r in 1 2; do
+        mark "standard-512"
+        step "clocks_fold_standard_$r" "${BENCH_LIMIT:-60}" bash -c 'cd benchmarks && python3 bench_fold_ceiling.py \
+          --batch 512 --rounds 3000 --standard --only none-of-the-forms'
+        for form in "plain bp32 w4 none" "cuda grid r8 w8 b2 xs ys" "cuda mma w4 b4 x3 yf" "cuda ws c16 s5 b1 h1 pstore"; do
+          mark "fold-${form// /_}"
+          step "clocks_fold_${form// /_}_$r" "${BENCH_LIMIT:-60}" bash -c "cd benchmarks && python3 bench_fold_ceiling.py \
+            --batch 512 --rounds 3000 --only '$form'"
+        done
+      done
+      clock_sampler_stop ;;
     *) echo "unknown step $what (expected tests, formats, builder, bench, bench-mamba2, paper, options-tests," \
             "options-nonflush, parts, options-flush, options-stream-tiles, options-ws-l2, ws-l2-default, ws-l2-prefetch," \
-            "ws-l2-prefetch-nano, device-launch, l2-flush, ws-consumers, fold-counter, clocks, clocks-consumers)"; exit 2 ;;
+            "ws-l2-prefetch-nano, device-launch, l2-flush, ws-consumers, fold-counter, clocks, clocks-consumers," \
+            "clocks-fold)"; exit 2 ;;
   esac
 done
 exit $status

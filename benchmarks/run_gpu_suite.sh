@@ -256,15 +256,24 @@ for what in "$@"; do
     # FMAs (~20% fewer instructions an item), which matters where the board's power cap lowers the
     # SM clock (the sixtieth run: 700 W reached; the SM clock's median 1725 MHz over the all-flush
     # step's capped samples, against 1980). ~2 min.
+    # CLOCKS_BATCHES, CLOCKS_PASSES and CLOCKS_ROUNDS (rounds a process, every batch) change the
+    # plan; CLOCKS_WARMUP=N first replays the 16-warp step N rounds at the first batch, untimed
+    # as a comparison, so that the board is warm when the pairs start.
     clocks-consumers)
       clock_sampler_start
-      for b in 256 512; do
-        for r in 1 2; do
+      batches=${CLOCKS_BATCHES:-256 512}
+      if [ -n "${CLOCKS_WARMUP:-}" ]; then
+        mark "warmup"
+        step clocks_flush_warmup "${BENCH_LIMIT:-60}" python3 benchmarks/probe_flush_captures.py \
+          --batch "${batches%% *}" --allocations 1 --captures 1 --rounds "$CLOCKS_WARMUP"
+      fi
+      for b in $batches; do
+        for r in $(seq 1 "${CLOCKS_PASSES:-2}"); do
           for cw in 16 8; do
             mark "flush-$b-cw$cw"
             step "clocks_flush_${b}_cw${cw}_$r" "${BENCH_LIMIT:-60}" python3 benchmarks/probe_flush_captures.py \
               --batch $b --derive "flush_ws_consumers=$cw" --allocations 1 --captures 1 \
-              --rounds $((b == 256 ? 3000 : 1500))
+              --rounds "${CLOCKS_ROUNDS:-$((b == 256 ? 3000 : 1500))}"
           done
         done
       done

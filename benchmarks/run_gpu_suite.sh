@@ -282,9 +282,11 @@ for what in "$@"; do
     # process) in four forms and the standard step, twice, the clocks sampled as in `clocks`. On a
     # board below its cap the fold's instructions cost watts before they cost time (the sixty-second
     # run: 8 consumer warps, 15-28 W less and no time); where the cap lowers the SM clock (an H200)
-    # the watts become time. Forms: no fold (load, scale, store), the FMA grid, the same grid with
-    # the product on the tensor cores (bf16 mma.sync, x in three parts: exact to fp32), the
-    # warp-specialised FMA wave (the step's flush kernel's form). ~2.5 min.
+    # the watts become time. Forms (each a name prefix, so a part also times the forms whose names
+    # extend it): no fold (load, scale, store; its state decays towards zero over the replays, so
+    # its power is no floor), the FMA grid, the same grid with the product on the tensor cores
+    # (bf16 mma.sync, x in three parts: exact to fp32), the warp-specialised FMA wave (the step's
+    # flush kernel's form). ~4 min.
     clocks-fold)
       clock_sampler_start
       for r in 1 2; do

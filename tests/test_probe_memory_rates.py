@@ -96,6 +96,11 @@ def test_rows_end_stores_only_after_the_reads():
     assert any(re.search(r"\bst\.shared", line) for line in lines[:min(barrier)])
 
 
+def _ptx_lines(defines):
+    """The probe's sm_90 PTX, line by line, for the plain load at ``defines``."""
+    return _nvrtc.compile_ptx(probe.source("plain", "st"), "mem_rate", 90, defines).splitlines()
+
+
 def test_ops_bytes_lay_out_whole_batch_rows():
     # 8 MiB: two batch rows of 128 heads x 64 rows of 128 fp32.
     c, lines, ring = probe.ops_bytes((8 << 20) // 16)
@@ -110,7 +115,7 @@ def test_ops_bytes_lay_out_whole_batch_rows():
 @pytest.mark.skipif(_nvrtc.find_nvrtc() is None, reason="no NVRTC library here (the nvidia-cuda-nvrtc wheel)")
 def test_rows_ops_end_stores_only_after_the_reads():
     defines = tuple((k, str(v)) for k, v in probe.defines_for("rows_ops_end", 4, 256, "loop").items())
-    lines = probe_ptx_lines(defines)
+    lines = _ptx_lines(defines)
     loads = [i for i, line in enumerate(lines) if re.search(r"\bld\.global", line)]
     stores = [i for i, line in enumerate(lines) if re.search(r"\bst\.global", line)]
     barrier = [i for i, line in enumerate(lines) if "bar.sync" in line]
@@ -119,11 +124,7 @@ def test_rows_ops_end_stores_only_after_the_reads():
     # The ring entries are 16-bit loads; the stored-as-they-come form stores among its loads.
     assert any(re.search(r"\bld\.global(\.nc)?\.u16", line) for line in lines)
     defines = tuple((k, str(v)) for k, v in probe.defines_for("rows_ops", 4, 256, "loop").items())
-    lines = probe_ptx_lines(defines)
+    lines = _ptx_lines(defines)
     loads = [i for i, line in enumerate(lines) if re.search(r"\bld\.global", line)]
     stores = [i for i, line in enumerate(lines) if re.search(r"\bst\.global\.f32", line)]
     assert stores and min(stores) < max(loads)
-
-
-def probe_ptx_lines(defines):
-    return _nvrtc.compile_ptx(probe.source("plain", "st"), "mem_rate", 90, defines).splitlines()

@@ -76,6 +76,8 @@ KINDS = {"read": 0, "rmw": 1, "copy": 2, "rows": 3, "rows_kept": 4, "rows_smem":
          "rows_small": 7, "rows_bf16": 8, "rows_end": 9, "rows_ops": 10, "rows_ops_end": 11}
 #: The kinds that read the step's small operands beside each row (:data:`OPS_LAYOUT`).
 OPS_KINDS = ("rows_ops", "rows_ops_end")
+#: The kinds that keep a block's row sums in shared memory until its last pass (``loop`` only).
+END_KINDS = ("rows_end", "rows_ops_end")
 #: rows_ops / rows_ops_end: the buffer as a Nemotron-H checkpoint (rows of 128 fp32, 64 rows a
 #: head, 128 heads a batch row, 16 heads a group) and, beside it, the operands a non-flush
 #: step's stream launch reads for each row: the group's C (fp32 here, L2-resident), the head's
@@ -272,7 +274,7 @@ def forms(kinds, loads, stores, units, threads, grids):
             continue
         if kind == "rows_smem" and g != "grid":
             continue  # its row index assumes one pass
-        if kind in ("rows_end", "rows_ops_end") and g != "loop":
+        if kind in END_KINDS and g != "loop":
             continue  # one pass per block: nothing to keep
         yield kind, ld, st if kind in STORING else "-", u, t, g
 
@@ -291,7 +293,7 @@ def ops_bytes(n_vec: int) -> tuple[int, int, int]:
     heads = n_vec // 32 // lay["P"]
     if heads == 0 or heads % lay["HEADS"]:
         raise ValueError(f"--mib: rows_ops needs whole batch rows of {lay['HEADS'] * lay['P'] * 512 >> 20} MiB")
-    return heads // lay["HPG"] * 128 * 4, heads * (lay["RING_CAP"] + 2) * 4, heads // lay["HEADS"] * lay["RING_CAP"] * lay["HEADS"] * lay["P"] * 2
+    return heads // lay["HPG"] * 128 * 4, heads * (lay["RING_CAP"] + 2) * 4, heads * lay["RING_CAP"] * lay["P"] * 2
 
 
 def ops_buffer(n_vec: int, device) -> torch.Tensor:
@@ -335,7 +337,8 @@ def main(argv=None):
         bad = [v for v in getattr(args, name) if v <= 0 or v & (v - 1)]
         if bad:
             p.error(f"--{name} takes powers of two, got {bad}")
-    if any(k in OPS_KINDS for k in args.kinds):
+    wants_ops = any(k in OPS_KINDS for k in args.kinds)
+    if wants_ops:
         try:
             ops_bytes((args.mib << 20) // 16)
         except ValueError as exc:
@@ -347,7 +350,7 @@ def main(argv=None):
     src = torch.ones(n_vec * 4, device=dev)
     dst = torch.empty_like(src)
     sink = torch.zeros(8, device=dev)  # word 0: the loads' sink; 2-5: the counter form's two counters
-    ops = ops_buffer(n_vec, dev) if any(k in OPS_KINDS for k in args.kinds) else sink
+    ops = ops_buffer(n_vec, dev) if wants_ops else sink
     flush = L2Flusher()
     sms = torch.cuda.get_device_properties(dev).multi_processor_count
     copies = copy_bandwidths_gbps()
@@ -367,7 +370,7 @@ def main(argv=None):
             k = kernel_for(kind, ld, st, u, t, g, dev, args.every, mb)
             resident = k.blocks_per_sm(t, 0)
             blocks = sms * resident if g != "grid" else n_vec // per_block
-            if kind in ("rows_end", "rows_ops_end") and -(-n_vec // per_block // blocks) * per_block // 32 > END_ROWS:
+            if kind in END_KINDS and -(-n_vec // per_block // blocks) * per_block // 32 > END_ROWS:
                 raise ValueError(f"a block's row sums exceed END_ROWS ({END_ROWS}): use a smaller --mib")
 
             def launch(k=k, blocks=blocks, t=t):

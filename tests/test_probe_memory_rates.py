@@ -82,15 +82,16 @@ def test_every_form_compiles_with_its_instructions(arch):
         assert len(re.findall(r"\batom\.global\.add\.u64", ptx)) == (3 if grid == "counter" else 0), (kind, grid)
 
 
-def _ptx_lines(defines):
-    """The probe's sm_90 PTX, line by line, for the plain load at ``defines``."""
+def _ptx_lines(kind):
+    """The probe's sm_90 PTX, line by line, for ``kind`` as a plain-load ``loop`` form (U 4, 256 threads)."""
+    defines = tuple((k, str(v)) for k, v in probe.defines_for(kind, 4, 256, "loop").items())
     return _nvrtc.compile_ptx(probe.source("plain", "st"), "mem_rate", 90, defines).splitlines()
 
 
 @pytest.mark.skipif(_nvrtc.find_nvrtc() is None, reason="no NVRTC library here (the nvidia-cuda-nvrtc wheel)")
 @pytest.mark.parametrize("kind", probe.END_KINDS)
 def test_end_kinds_store_only_after_the_reads(kind):
-    lines = _ptx_lines(tuple((k, str(v)) for k, v in probe.defines_for(kind, 4, 256, "loop").items()))
+    lines = _ptx_lines(kind)
     loads = [i for i, line in enumerate(lines) if re.search(r"\bld\.global", line)]
     stores = [i for i, line in enumerate(lines) if re.search(r"\bst\.global", line)]
     barrier = [i for i, line in enumerate(lines) if "bar.sync" in line]
@@ -113,12 +114,10 @@ def test_ops_bytes_lay_out_whole_batch_rows():
 
 @pytest.mark.skipif(_nvrtc.find_nvrtc() is None, reason="no NVRTC library here (the nvidia-cuda-nvrtc wheel)")
 def test_rows_ops_reads_ring_entries_and_stores_among_its_loads():
-    defines = tuple((k, str(v)) for k, v in probe.defines_for("rows_ops_end", 4, 256, "loop").items())
-    lines = _ptx_lines(defines)
+    lines = _ptx_lines("rows_ops_end")
     # The ring entries are 16-bit loads; the stored-as-they-come form stores among its loads.
     assert any(re.search(r"\bld\.global(\.nc)?\.u16", line) for line in lines)
-    defines = tuple((k, str(v)) for k, v in probe.defines_for("rows_ops", 4, 256, "loop").items())
-    lines = _ptx_lines(defines)
+    lines = _ptx_lines("rows_ops")
     loads = [i for i, line in enumerate(lines) if re.search(r"\bld\.global", line)]
     stores = [i for i, line in enumerate(lines) if re.search(r"\bst\.global\.f32", line)]
     assert stores and min(stores) < max(loads)

@@ -60,14 +60,18 @@ def test_bad_arguments_name_the_option(argv, match, usage_error):
     assert match in usage_error(lambda: probe.main(argv))
 
 
+def _ptx(kind, load, store, u, threads, grid, arch):
+    """The probe's PTX for one form, compiled by NVRTC for ``arch``."""
+    defines = tuple((k, str(v)) for k, v in probe.defines_for(kind, u, threads, grid).items())
+    return _nvrtc.compile_ptx(probe.source(load, store), "mem_rate", arch, defines)
+
+
 @pytest.mark.skipif(_nvrtc.find_nvrtc() is None, reason="no NVRTC library here (the nvidia-cuda-nvrtc wheel)")
 @pytest.mark.parametrize("arch", [90, 100])
 def test_every_form_compiles_with_its_instructions(arch):
     for kind, load, store, u, threads, grid in probe.forms(list(probe.KINDS), list(probe.LOADS), list(probe.STORES),
                                                            [4], [256], list(probe.GRIDS)):
-        defines = tuple((k, str(v)) for k, v in probe.defines_for(kind, u, threads, grid).items())
-        src = probe.source(load, store if store in probe.STORES else "st")
-        ptx = _nvrtc.compile_ptx(src, "mem_rate", arch, defines)
+        ptx = _ptx(kind, load, store if store in probe.STORES else "st", u, threads, grid, arch)
         loads = set(re.findall(r"\bld\.global[\w.:]*\.v4\.f32", ptx))
         # NVRTC emits the non-coherent load for a C++ read through a const __restrict__ pointer.
         named = probe.LOADS[load] or "ld.global.nc.v4.f32"
@@ -84,8 +88,7 @@ def test_every_form_compiles_with_its_instructions(arch):
 
 def _ptx_lines(kind):
     """The probe's sm_90 PTX, line by line, for ``kind`` as a plain-load ``loop`` form (U 4, 256 threads)."""
-    defines = tuple((k, str(v)) for k, v in probe.defines_for(kind, 4, 256, "loop").items())
-    return _nvrtc.compile_ptx(probe.source("plain", "st"), "mem_rate", 90, defines).splitlines()
+    return _ptx(kind, "plain", "st", 4, 256, "loop", 90).splitlines()
 
 
 @pytest.mark.skipif(_nvrtc.find_nvrtc() is None, reason="no NVRTC library here (the nvidia-cuda-nvrtc wheel)")
